@@ -1,0 +1,170 @@
+//! Plain-text tables of a derived architecture.
+
+use std::fmt::Write;
+
+use stackflow::design::Design;
+use stackflow::generator::{Architecture, Bound, Usage};
+
+fn si(value: f64, unit: &str) -> String {
+    let prefixes = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];
+    for (scale, p) in prefixes {
+        if value.abs() >= scale {
+            return format!("{:.3} {p}{unit}", value / scale);
+        }
+    }
+    format!("{value:.3} {unit}")
+}
+
+fn bytes(value: f64) -> String {
+    let prefixes = [
+        (1u64 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    for (scale, p) in prefixes {
+        if value >= scale as f64 {
+            return format!("{:.2} {p}", value / scale as f64);
+        }
+    }
+    format!("{value:.0} B")
+}
+
+fn usage(u: &Usage) -> String {
+    format!("{:.2}/{:.2}", u.used, u.allocated)
+}
+
+fn bounds(b: &[Bound]) -> String {
+    b.iter()
+        .map(|b| format!("{}: {}", b.quantity, b.limit))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Renders the design's files, headline numbers and per-component tables.
+pub fn render(design: &Design, a: &Architecture) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "budget     {} ({})",
+        design.budget_name, design.budget_file
+    );
+    let _ = writeln!(
+        s,
+        "template   {} ({})",
+        design.template_name, design.template_file
+    );
+    let _ = writeln!(
+        s,
+        "technology {} ({})",
+        design.node.as_deref().unwrap_or("-"),
+        design.tech_file
+    );
+    let _ = writeln!(
+        s,
+        "\npeak 16-bit      {}  (sustained {} at {:.0}% utilisation)",
+        si(a.peak_flops_per_s, "FLOP/s"),
+        si(a.core.sustained_flops_per_s, "FLOP/s"),
+        design.core.max_utilization * 100.0
+    );
+    let _ = writeln!(
+        s,
+        "main memory      {}  {}",
+        bytes(a.memory_capacity_bytes),
+        si(a.memory_bandwidth_bytes_per_s, "B/s")
+    );
+    let _ = writeln!(
+        s,
+        "chip totals      area {} mm2, power {} W, perimeter {} mm",
+        usage(&a.chip_area_mm2),
+        usage(&a.power_w),
+        usage(&a.perimeter_mm)
+    );
+    let _ = writeln!(
+        s,
+        "\n{:<14} {:<34} {:>16} {:>16} {:>14}  bound by",
+        "component", "derived", "area mm2", "power W", "perimeter mm"
+    );
+    let c = &a.core;
+    let _ = writeln!(
+        s,
+        "{:<14} {:<34} {:>16} {:>16} {:>14}  {}",
+        "core",
+        format!(
+            "{} MCU/{} bundles {:.3} V {}",
+            c.mcus,
+            c.bundles,
+            c.voltage_v,
+            si(c.frequency_hz, "Hz")
+        ),
+        usage(&c.area_mm2),
+        usage(&c.power_w),
+        "-",
+        bounds(&c.bounds)
+    );
+    for l in &a.on_chip {
+        let _ = writeln!(
+            s,
+            "{:<14} {:<34} {:>16} {:>16} {:>14}  {}",
+            l.name,
+            format!(
+                "{} banks {} {}",
+                l.banks,
+                bytes(l.capacity_bytes),
+                si(l.bandwidth_bytes_per_s, "B/s")
+            ),
+            usage(&l.area_mm2),
+            usage(&l.power_w),
+            "-",
+            bounds(&l.bounds)
+        );
+    }
+    let m = &a.main_memory;
+    let _ = writeln!(
+        s,
+        "{:<14} {:<34} {:>16} {:>16} {:>14}  {}",
+        m.name,
+        format!(
+            "{} x {} {:.3} V {}",
+            m.devices,
+            m.technology,
+            m.voltage_v,
+            si(m.data_rate_bit_per_s, "b/s")
+        ),
+        usage(&m.area_mm2),
+        usage(&m.power_w),
+        usage(&m.perimeter_mm),
+        bounds(&m.bounds)
+    );
+    for (name, n) in [
+        ("intra_package", &a.intra_package),
+        ("inter_package", &a.inter_package),
+    ] {
+        if let Some(n) = n {
+            let _ = writeln!(
+                s,
+                "{:<14} {:<34} {:>16} {:>16} {:>14}  {}",
+                name,
+                format!(
+                    "{} lanes {} {}",
+                    n.lanes,
+                    n.technology,
+                    si(n.bandwidth_bytes_per_s, "B/s")
+                ),
+                usage(&n.area_mm2),
+                usage(&n.power_w),
+                usage(&n.perimeter_mm),
+                bounds(&n.bounds)
+            );
+        }
+    }
+    if a.violations.is_empty() {
+        let _ = writeln!(s, "\nfeasible: every component fits its budget");
+    } else {
+        let _ = writeln!(s, "\nINFEASIBLE:");
+        for v in &a.violations {
+            let _ = writeln!(s, "  - {v}");
+        }
+    }
+    s
+}

@@ -1,0 +1,130 @@
+//! Reading input files: the one module that calls `serde_yaml`.
+//!
+//! Files are parsed into the raw structs of [`raw`] (unit-suffixed keys, unknown fields
+//! rejected) and then checked and converted into the model's domain types by
+//! [`crate::tech`], [`crate::template`] and [`crate::budget`]. Errors name the file, the field
+//! path, the value and what was expected.
+
+mod error;
+pub mod raw;
+mod source;
+
+pub use error::ConfigError;
+pub use source::{Source, SHIPPED};
+
+use serde::de::DeserializeOwned;
+
+/// The only file-format version this build reads.
+pub const VERSION: u32 = 1;
+
+/// Parses YAML text from `file` into `T`, reporting the field path of any error.
+pub fn parse_yaml<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, ConfigError> {
+    let deserializer = serde_yaml::Deserializer::from_str(text);
+    let value: T = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        ConfigError::Parse {
+            file: file.to_string(),
+            path: if path.is_empty() || path == "." {
+                "(top level)".to_string()
+            } else {
+                path
+            },
+            message,
+        }
+    })?;
+    Ok(value)
+}
+
+/// Checks numeric fields of one file, building errors that name the file and field path.
+pub struct Checker<'a> {
+    pub file: &'a str,
+}
+
+impl Checker<'_> {
+    /// `version` must be [`VERSION`].
+    pub fn version(&self, version: u32) -> Result<(), ConfigError> {
+        if version == VERSION {
+            Ok(())
+        } else {
+            Err(ConfigError::invalid(
+                self.file,
+                "version",
+                version,
+                format!("this build reads version {VERSION}"),
+            ))
+        }
+    }
+
+    /// A finite number `>= 0`.
+    pub fn non_negative(&self, path: &str, value: f64) -> Result<f64, ConfigError> {
+        if value.is_finite() && value >= 0.0 {
+            Ok(value)
+        } else {
+            Err(ConfigError::invalid(
+                self.file,
+                path,
+                value,
+                "expected a finite number >= 0",
+            ))
+        }
+    }
+
+    /// A finite number `> 0`.
+    pub fn positive(&self, path: &str, value: f64) -> Result<f64, ConfigError> {
+        if value.is_finite() && value > 0.0 {
+            Ok(value)
+        } else {
+            Err(ConfigError::invalid(
+                self.file,
+                path,
+                value,
+                "expected a finite number > 0",
+            ))
+        }
+    }
+
+    /// A finite number in `[lo, hi]`.
+    pub fn within(&self, path: &str, value: f64, lo: f64, hi: f64) -> Result<f64, ConfigError> {
+        if value.is_finite() && value >= lo && value <= hi {
+            Ok(value)
+        } else {
+            Err(ConfigError::invalid(
+                self.file,
+                path,
+                value,
+                format!("expected a number in [{lo}, {hi}]"),
+            ))
+        }
+    }
+
+    /// An integer `> 0`.
+    pub fn positive_count(&self, path: &str, value: u64) -> Result<u64, ConfigError> {
+        if value > 0 {
+            Ok(value)
+        } else {
+            Err(ConfigError::invalid(
+                self.file,
+                path,
+                value,
+                "expected an integer > 0",
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_errors_carry_the_field_path() {
+        let err = parse_yaml::<raw::VoltageRaw>(
+            "f.yaml",
+            "nominal_v: 1\nthreshold_v: 0.3\nmin_v: 0.5\nmax_v: x\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("f.yaml: max_v: invalid type"), "{err}");
+    }
+}

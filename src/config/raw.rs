@@ -1,0 +1,257 @@
+//! Raw, unit-suffixed serde structs: exactly what the YAML files say, before validation.
+//! Every struct denies unknown fields, so a misspelt key or a wrong unit suffix is an error.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+// ---------------------------------------------------------------- technology library
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TechFile {
+    pub version: u32,
+    /// Logic node this file describes (`N7`); absent for memory-only or link-only files.
+    #[serde(default)]
+    pub node: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Other technology files merged into this one, relative to this file.
+    #[serde(default)]
+    pub include: Vec<String>,
+    #[serde(default)]
+    pub compute: BTreeMap<String, ComputeTech>,
+    #[serde(default)]
+    pub sram: BTreeMap<String, SramTech>,
+    #[serde(default)]
+    pub dram: BTreeMap<String, DramTech>,
+    #[serde(default)]
+    pub links: BTreeMap<String, LinkTech>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VoltageRaw {
+    pub nominal_v: f64,
+    pub threshold_v: f64,
+    pub min_v: f64,
+    pub max_v: f64,
+    /// Velocity-saturation exponent of the alpha-power law; 2 when absent.
+    #[serde(default)]
+    pub alpha: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComputeTech {
+    /// 16-bit multiply-accumulates per cycle of the component at nominal size.
+    pub macs_per_cycle: f64,
+    pub area_mm2: f64,
+    pub power_w: f64,
+    pub frequency_ghz: f64,
+    pub voltage: VoltageRaw,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SramTech {
+    pub area_per_bit_um2: f64,
+    pub periphery_overhead: f64,
+    pub bank_capacity_kib: f64,
+    pub dynamic_energy_per_bit_fj: f64,
+    pub static_power_per_bit_pw: f64,
+    pub controller_area_per_bank_mm2: f64,
+    pub controller_power_per_bank_mw: f64,
+    pub crossbar_area_per_port_mm2: f64,
+    pub latency_ns: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DramTech {
+    pub device_capacity_gib: f64,
+    pub device_area_mm2: f64,
+    pub links_per_device: u64,
+    pub controller_phy_area_mm2: f64,
+    pub energy_per_bit_pj: f64,
+    pub static_power_per_bit_pw: f64,
+    pub data_rate_gbps: f64,
+    pub voltage: VoltageRaw,
+    pub links_per_mm: f64,
+    pub latency_ns: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkTech {
+    pub energy_per_bit_pj: f64,
+    pub area_per_lane_mm2: f64,
+    pub lanes_per_mm: f64,
+    pub data_rate_gbps: f64,
+    /// Payload bits per line bit (line coding, FEC); 1 when absent.
+    #[serde(default)]
+    pub encoding_efficiency: Option<f64>,
+    pub voltage: VoltageRaw,
+    pub latency_ns: f64,
+}
+
+// ---------------------------------------------------------------- architecture template
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateFile {
+    pub version: u32,
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub compute: ComputeRaw,
+    pub memory: Vec<MemoryLevelRaw>,
+    pub package: PackageRaw,
+    pub system: SystemRaw,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComputeRaw {
+    pub technology: String,
+    pub mcu: McuShape,
+    pub dataflow: Dataflow,
+    pub max_utilization: f64,
+    pub mcus_per_bundle: u64,
+}
+
+/// Shape of the minimal compute unit.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum McuShape {
+    /// A tensor core computing an `m x k` by `k x n` product per cycle (`m*n*k` MACs).
+    TensorCore { m: u64, n: u64, k: u64 },
+    /// A `rows x cols` systolic array (`rows*cols` MACs per cycle).
+    SystolicArray { rows: u64, cols: u64 },
+}
+
+impl McuShape {
+    /// Multiply-accumulates per cycle.
+    pub fn macs_per_cycle(&self) -> u64 {
+        match *self {
+            McuShape::TensorCore { m, n, k } => m * n * k,
+            McuShape::SystolicArray { rows, cols } => rows * cols,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dataflow {
+    WeightStationary,
+    ActivationStationary,
+    OutputStationary,
+    Best,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    Mcu,
+    Bundle,
+    Global,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryLevelRaw {
+    pub name: String,
+    pub technology: String,
+    pub scope: Scope,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackageRaw {
+    pub accelerators: u64,
+    #[serde(default)]
+    pub intra_package: Option<NetworkRaw>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SystemRaw {
+    pub packages: u64,
+    #[serde(default)]
+    pub inter_package: Option<NetworkRaw>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkRaw {
+    pub technology: String,
+    pub topology: Topology,
+}
+
+/// How the endpoints of one network level are connected.
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Topology {
+    Ring,
+    FullyConnected,
+    /// A single non-blocking switch (NVSwitch-class).
+    Switch,
+    Mesh {
+        dims: Vec<u64>,
+    },
+    Torus {
+        dims: Vec<u64>,
+    },
+    /// Twisted torus of shape n x n x 2n (TPU v4).
+    TwistedTorus {
+        dims: Vec<u64>,
+    },
+    /// Switched fat tree with a given number of levels.
+    FatTree {
+        levels: u64,
+    },
+}
+
+// ---------------------------------------------------------------- budgets
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetFile {
+    pub version: u32,
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Template this budget is meant for, relative to this file.
+    pub template: String,
+    /// Technology file this budget is meant for, relative to this file.
+    pub technology: String,
+    pub area: AreaBudgetRaw,
+    pub power: PowerBudgetRaw,
+    pub perimeter: PerimeterBudgetRaw,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AreaBudgetRaw {
+    /// Node (package share per accelerator: die plus memory devices) area.
+    pub node_mm2: f64,
+    /// Processor die area.
+    pub chip_mm2: f64,
+    pub breakdown: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PowerBudgetRaw {
+    pub tdp_w: f64,
+    pub breakdown: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PerimeterBudgetRaw {
+    /// Usable die shoreline; 4 * sqrt(chip area) when absent.
+    #[serde(default)]
+    pub total_mm: Option<f64>,
+    pub breakdown: BTreeMap<String, f64>,
+}

@@ -1,0 +1,156 @@
+//! Where input files come from: the file system, or the copies of the shipped files that are
+//! embedded in the binary (so that `stackflow generate` works from any directory).
+
+use std::path::{Component, Path, PathBuf};
+
+use super::ConfigError;
+
+/// Every shipped input file, embedded at compile time, keyed by its path in the repository.
+pub const SHIPPED: &[(&str, &str)] = &[
+    (
+        "tech_libs/n16.yaml",
+        include_str!("../../tech_libs/n16.yaml"),
+    ),
+    (
+        "tech_libs/n12.yaml",
+        include_str!("../../tech_libs/n12.yaml"),
+    ),
+    ("tech_libs/n7.yaml", include_str!("../../tech_libs/n7.yaml")),
+    ("tech_libs/n5.yaml", include_str!("../../tech_libs/n5.yaml")),
+    ("tech_libs/n3.yaml", include_str!("../../tech_libs/n3.yaml")),
+    ("tech_libs/n2.yaml", include_str!("../../tech_libs/n2.yaml")),
+    ("tech_libs/n1.yaml", include_str!("../../tech_libs/n1.yaml")),
+    (
+        "tech_libs/dram.yaml",
+        include_str!("../../tech_libs/dram.yaml"),
+    ),
+    (
+        "tech_libs/links.yaml",
+        include_str!("../../tech_libs/links.yaml"),
+    ),
+    (
+        "templates/gpu.yaml",
+        include_str!("../../templates/gpu.yaml"),
+    ),
+    (
+        "templates/gpu-v100.yaml",
+        include_str!("../../templates/gpu-v100.yaml"),
+    ),
+    (
+        "templates/gpu-a100.yaml",
+        include_str!("../../templates/gpu-a100.yaml"),
+    ),
+    (
+        "templates/gpu-h100.yaml",
+        include_str!("../../templates/gpu-h100.yaml"),
+    ),
+    (
+        "templates/tpu.yaml",
+        include_str!("../../templates/tpu.yaml"),
+    ),
+    (
+        "templates/waferscale.yaml",
+        include_str!("../../templates/waferscale.yaml"),
+    ),
+    (
+        "templates/mcm.yaml",
+        include_str!("../../templates/mcm.yaml"),
+    ),
+    (
+        "budgets/fig4-example.yaml",
+        include_str!("../../budgets/fig4-example.yaml"),
+    ),
+    ("budgets/v100.yaml", include_str!("../../budgets/v100.yaml")),
+    ("budgets/a100.yaml", include_str!("../../budgets/a100.yaml")),
+    ("budgets/h100.yaml", include_str!("../../budgets/h100.yaml")),
+    (
+        "budgets/tpu-v4.yaml",
+        include_str!("../../budgets/tpu-v4.yaml"),
+    ),
+    (
+        "budgets/waferscale.yaml",
+        include_str!("../../budgets/waferscale.yaml"),
+    ),
+    ("budgets/mcm.yaml", include_str!("../../budgets/mcm.yaml")),
+];
+
+/// Where to read files from. Paths named inside a file (a budget's template, a technology
+/// file's includes) are resolved relative to that file, within the same source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The file system.
+    Disk,
+    /// The shipped files embedded in the binary, addressed by repository-relative path.
+    Embedded,
+}
+
+impl Source {
+    /// Reads `path` (already resolved) as text.
+    pub fn read(self, path: &Path) -> Result<String, ConfigError> {
+        match self {
+            Source::Disk => std::fs::read_to_string(path).map_err(|e| ConfigError::Unreadable {
+                file: path.display().to_string(),
+                message: e.to_string(),
+            }),
+            Source::Embedded => {
+                let key = normalize(path);
+                SHIPPED
+                    .iter()
+                    .find(|(name, _)| Path::new(name) == key)
+                    .map(|(_, text)| text.to_string())
+                    .ok_or_else(|| ConfigError::Unreadable {
+                        file: path.display().to_string(),
+                        message: "no such embedded file (the binary embeds the files under \
+                                  tech_libs/, templates/ and budgets/)"
+                            .into(),
+                    })
+            }
+        }
+    }
+
+    /// Resolves `reference`, written inside `from`, to a path.
+    pub fn resolve(self, from: &Path, reference: &str) -> PathBuf {
+        let base = from.parent().unwrap_or_else(|| Path::new(""));
+        let joined = base.join(reference);
+        match self {
+            Source::Disk => joined,
+            Source::Embedded => normalize(&joined),
+        }
+    }
+}
+
+/// Removes `.` and resolves `..` lexically (embedded paths have no symlinks).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_paths_resolve_relative_to_the_referring_file() {
+        let p = Source::Embedded.resolve(Path::new("budgets/v100.yaml"), "../templates/gpu.yaml");
+        assert_eq!(p, PathBuf::from("templates/gpu.yaml"));
+        assert!(Source::Embedded.read(&p).is_ok());
+    }
+
+    #[test]
+    fn every_shipped_file_is_embedded_under_its_own_path() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        for (name, text) in SHIPPED {
+            let on_disk = std::fs::read_to_string(root.join(name)).unwrap();
+            assert_eq!(&on_disk, text, "{name}");
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! Architecture templates (DeepFlow Sec. 4.2, Fig. 3): the compute unit and its bundle, the
+//! memory hierarchy with scopes, the package and the system.
+//!
+//! A template names technology components by their library name (`tensor_core`, `l2_sram`,
+//! `hbm3`), so the same template can be generated at any node that defines those names.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::config::raw::{self, Dataflow, McuShape, Scope, TemplateFile, Topology};
+use crate::config::{parse_yaml, Checker, ConfigError, Source};
+
+/// Reserved budget component names that a memory level may not take.
+pub const RESERVED_NAMES: [&str; 3] = ["core", "intra_package", "inter_package"];
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Template {
+    pub file: String,
+    pub name: String,
+    pub description: Option<String>,
+    pub compute: Compute,
+    /// From the level nearest the compute units (registers) to main memory.
+    pub memory: Vec<MemoryLevel>,
+    pub package: Package,
+    pub system: System,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Compute {
+    /// Name of the compute component in the technology library.
+    pub technology: String,
+    pub mcu: McuShape,
+    pub dataflow: Dataflow,
+    pub max_utilization: f64,
+    pub mcus_per_bundle: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryLevel {
+    pub name: String,
+    pub technology: String,
+    pub scope: Scope,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Network {
+    pub technology: String,
+    pub topology: Topology,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Package {
+    pub accelerators: u64,
+    pub intra_package: Option<Network>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct System {
+    pub packages: u64,
+    pub inter_package: Option<Network>,
+}
+
+impl Template {
+    /// Reads and checks a template file.
+    pub fn load(source: Source, path: &Path) -> Result<Self, ConfigError> {
+        let file = path.display().to_string();
+        Self::from_yaml(&file, &source.read(path)?)
+    }
+
+    /// Parses and checks template YAML text; `file` names it in errors.
+    pub fn from_yaml(file: &str, text: &str) -> Result<Self, ConfigError> {
+        let raw: TemplateFile = parse_yaml(file, text)?;
+        let check = Checker { file };
+        check.version(raw.version)?;
+        let c = &raw.compute;
+        check.within("compute.max_utilization", c.max_utilization, 1e-6, 1.0)?;
+        check.positive_count("compute.mcus_per_bundle", c.mcus_per_bundle)?;
+        let dims: Vec<(&str, u64)> = match c.mcu {
+            McuShape::TensorCore { m, n, k } => vec![("m", m), ("n", n), ("k", k)],
+            McuShape::SystolicArray { rows, cols } => vec![("rows", rows), ("cols", cols)],
+        };
+        for (name, value) in dims {
+            check.positive_count(&format!("compute.mcu.{name}"), value)?;
+        }
+        if raw.memory.is_empty() {
+            return Err(ConfigError::invalid(
+                file,
+                "memory",
+                "[]",
+                "expected at least one memory level (main memory)",
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for (i, level) in raw.memory.iter().enumerate() {
+            if RESERVED_NAMES.contains(&level.name.as_str()) || level.name.is_empty() {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("memory[{i}].name"),
+                    &level.name,
+                    format!("a non-empty name other than {}", RESERVED_NAMES.join(", ")),
+                ));
+            }
+            if !seen.insert(level.name.clone()) {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("memory[{i}].name"),
+                    &level.name,
+                    "memory level names must be unique",
+                ));
+            }
+            if i > 0 && level.scope < raw.memory[i - 1].scope {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("memory[{i}].scope"),
+                    format!("{:?}", level.scope).to_lowercase(),
+                    "scopes must widen (mcu -> bundle -> global) from registers to main memory",
+                ));
+            }
+        }
+        let last = raw.memory.len() - 1;
+        if raw.memory[last].scope != Scope::Global {
+            return Err(ConfigError::invalid(
+                file,
+                format!("memory[{last}].scope"),
+                format!("{:?}", raw.memory[last].scope).to_lowercase(),
+                "main memory (the last level) must have scope global",
+            ));
+        }
+        check.positive_count("package.accelerators", raw.package.accelerators)?;
+        check.positive_count("system.packages", raw.system.packages)?;
+        let intra_package = raw
+            .package
+            .intra_package
+            .map(|n| network(&check, "package.intra_package", n))
+            .transpose()?;
+        let inter_package = raw
+            .system
+            .inter_package
+            .map(|n| network(&check, "system.inter_package", n))
+            .transpose()?;
+        Ok(Template {
+            file: file.to_string(),
+            name: raw.name,
+            description: raw.description,
+            compute: Compute {
+                technology: raw.compute.technology,
+                mcu: raw.compute.mcu,
+                dataflow: raw.compute.dataflow,
+                max_utilization: raw.compute.max_utilization,
+                mcus_per_bundle: raw.compute.mcus_per_bundle,
+            },
+            memory: raw
+                .memory
+                .into_iter()
+                .map(|l| MemoryLevel {
+                    name: l.name,
+                    technology: l.technology,
+                    scope: l.scope,
+                })
+                .collect(),
+            package: Package {
+                accelerators: raw.package.accelerators,
+                intra_package,
+            },
+            system: System {
+                packages: raw.system.packages,
+                inter_package,
+            },
+        })
+    }
+
+    /// The main-memory (last) level.
+    pub fn main_memory(&self) -> &MemoryLevel {
+        self.memory.last().expect("validated: at least one level")
+    }
+
+    /// Names of the components a budget must share area and power between.
+    pub fn budget_components(&self) -> Vec<String> {
+        let mut names = vec!["core".to_string()];
+        names.extend(self.memory.iter().map(|l| l.name.clone()));
+        names.extend(self.network_names().iter().map(|s| s.to_string()));
+        names
+    }
+
+    /// Names of the components a budget must share the die perimeter between.
+    pub fn perimeter_components(&self) -> Vec<String> {
+        let mut names = vec![self.main_memory().name.clone()];
+        names.extend(self.network_names().iter().map(|s| s.to_string()));
+        names
+    }
+
+    fn network_names(&self) -> Vec<&'static str> {
+        let mut names = Vec::new();
+        if self.package.intra_package.is_some() {
+            names.push("intra_package");
+        }
+        if self.system.inter_package.is_some() {
+            names.push("inter_package");
+        }
+        names
+    }
+}
+
+fn network(check: &Checker, path: &str, raw: raw::NetworkRaw) -> Result<Network, ConfigError> {
+    let dims = match &raw.topology {
+        Topology::Mesh { dims } | Topology::Torus { dims } | Topology::TwistedTorus { dims } => {
+            Some(dims)
+        }
+        _ => None,
+    };
+    if let Some(dims) = dims {
+        if dims.is_empty() || dims.iter().any(|&d| d == 0) {
+            return Err(ConfigError::invalid(
+                check.file,
+                format!("{path}.topology.dims"),
+                format!("{dims:?}"),
+                "expected a non-empty list of sizes >= 1",
+            ));
+        }
+    }
+    if let Topology::TwistedTorus { dims } = &raw.topology {
+        let ok = dims.len() == 3 && dims[0] == dims[1] && dims[2] == 2 * dims[0];
+        if !ok {
+            return Err(ConfigError::invalid(
+                check.file,
+                format!("{path}.topology.dims"),
+                format!("{dims:?}"),
+                "a twisted torus has shape [n, n, 2n]",
+            ));
+        }
+    }
+    if let Topology::FatTree { levels } = raw.topology {
+        check.positive_count(&format!("{path}.topology.levels"), levels)?;
+    }
+    Ok(Network {
+        technology: raw.technology,
+        topology: raw.topology,
+    })
+}
