@@ -211,7 +211,7 @@ fn network(check: &Checker, path: &str, raw: raw::NetworkRaw) -> Result<Network,
         _ => None,
     };
     if let Some(dims) = dims {
-        if dims.is_empty() || dims.iter().any(|&d| d == 0) {
+        if dims.is_empty() || dims.contains(&0) {
             return Err(ConfigError::invalid(
                 check.file,
                 format!("{path}.topology.dims"),

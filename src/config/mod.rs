@@ -22,7 +22,13 @@ pub fn parse_yaml<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, Conf
     let deserializer = serde_yaml::Deserializer::from_str(text);
     let value: T = serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let path = e.path().to_string();
-        let message = e.into_inner().to_string();
+        let mut message = e.into_inner().to_string();
+        // serde_yaml already prefixes nested errors with the path; keep it once.
+        if let Some((head, rest)) = message.split_once(": ") {
+            if !head.contains(' ') && path.starts_with(head) {
+                message = rest.to_string();
+            }
+        }
         ConfigError::Parse {
             file: file.to_string(),
             path: if path.is_empty() || path == "." {

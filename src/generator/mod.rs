@@ -245,11 +245,7 @@ pub fn generate(design: &Design) -> Architecture {
         match &level.tech {
             LevelTech::OnChip(sram) => {
                 let instances = instances_of(level.scope);
-                let clients = if instances == 0 {
-                    0
-                } else {
-                    instances_of(below) / instances
-                };
+                let clients = instances_of(below).checked_div(instances).unwrap_or(0);
                 let report = on_chip_level(
                     level.name.clone(),
                     level.technology.clone(),
@@ -410,11 +406,7 @@ fn on_chip_level(
         u64::MAX
     };
     let leakage_bound = by_power < by_area;
-    let per_instance = if instances == 0 {
-        0
-    } else {
-        by_area.min(by_power) / instances
-    };
+    let per_instance = by_area.min(by_power).checked_div(instances).unwrap_or(0);
     let banks = per_instance * instances;
     let static_power = banks as f64 * bank_static;
     let dynamic = if leakage_bound || banks == 0 {
