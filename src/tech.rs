@@ -136,6 +136,19 @@ impl SramTech {
     pub fn bank_area_mm2(&self) -> f64 {
         self.bank_capacity_bytes * 8.0 * self.area_per_bit_mm2 / (1.0 - self.periphery_overhead)
     }
+
+    /// Leakage of one bank: its cells (Eq. 2) plus its controller.
+    pub fn bank_static_power_w(&self) -> f64 {
+        self.static_power_per_bit_w * self.bank_capacity_bytes * 8.0
+            + self.controller_power_per_bank_w
+    }
+}
+
+impl DramTech {
+    /// Leakage of one device (Eq. 2 applied to main memory).
+    pub fn device_static_power_w(&self) -> f64 {
+        self.static_power_per_bit_w * self.device_capacity_bytes * 8.0
+    }
 }
 
 /// An off-chip memory device family (HBM generation).

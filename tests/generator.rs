@@ -451,13 +451,13 @@ proptest! {
                 a.on_chip[component - 1].static_power_w
             } else {
                 let m = &d.levels[component - 1];
-                match &m.tech { LevelTech::OffChip(t) => a.main_memory.devices as f64 * t.static_power_per_bit_w * t.device_capacity_bytes * 8.0, _ => 0.0 }
+                match &m.tech { LevelTech::OffChip(t) => a.main_memory.devices as f64 * t.device_static_power_w(), _ => 0.0 }
             };
             // Plus one bank's (device's) leakage: once leakage fills the share, the level is
             // left with no access power at all rather than a sliver.
             let unit_leak = match &d.levels[component - 1].tech {
-                LevelTech::OnChip(s) => s.static_power_per_bit_w * s.bank_capacity_bytes * 8.0 + s.controller_power_per_bank_w,
-                LevelTech::OffChip(t) => t.static_power_per_bit_w * t.device_capacity_bytes * 8.0,
+                LevelTech::OnChip(s) => s.bank_static_power_w(),
+                LevelTech::OffChip(t) => t.device_static_power_w(),
             };
             let slack = leakage_bandwidth(&d, component, (leak(&second) - leak(&first)).max(0.0) + unit_leak);
             prop_assert!(after >= before - slack * (1.0 + 1e-9) - 1e-6, "memory {}: {} -> {} (slack {})", component, before, after, slack);

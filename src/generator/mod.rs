@@ -397,8 +397,7 @@ fn on_chip_level(
     let bank_cost = sram.bank_area_mm2()
         + sram.controller_area_per_bank_mm2
         + clients as f64 * sram.crossbar_area_per_port_mm2;
-    let bank_bits = sram.bank_capacity_bytes * 8.0;
-    let bank_static = sram.static_power_per_bit_w * bank_bits + sram.controller_power_per_bank_w;
+    let bank_static = sram.bank_static_power_w();
     let by_area = count(area / bank_cost);
     let by_power = if bank_static > 0.0 {
         count(power / bank_static)
@@ -459,7 +458,7 @@ fn main_memory_level(
     power: f64,
     perimeter: f64,
 ) -> MainMemoryReport {
-    let device_static = dram.static_power_per_bit_w * dram.device_capacity_bytes * 8.0;
+    let device_static = dram.device_static_power_w();
     let candidates = [
         (count(outside_area / dram.device_area_mm2), Limit::NodeArea),
         (count(area / dram.controller_phy_area_mm2), Limit::Area),
