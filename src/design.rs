@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::budget::Budget;
-use crate::config::raw::{Dataflow, McuShape, Scope, Topology};
+use crate::config::raw::{Dataflow, McuShape, OperandTile, Precision, Scope, Topology};
 use crate::config::{ConfigError, Source};
 use crate::tech::{ComputeTech, DramTech, LinkTech, SramTech, TechLibrary};
 use crate::template::Template;
@@ -21,6 +21,9 @@ pub struct CoreDesign {
     pub dataflow: Dataflow,
     pub max_utilization: f64,
     pub mcus_per_bundle: u64,
+    pub throughput_by_precision: BTreeMap<Precision, f64>,
+    pub operand_tile: OperandTile,
+    pub kernel_launch_s: f64,
     /// The library component, scaled to one MCU of the template's shape.
     pub unit: ComputeTech,
     pub area_share: f64,
@@ -267,6 +270,9 @@ impl Design {
                 dataflow: c.dataflow,
                 max_utilization: c.max_utilization,
                 mcus_per_bundle: c.mcus_per_bundle,
+                throughput_by_precision: c.throughput_by_precision.clone(),
+                operand_tile: c.operand_tile,
+                kernel_launch_s: c.kernel_launch_s,
                 unit,
                 area_share: budget.area_shares["core"],
                 power_share: budget.power_shares["core"],

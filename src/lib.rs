@@ -33,8 +33,10 @@ pub mod budget;
 pub mod config;
 pub mod design;
 pub mod generator;
+pub mod perf;
 pub mod tech;
 pub mod template;
+pub mod workload;
 
 pub use design::{Design, DesignFiles};
 pub use generator::{generate, Architecture};

@@ -4,12 +4,14 @@
 //! A template names technology components by their library name (`tensor_core`, `l2_sram`,
 //! `hbm3`), so the same template can be generated at any node that defines those names.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde::Serialize;
 
-use crate::config::raw::{self, Dataflow, McuShape, Scope, TemplateFile, Topology};
+use crate::config::raw::{
+    self, Dataflow, McuShape, OperandTile, Precision, Scope, TemplateFile, Topology,
+};
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
 
 /// Reserved budget component names that a memory level may not take.
@@ -35,6 +37,14 @@ pub struct Compute {
     pub dataflow: Dataflow,
     pub max_utilization: f64,
     pub mcus_per_bundle: u64,
+    /// Dense throughput per precision relative to the 16-bit peak; `fp32` is always present
+    /// and is also the rate of element-wise work.
+    pub throughput_by_precision: BTreeMap<Precision, f64>,
+    /// Nx x Ny of DeepFlow Eq. 5: the operand block one matrix instruction reads from the
+    /// innermost memory level.
+    pub operand_tile: OperandTile,
+    /// Fixed cost of starting one kernel, in seconds.
+    pub kernel_launch_s: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -84,6 +94,33 @@ impl Template {
         for (name, value) in dims {
             check.positive_count(&format!("compute.mcu.{name}"), value)?;
         }
+        for (precision, ratio) in &c.throughput_by_precision {
+            check.positive(
+                &format!("compute.throughput_by_precision.{}", precision.name()),
+                *ratio,
+            )?;
+        }
+        if !c.throughput_by_precision.contains_key(&Precision::Fp32) {
+            return Err(ConfigError::invalid(
+                file,
+                "compute.throughput_by_precision",
+                "(no fp32)",
+                "an fp32 entry: the rate of element-wise work",
+            ));
+        }
+        let operand_tile = match c.operand_tile {
+            Some(t) => {
+                check.positive_count("compute.operand_tile.rows", t.rows)?;
+                check.positive_count("compute.operand_tile.cols", t.cols)?;
+                t
+            }
+            None => match c.mcu {
+                McuShape::TensorCore { m, n, .. } => OperandTile { rows: m, cols: n },
+                McuShape::SystolicArray { rows, cols } => OperandTile { rows, cols },
+            },
+        };
+        let kernel_launch_s =
+            check.non_negative("compute.kernel_launch_us", c.kernel_launch_us)? * 1e-6;
         if raw.memory.is_empty() {
             return Err(ConfigError::invalid(
                 file,
@@ -150,6 +187,9 @@ impl Template {
                 dataflow: raw.compute.dataflow,
                 max_utilization: raw.compute.max_utilization,
                 mcus_per_bundle: raw.compute.mcus_per_bundle,
+                throughput_by_precision: raw.compute.throughput_by_precision,
+                operand_tile,
+                kernel_launch_s,
             },
             memory: raw
                 .memory

@@ -1,18 +1,24 @@
 //! Command-line front end: parse arguments, load and check inputs, run, print.
 //! The only place that uses `anyhow`; any error prints its chain and exits with code 2.
 
+mod predict;
 mod table;
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use stackflow::config::Source;
+use anyhow::{bail, Context};
+use stackflow::config::{parse_json, Source};
 use stackflow::design::{Design, DesignFiles};
-use stackflow::generator::generate;
+use stackflow::generator::{generate, Architecture};
+use stackflow::perf::{unsupported, Evaluator};
+use stackflow::workload::Workload;
 
-/// Budget used when `generate` gets none.
+/// Budget used when `generate` or `predict` gets none.
 const DEFAULT_BUDGET: &str = "budgets/h100.yaml";
+/// Workload used when `predict` gets none.
+const DEFAULT_WORKLOAD: &str = "workloads/gpt-1.7b.yaml";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -43,6 +49,32 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Predict one training iteration of a workload on one accelerator: time, achieved
+    /// FLOP/s, memory footprint and a per-kernel-class breakdown with the bounding resource.
+    /// With no arguments, runs the embedded workloads/gpt-1.7b.yaml on budgets/h100.yaml.
+    Predict {
+        /// Workload file (workloads/*.yaml).
+        #[arg(long)]
+        workload: Option<PathBuf>,
+        /// Budget file; it names its template and technology file.
+        #[arg(long, conflicts_with = "arch")]
+        budget: Option<PathBuf>,
+        /// Template file overriding the one the budget names.
+        #[arg(long, conflicts_with = "arch")]
+        template: Option<PathBuf>,
+        /// Technology file overriding the one the budget names.
+        #[arg(long, conflicts_with = "arch")]
+        tech: Option<PathBuf>,
+        /// A derived architecture saved by `generate --json`, instead of a budget.
+        #[arg(long)]
+        arch: Option<PathBuf>,
+        /// List every kernel, not only the per-class breakdown.
+        #[arg(long)]
+        kernels: bool,
+        /// Print JSON (a stable interface for scripts) instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs the command line and returns the process exit code.
@@ -68,16 +100,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             tech,
             json,
         } => {
-            let (source, budget_path) = match &budget {
-                Some(path) => (Source::Disk, path.clone()),
-                None => (Source::Embedded, PathBuf::from(DEFAULT_BUDGET)),
-            };
-            let design = Design::load(DesignFiles {
-                source,
-                budget: &budget_path,
-                template: template.as_deref(),
-                tech: tech.as_deref(),
-            })?;
+            let design = load_design(budget.as_deref(), template.as_deref(), tech.as_deref())?;
             let arch = generate(&design);
             if json {
                 println!("{}", serde_json::to_string_pretty(&arch)?);
@@ -92,5 +115,87 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Predict {
+            workload,
+            budget,
+            template,
+            tech,
+            arch,
+            kernels,
+            json,
+        } => {
+            let workload_file = workload
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_WORKLOAD));
+            let source = if workload.is_some() {
+                Source::Disk
+            } else {
+                Source::Embedded
+            };
+            let wl = Workload::load(source, &workload_file)?;
+            let (architecture, described) = match &arch {
+                Some(path) => {
+                    let file = path.display().to_string();
+                    let text = Source::Disk.read(path)?;
+                    let a: Architecture = parse_json(&file, &text)?;
+                    (a, format!("architecture {file}"))
+                }
+                None => {
+                    let design =
+                        load_design(budget.as_deref(), template.as_deref(), tech.as_deref())?;
+                    let described = format!(
+                        "budget {} (template {}, technology {})",
+                        design.budget_file, design.template_file, design.tech_file
+                    );
+                    (generate(&design), described)
+                }
+            };
+            let graph = wl.graph();
+            let mut evaluator = Evaluator::new(&architecture);
+            if let Some((precision, supported)) = unsupported(&evaluator.machine, &graph) {
+                let field = wl.precisions()[0].0;
+                bail!(
+                    "{}: {field} = {}: the template {} supports only {supported} \
+                     (compute.throughput_by_precision)",
+                    workload_file.display(),
+                    precision.name(),
+                    architecture.template
+                );
+            }
+            let prediction = evaluator.predict(&graph, &architecture.violations);
+            if json {
+                let text = serde_json::to_string_pretty(&prediction)
+                    .context("writing the prediction as JSON")?;
+                println!("{text}");
+            } else {
+                if workload.is_none() {
+                    println!("No --workload given: using the embedded default {DEFAULT_WORKLOAD}.");
+                }
+                println!("Accelerator: {described}.\n");
+                print!(
+                    "{}",
+                    predict::render(&prediction, architecture.peak_flops_per_s, kernels)
+                );
+            }
+            Ok(())
+        }
     }
+}
+
+/// Loads a design from a budget on disk, or the embedded default budget.
+fn load_design(
+    budget: Option<&std::path::Path>,
+    template: Option<&std::path::Path>,
+    tech: Option<&std::path::Path>,
+) -> anyhow::Result<Design> {
+    let (source, budget_path) = match budget {
+        Some(path) => (Source::Disk, path.to_path_buf()),
+        None => (Source::Embedded, PathBuf::from(DEFAULT_BUDGET)),
+    };
+    Ok(Design::load(DesignFiles {
+        source,
+        budget: &budget_path,
+        template,
+        tech,
+    })?)
 }

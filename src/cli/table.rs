@@ -5,7 +5,7 @@ use std::fmt::Write;
 use stackflow::design::Design;
 use stackflow::generator::{Architecture, Bound, Usage};
 
-fn si(value: f64, unit: &str) -> String {
+pub fn si(value: f64, unit: &str) -> String {
     let prefixes = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];
     for (scale, p) in prefixes {
         if value.abs() >= scale {
@@ -15,7 +15,7 @@ fn si(value: f64, unit: &str) -> String {
     format!("{value:.3} {unit}")
 }
 
-fn bytes(value: f64) -> String {
+pub fn bytes(value: f64) -> String {
     let prefixes = [
         (1u64 << 40, "TiB"),
         (1 << 30, "GiB"),

@@ -42,6 +42,24 @@ pub fn parse_yaml<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, Conf
     Ok(value)
 }
 
+/// Parses JSON text from `file` into `T` (architectures written by `generate --json`),
+/// reporting the field path of any error.
+pub fn parse_json<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, ConfigError> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        ConfigError::Parse {
+            file: file.to_string(),
+            path: if path.is_empty() || path == "." {
+                "(top level)".to_string()
+            } else {
+                path
+            },
+            message: e.into_inner().to_string(),
+        }
+    })
+}
+
 /// Checks numeric fields of one file, building errors that name the file and field path.
 pub struct Checker<'a> {
     pub file: &'a str,

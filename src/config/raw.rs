@@ -118,6 +118,56 @@ pub struct ComputeRaw {
     pub dataflow: Dataflow,
     pub max_utilization: f64,
     pub mcus_per_bundle: u64,
+    /// Dense throughput of each precision the compute units support, relative to the 16-bit
+    /// peak the MCU shape defines. `fp32` is also the rate of element-wise (vector) work.
+    pub throughput_by_precision: BTreeMap<Precision, f64>,
+    /// Operand block (rows x cols) one matrix instruction reads from the innermost memory
+    /// level: Nx x Ny of DeepFlow Eq. 5. The MCU's own shape when absent.
+    #[serde(default)]
+    pub operand_tile: Option<OperandTile>,
+    /// Fixed cost of starting one kernel.
+    pub kernel_launch_us: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperandTile {
+    pub rows: u64,
+    pub cols: u64,
+}
+
+/// Number format of a workload's tensors.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, serde::Serialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    Fp32,
+    Tf32,
+    Bf16,
+    Fp16,
+    Fp8,
+}
+
+impl Precision {
+    /// Bytes per stored element (tf32 is stored as fp32).
+    pub fn bytes(self) -> f64 {
+        match self {
+            Precision::Fp32 | Precision::Tf32 => 4.0,
+            Precision::Bf16 | Precision::Fp16 => 2.0,
+            Precision::Fp8 => 1.0,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+            Precision::Fp8 => "fp8",
+        }
+    }
 }
 
 /// Shape of the minimal compute unit.
@@ -254,4 +304,156 @@ pub struct PerimeterBudgetRaw {
     #[serde(default)]
     pub total_mm: Option<f64>,
     pub breakdown: BTreeMap<String, f64>,
+}
+
+// ---------------------------------------------------------------- workloads
+
+/// The two keys every workload file starts with; read first to pick the full schema.
+#[derive(Debug, Clone, Deserialize)]
+pub struct WorkloadHeader {
+    pub version: u32,
+    pub kind: String,
+}
+
+/// Exactly `{version, kind: gemm, m, k, n, precision}`: C (m x n) = A (m x k) B (k x n).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GemmRaw {
+    pub version: u32,
+    pub kind: String,
+    pub m: u64,
+    pub k: u64,
+    pub n: u64,
+    pub precision: Precision,
+}
+
+/// Training optimizer, which sets the state kept per parameter and the update traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Optimizer {
+    /// Adam with fp32 master weights and two fp32 moments.
+    #[default]
+    Adam,
+    /// SGD with momentum: fp32 master weights and one fp32 momentum.
+    Sgd,
+}
+
+/// Activation recomputation (Narayanan et al. 2021).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Recompute {
+    /// Keep every activation the backward pass needs.
+    #[default]
+    None,
+    /// Keep only each layer's input; rerun the layer's forward pass during backward.
+    Full,
+}
+
+/// LSTM language model (DeepFlow Sec. 9): embedding, stacked LSTM layers, softmax over the
+/// vocabulary.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LstmRaw {
+    pub version: u32,
+    pub kind: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub hidden: u64,
+    /// Sequences per iteration.
+    pub batch: u64,
+    pub vocab: u64,
+    pub layers: u64,
+    pub sequence: u64,
+    /// Gates per cell; 4 when absent.
+    #[serde(default)]
+    pub gates: Option<u64>,
+    /// Width of the recurrent projection (LSTMP); none when absent.
+    #[serde(default)]
+    pub projection: Option<u64>,
+    pub precision: Precision,
+    #[serde(default)]
+    pub optimizer: Optimizer,
+}
+
+/// Decoder-only transformer language model.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransformerRaw {
+    pub version: u32,
+    pub kind: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub hidden: u64,
+    pub layers: u64,
+    pub heads: u64,
+    /// Key/value heads (grouped-query attention); `heads` when absent.
+    #[serde(default)]
+    pub kv_heads: Option<u64>,
+    pub ffn_hidden: u64,
+    /// Gated feed-forward (SwiGLU: three matrices); false when absent.
+    #[serde(default)]
+    pub gated_ffn: bool,
+    pub sequence: u64,
+    pub vocab: u64,
+    /// Sequences per iteration.
+    pub global_batch: u64,
+    pub precision: Precision,
+    #[serde(default)]
+    pub recompute: Recompute,
+    /// Input embedding and output logits share one matrix; false when absent.
+    #[serde(default)]
+    pub tie_embeddings: bool,
+    #[serde(default)]
+    pub optimizer: Optimizer,
+}
+
+/// Deep learning recommendation model (Naumov et al. 2019; MAD Max Sec. 3).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DlrmRaw {
+    pub version: u32,
+    pub kind: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Samples per iteration.
+    pub batch: u64,
+    pub dense_features: u64,
+    /// Output width of each bottom-MLP layer; the last must equal the embedding dimension.
+    pub bottom_mlp: Vec<u64>,
+    /// Output width of each top-MLP layer.
+    pub top_mlp: Vec<u64>,
+    pub embeddings: Vec<TableGroupRaw>,
+    pub interaction: Interaction,
+    /// Precision of the dense layers.
+    pub precision: Precision,
+    /// Precision of the embedding tables.
+    pub embedding_precision: Precision,
+    #[serde(default)]
+    pub optimizer: Optimizer,
+}
+
+/// A group of identical embedding tables.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableGroupRaw {
+    pub tables: u64,
+    pub rows: u64,
+    pub dim: u64,
+    pub lookups_per_sample: u64,
+}
+
+/// How the bottom-MLP output and the pooled embeddings are combined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Interaction {
+    /// Pairwise dot products between all feature vectors (DLRM default).
+    Dot,
+    /// Concatenation of all feature vectors.
+    Concat,
 }

@@ -72,6 +72,46 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../budgets/waferscale.yaml"),
     ),
     ("budgets/mcm.yaml", include_str!("../../budgets/mcm.yaml")),
+    (
+        "workloads/gemm-8192.yaml",
+        include_str!("../../workloads/gemm-8192.yaml"),
+    ),
+    (
+        "workloads/lstm-o1.yaml",
+        include_str!("../../workloads/lstm-o1.yaml"),
+    ),
+    (
+        "workloads/lstm-sec9.yaml",
+        include_str!("../../workloads/lstm-sec9.yaml"),
+    ),
+    (
+        "workloads/gpt-1.7b.yaml",
+        include_str!("../../workloads/gpt-1.7b.yaml"),
+    ),
+    (
+        "workloads/gpt3-175b.yaml",
+        include_str!("../../workloads/gpt3-175b.yaml"),
+    ),
+    (
+        "workloads/llama-65b.yaml",
+        include_str!("../../workloads/llama-65b.yaml"),
+    ),
+    (
+        "workloads/llama2-70b.yaml",
+        include_str!("../../workloads/llama2-70b.yaml"),
+    ),
+    (
+        "workloads/megatron-1t.yaml",
+        include_str!("../../workloads/megatron-1t.yaml"),
+    ),
+    (
+        "workloads/dlrm-a.yaml",
+        include_str!("../../workloads/dlrm-a.yaml"),
+    ),
+    (
+        "workloads/dlrm-b.yaml",
+        include_str!("../../workloads/dlrm-b.yaml"),
+    ),
 ];
 
 /// Where to read files from. Paths named inside a file (a budget's template, a technology
@@ -101,7 +141,7 @@ impl Source {
                     .ok_or_else(|| ConfigError::Unreadable {
                         file: path.display().to_string(),
                         message: "no such embedded file (the binary embeds the files under \
-                                  tech_libs/, templates/ and budgets/)"
+                                  tech_libs/, templates/, budgets/ and workloads/)"
                             .into(),
                     })
             }

@@ -24,11 +24,13 @@
 
 mod operating_point;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use operating_point::{operating_point, Limit, OperatingPoint};
 
-use crate::config::raw::{Scope, Topology};
+use std::collections::BTreeMap;
+
+use crate::config::raw::{Dataflow, McuShape, OperandTile, Precision, Scope, Topology};
 use crate::design::{Design, LevelTech, NetworkDesign};
 use crate::tech::{DramTech, SramTech};
 
@@ -36,7 +38,7 @@ use crate::tech::{DramTech, SramTech};
 const BUDGET_SLACK: f64 = 1e-9;
 
 /// Allocated versus used amount of one resource.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
     pub allocated: f64,
     pub used: f64,
@@ -53,17 +55,20 @@ impl Usage {
 }
 
 /// Which constraint limited one quantity of a component.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Bound {
-    pub quantity: &'static str,
+    pub quantity: String,
     pub limit: Limit,
 }
 
 fn bound(quantity: &'static str, limit: Limit) -> Bound {
-    Bound { quantity, limit }
+    Bound {
+        quantity: quantity.to_string(),
+        limit,
+    }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CoreReport {
     pub technology: String,
     pub mcus: u64,
@@ -74,12 +79,19 @@ pub struct CoreReport {
     pub peak_flops_per_s: f64,
     /// Peak times the template's maximum utilisation.
     pub sustained_flops_per_s: f64,
+    pub mcu: McuShape,
+    pub dataflow: Dataflow,
+    pub max_utilization: f64,
+    /// Throughput per precision relative to `peak_flops_per_s`.
+    pub throughput_by_precision: BTreeMap<Precision, f64>,
+    pub operand_tile: OperandTile,
+    pub kernel_launch_s: f64,
     pub area_mm2: Usage,
     pub power_w: Usage,
     pub bounds: Vec<Bound>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OnChipReport {
     pub name: String,
     pub technology: String,
@@ -99,7 +111,7 @@ pub struct OnChipReport {
     pub bounds: Vec<Bound>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MainMemoryReport {
     pub name: String,
     pub technology: String,
@@ -121,7 +133,7 @@ pub struct MainMemoryReport {
     pub bounds: Vec<Bound>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NetworkReport {
     pub technology: String,
     pub topology: Topology,
@@ -138,7 +150,7 @@ pub struct NetworkReport {
 }
 
 /// The derived accelerator: what the performance model consumes.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Architecture {
     /// Dense 16-bit peak of one accelerator, FLOP/s.
     pub peak_flops_per_s: f64,
@@ -212,6 +224,12 @@ pub fn generate(design: &Design) -> Architecture {
         frequency_hz,
         peak_flops_per_s: peak,
         sustained_flops_per_s: peak * c.max_utilization,
+        mcu: c.mcu,
+        dataflow: c.dataflow,
+        max_utilization: c.max_utilization,
+        throughput_by_precision: c.throughput_by_precision.clone(),
+        operand_tile: c.operand_tile,
+        kernel_launch_s: c.kernel_launch_s,
         area_mm2: Usage::new(core_area, bundles as f64 * bundle_area),
         power_w: Usage::new(core_power, op.power_w),
         bounds: vec![

@@ -5,12 +5,12 @@
 //! power is below the budget raise the voltage, if above lower it; at the minimum voltage
 //! remove units until the budget holds; never exceed the maximum voltage.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::tech::VoltageCurve;
 
 /// What stopped a quantity from growing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Limit {
     /// The area share (or the node area for memory devices).

@@ -1,0 +1,100 @@
+//! Plain-text report of a single-device prediction.
+
+use std::fmt::Write;
+
+use stackflow::perf::Prediction;
+
+use super::table::{bytes, si};
+
+fn seconds(t: f64) -> String {
+    if !t.is_finite() {
+        "inf".into()
+    } else if t >= 1.0 {
+        format!("{t:.3} s")
+    } else if t >= 1e-3 {
+        format!("{:.3} ms", t * 1e3)
+    } else {
+        format!("{:.3} us", t * 1e6)
+    }
+}
+
+/// Renders headline numbers, memory, the per-class breakdown and (if `kernels`) every kernel.
+pub fn render(p: &Prediction, peak_flops_per_s: f64, kernels: bool) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "workload          {}", p.workload);
+    let _ = writeln!(s, "time / iteration  {}", seconds(p.time_per_iteration_s));
+    let _ = writeln!(
+        s,
+        "achieved          {}  ({:.1}% of the {} peak)",
+        si(p.achieved_flops_per_s, "FLOP/s"),
+        100.0 * p.utilization,
+        si(peak_flops_per_s, "FLOP/s")
+    );
+    let _ = writeln!(
+        s,
+        "work              {} per iteration ({} in matrix products)",
+        si(p.flops_per_iteration, "FLOP"),
+        si(p.matmul_flops_per_iteration, "FLOP")
+    );
+    let m = &p.memory;
+    let _ = writeln!(
+        s,
+        "memory / device   {} of {}: weights {}, gradients {}, optimizer {}, activations {}",
+        bytes(p.memory_per_device_bytes),
+        bytes(m.capacity_bytes),
+        bytes(m.weights_bytes),
+        bytes(m.gradients_bytes),
+        bytes(m.optimizer_state_bytes),
+        bytes(m.activations_bytes)
+    );
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:<11} {:>8} {:>14} {:>12} {:>7}  bound by",
+        "class", "kernels", "FLOP", "time", "share"
+    );
+    for c in &p.breakdown {
+        let _ = writeln!(
+            s,
+            "{:<11} {:>8} {:>14} {:>12} {:>6.1}%  {}",
+            c.class.name(),
+            c.kernels,
+            format!("{:.3e}", c.flops),
+            seconds(c.time_s),
+            100.0 * c.fraction,
+            c.bound
+        );
+    }
+    if kernels {
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "{:<36} {:>6} {:>12} {:>12}  bound by",
+            "kernel", "count", "time each", "total"
+        );
+        for k in &p.kernels {
+            let _ = writeln!(
+                s,
+                "{:<36} {:>6} {:>12} {:>12}  {}",
+                k.name,
+                k.count,
+                seconds(k.detail.time_s),
+                seconds(k.time_s),
+                k.bound
+            );
+        }
+    }
+    let _ = writeln!(s);
+    if p.feasible {
+        let _ = writeln!(
+            s,
+            "feasible: the design fits its budget and holds the workload"
+        );
+    } else {
+        let _ = writeln!(s, "INFEASIBLE:");
+        for v in &p.violations {
+            let _ = writeln!(s, "  - {v}");
+        }
+    }
+    s
+}

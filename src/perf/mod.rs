@@ -1,0 +1,482 @@
+//! Single-accelerator performance model (DeepFlow Sec. 6.1-6.3): a hierarchical roofline for
+//! every kernel of a [`Graph`].
+//!
+//! Kernel time = max(compute time, bytes_L / bandwidth_L at every memory level L) + launch
+//! overhead. Operands live at their *home*: the innermost device-wide (global-scope) level
+//! whose capacity holds the kernel's working set, or main memory. Levels outside the home
+//! see no traffic.
+//! - GEMMs: compute at the sustained rate for their precision, stretched by wave
+//!   quantisation over the bundles; per-level bytes from the tiling search of [`tiling`].
+//! - Streaming kernels (element-wise, norms, softmax, optimizer): every byte read and written
+//!   once at the home level; FLOPs at the fp32 (vector) rate.
+//! - Gathers (embedding lookups): bytes at the level that holds the table.
+//!
+//! GEMM results are cached by shape and precision in the [`Evaluator`], which belongs to one
+//! architecture, so a transformer's repeated shapes are searched once.
+
+pub mod tiling;
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use crate::config::raw::{McuShape, Precision, Scope};
+use crate::generator::Architecture;
+use crate::workload::{Graph, Kernel, KernelClass, Op, Phase};
+use tiling::{Hierarchy, Problem, Tile};
+
+/// One memory level as the roofline sees it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Level {
+    pub name: String,
+    pub scope: Scope,
+    /// Total capacity over all instances.
+    pub capacity_bytes: f64,
+    pub instances: u64,
+    /// Aggregate bandwidth over all instances.
+    pub bandwidth_bytes_per_s: f64,
+}
+
+/// What the roofline needs from an [`Architecture`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Machine {
+    /// From the innermost level to main memory.
+    pub levels: Vec<Level>,
+    pub peak_flops_per_s: f64,
+    pub max_utilization: f64,
+    pub throughput_by_precision: BTreeMap<Precision, f64>,
+    pub kernel_launch_s: f64,
+    hierarchy: Hierarchy,
+}
+
+impl Machine {
+    pub fn new(arch: &Architecture) -> Self {
+        let mut levels: Vec<Level> = arch
+            .on_chip
+            .iter()
+            .map(|l| Level {
+                name: l.name.clone(),
+                scope: l.scope,
+                capacity_bytes: l.capacity_bytes,
+                instances: l.instances,
+                bandwidth_bytes_per_s: l.bandwidth_bytes_per_s,
+            })
+            .collect();
+        levels.push(Level {
+            name: arch.main_memory.name.clone(),
+            scope: Scope::Global,
+            capacity_bytes: arch.main_memory.capacity_bytes,
+            instances: 1,
+            bandwidth_bytes_per_s: arch.main_memory.bandwidth_bytes_per_s,
+        });
+        let core = &arch.core;
+        let mcu = match core.mcu {
+            McuShape::TensorCore { m, n, k } => (m, n, k),
+            McuShape::SystolicArray { rows, cols } => (rows, cols, 1),
+        };
+        let hierarchy = Hierarchy {
+            capacity_bytes: levels
+                .iter()
+                .map(|l| {
+                    if l.instances == 0 {
+                        0.0
+                    } else {
+                        l.capacity_bytes / l.instances as f64
+                    }
+                })
+                .collect(),
+            bandwidth_bytes_per_s: levels.iter().map(|l| l.bandwidth_bytes_per_s).collect(),
+            bundle_level: levels.iter().position(|l| l.scope == Scope::Bundle),
+            bundles: core.bundles,
+            mcu,
+            operand_tile: (core.operand_tile.rows, core.operand_tile.cols),
+            dataflow: core.dataflow,
+        };
+        Machine {
+            levels,
+            peak_flops_per_s: core.peak_flops_per_s,
+            max_utilization: core.max_utilization,
+            throughput_by_precision: core.throughput_by_precision.clone(),
+            kernel_launch_s: core.kernel_launch_s,
+            hierarchy,
+        }
+    }
+
+    /// Sustained matrix FLOP/s in `precision`, or None if the units do not support it.
+    pub fn matrix_rate(&self, precision: Precision) -> Option<f64> {
+        self.throughput_by_precision
+            .get(&precision)
+            .map(|r| r * self.peak_flops_per_s * self.max_utilization)
+    }
+
+    /// FLOP/s of element-wise work (the fp32 vector rate).
+    pub fn vector_rate(&self) -> f64 {
+        self.throughput_by_precision
+            .get(&Precision::Fp32)
+            .copied()
+            .unwrap_or(1.0)
+            * self.peak_flops_per_s
+    }
+
+    /// Innermost global level that holds `bytes`, else main memory.
+    pub fn home(&self, bytes: f64) -> usize {
+        let last = self.levels.len() - 1;
+        self.levels
+            .iter()
+            .position(|l| l.scope == Scope::Global && l.capacity_bytes >= bytes)
+            .unwrap_or(last)
+    }
+}
+
+/// The resource that sets a kernel's time.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "level")]
+pub enum Bound {
+    Compute,
+    Memory(String),
+}
+
+impl std::fmt::Display for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Bound::Compute => write!(f, "compute"),
+            Bound::Memory(level) => write!(f, "{level}"),
+        }
+    }
+}
+
+/// Time of one instance of a kernel.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelTime {
+    pub time_s: f64,
+    pub compute_s: f64,
+    /// Bytes accessed at each level, innermost first.
+    pub level_bytes: Vec<f64>,
+    /// bytes / bandwidth at each level.
+    pub level_s: Vec<f64>,
+    pub launch_s: f64,
+    pub bound: Bound,
+    /// Index of the level holding the operands.
+    pub home: usize,
+    /// For GEMMs, the tile chosen at each level below home.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tiles: Vec<Option<Tile>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct GemmKey {
+    problem: Problem,
+    precision: Precision,
+}
+
+/// Evaluates kernels on one machine, caching GEMM searches by shape and precision.
+#[derive(Debug, Clone)]
+pub struct Evaluator {
+    pub machine: Machine,
+    cache: HashMap<GemmKey, KernelTime>,
+}
+
+impl Evaluator {
+    pub fn new(arch: &Architecture) -> Self {
+        Evaluator {
+            machine: Machine::new(arch),
+            cache: HashMap::new(),
+        }
+    }
+
+    /// Time of one instance of `kernel`. A precision the compute units lack gives an
+    /// infinite compute time (callers check precisions first, see [`unsupported`]).
+    pub fn kernel(&mut self, kernel: &Kernel) -> KernelTime {
+        let m = &self.machine;
+        match kernel.op {
+            Op::Gemm { batch, m: mm, k, n } => {
+                let problem = Problem {
+                    batch,
+                    m: mm,
+                    k,
+                    n,
+                    bytes: kernel.precision.bytes() as u64,
+                };
+                let key = GemmKey {
+                    problem,
+                    precision: kernel.precision,
+                };
+                if let Some(hit) = self.cache.get(&key) {
+                    return hit.clone();
+                }
+                let t = self.gemm(problem, kernel.precision);
+                self.cache.insert(key, t.clone());
+                t
+            }
+            Op::Stream {
+                read_bytes,
+                write_bytes,
+                flops,
+            } => {
+                let bytes = read_bytes + write_bytes;
+                let home = m.home(bytes);
+                self.finish(flops / m.vector_rate(), home, bytes, Vec::new())
+            }
+            Op::Gather {
+                read_bytes,
+                write_bytes,
+                table_bytes,
+            } => {
+                let home = m.home(table_bytes + write_bytes);
+                self.finish(0.0, home, read_bytes + write_bytes, Vec::new())
+            }
+        }
+    }
+
+    /// Number of cached GEMM searches.
+    pub fn cached(&self) -> usize {
+        self.cache.len()
+    }
+
+    fn gemm(&self, p: Problem, precision: Precision) -> KernelTime {
+        let m = &self.machine;
+        let rate = m.matrix_rate(precision).unwrap_or(0.0);
+        let b = p.bytes as f64;
+        let footprint = p.batch as f64
+            * (p.m as f64 * p.k as f64 + p.k as f64 * p.n as f64 + p.m as f64 * p.n as f64)
+            * b;
+        let home = m.home(footprint);
+        let cost = tiling::search(&m.hierarchy, &p, home, rate);
+        let level_s: Vec<f64> = cost
+            .level_bytes
+            .iter()
+            .zip(&m.levels)
+            .map(|(bytes, l)| transfer_time(*bytes, l.bandwidth_bytes_per_s))
+            .collect();
+        self.assemble(cost.compute_s, home, cost.level_bytes, level_s, cost.tiles)
+    }
+
+    /// A streaming kernel: all bytes at the home level.
+    fn finish(
+        &self,
+        compute_s: f64,
+        home: usize,
+        bytes: f64,
+        tiles: Vec<Option<Tile>>,
+    ) -> KernelTime {
+        let levels = self.machine.levels.len();
+        let mut level_bytes = vec![0.0; levels];
+        level_bytes[home] = bytes;
+        let level_s = level_bytes
+            .iter()
+            .zip(&self.machine.levels)
+            .map(|(b, l)| transfer_time(*b, l.bandwidth_bytes_per_s))
+            .collect();
+        self.assemble(compute_s, home, level_bytes, level_s, tiles)
+    }
+
+    fn assemble(
+        &self,
+        compute_s: f64,
+        home: usize,
+        level_bytes: Vec<f64>,
+        level_s: Vec<f64>,
+        tiles: Vec<Option<Tile>>,
+    ) -> KernelTime {
+        let mut bound = Bound::Compute;
+        let mut longest = compute_s;
+        for (i, &t) in level_s.iter().enumerate() {
+            if t > longest {
+                longest = t;
+                bound = Bound::Memory(self.machine.levels[i].name.clone());
+            }
+        }
+        let launch_s = self.machine.kernel_launch_s;
+        KernelTime {
+            time_s: longest + launch_s,
+            compute_s,
+            level_bytes,
+            level_s,
+            launch_s,
+            bound,
+            home,
+            tiles,
+        }
+    }
+
+    /// Predicts one iteration of `graph` on this machine. `arch_violations` are the
+    /// architecture's own (over-budget) problems, carried into the result.
+    pub fn predict(&mut self, graph: &Graph, arch_violations: &[String]) -> Prediction {
+        let mut kernels = Vec::with_capacity(graph.kernels.len());
+        let mut total = 0.0;
+        for k in &graph.kernels {
+            let t = self.kernel(k);
+            let count = k.count as f64;
+            total += t.time_s * count;
+            kernels.push(KernelReport {
+                name: k.name.clone(),
+                class: k.class,
+                phase: k.phase,
+                count: k.count,
+                flops: k.flops() * count,
+                time_s: t.time_s * count,
+                bound: t.bound.clone(),
+                op: k.op,
+                detail: t,
+            });
+        }
+        let mut breakdown = Vec::new();
+        for class in KernelClass::ALL {
+            let of_class: Vec<&KernelReport> =
+                kernels.iter().filter(|k| k.class == class).collect();
+            if of_class.is_empty() {
+                continue;
+            }
+            let time_s: f64 = of_class.iter().map(|k| k.time_s).sum();
+            let mut by_bound: BTreeMap<Bound, f64> = BTreeMap::new();
+            for k in &of_class {
+                *by_bound.entry(k.bound.clone()).or_default() += k.time_s;
+            }
+            let bound = by_bound
+                .into_iter()
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .map(|(b, _)| b)
+                .unwrap_or(Bound::Compute);
+            breakdown.push(ClassTime {
+                class,
+                kernels: of_class.len(),
+                flops: of_class.iter().map(|k| k.flops).sum(),
+                time_s,
+                fraction: if total > 0.0 { time_s / total } else { 0.0 },
+                bound,
+            });
+        }
+        let flops = graph.flops();
+        let memory = MemoryReport {
+            weights_bytes: graph.memory.weights_bytes,
+            gradients_bytes: graph.memory.gradients_bytes,
+            optimizer_state_bytes: graph.memory.optimizer_state_bytes,
+            activations_bytes: graph.memory.activations_bytes,
+            capacity_bytes: self.machine.levels.last().map_or(0.0, |l| l.capacity_bytes),
+        };
+        let footprint = graph.memory.total_bytes();
+        let mut violations: Vec<String> = arch_violations.to_vec();
+        if footprint > memory.capacity_bytes {
+            violations.push(format!(
+                "memory: needs {:.2} GB per device (weights {:.2} + gradients {:.2} + optimizer \
+                 state {:.2} + activations {:.2}) but the device holds {:.2} GB",
+                footprint / 1e9,
+                memory.weights_bytes / 1e9,
+                memory.gradients_bytes / 1e9,
+                memory.optimizer_state_bytes / 1e9,
+                memory.activations_bytes / 1e9,
+                memory.capacity_bytes / 1e9,
+            ));
+        }
+        if !total.is_finite() {
+            violations.push(
+                "time: a kernel needs a memory level or compute unit that has no bandwidth or \
+                 throughput in this design"
+                    .into(),
+            );
+        }
+        let achieved = if total > 0.0 { flops / total } else { 0.0 };
+        Prediction {
+            workload: graph.name.clone(),
+            time_per_iteration_s: total,
+            achieved_flops_per_s: achieved,
+            utilization: achieved / self.machine.peak_flops_per_s,
+            flops_per_iteration: flops,
+            matmul_flops_per_iteration: graph.matmul_flops(),
+            parameters: graph.parameters,
+            tokens_per_iteration: graph.tokens,
+            feasible: violations.is_empty(),
+            violations,
+            memory_per_device_bytes: footprint,
+            memory,
+            breakdown,
+            kernels,
+        }
+    }
+}
+
+fn transfer_time(bytes: f64, bandwidth: f64) -> f64 {
+    if bytes <= 0.0 {
+        0.0
+    } else if bandwidth > 0.0 {
+        bytes / bandwidth
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// Precisions `graph` computes in that `machine` lacks, as (precision, supported list).
+pub fn unsupported(machine: &Machine, graph: &Graph) -> Option<(Precision, String)> {
+    graph
+        .kernels
+        .iter()
+        .filter(|k| k.is_matmul())
+        .find(|k| machine.matrix_rate(k.precision).is_none())
+        .map(|k| {
+            let supported: Vec<&str> = machine
+                .throughput_by_precision
+                .keys()
+                .map(|p| p.name())
+                .collect();
+            (k.precision, supported.join(", "))
+        })
+}
+
+/// One kernel's total over its repetitions.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelReport {
+    pub name: String,
+    pub class: KernelClass,
+    pub phase: Phase,
+    pub count: u64,
+    /// FLOPs over all repetitions.
+    pub flops: f64,
+    /// Time over all repetitions.
+    pub time_s: f64,
+    pub bound: Bound,
+    pub op: Op,
+    /// One repetition.
+    pub detail: KernelTime,
+}
+
+/// Time spent in one class of kernels.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassTime {
+    pub class: KernelClass,
+    pub kernels: usize,
+    pub flops: f64,
+    pub time_s: f64,
+    pub fraction: f64,
+    /// The bound that accounts for most of the class's time.
+    pub bound: Bound,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryReport {
+    pub weights_bytes: f64,
+    pub gradients_bytes: f64,
+    pub optimizer_state_bytes: f64,
+    pub activations_bytes: f64,
+    /// Main-memory capacity of the device.
+    pub capacity_bytes: f64,
+}
+
+/// Prediction for one iteration on one device. Field names are a stable interface.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prediction {
+    pub workload: String,
+    pub time_per_iteration_s: f64,
+    pub achieved_flops_per_s: f64,
+    /// Achieved over peak 16-bit FLOP/s.
+    pub utilization: f64,
+    pub flops_per_iteration: f64,
+    pub matmul_flops_per_iteration: f64,
+    pub parameters: f64,
+    pub tokens_per_iteration: f64,
+    pub feasible: bool,
+    pub violations: Vec<String>,
+    pub memory_per_device_bytes: f64,
+    pub memory: MemoryReport,
+    pub breakdown: Vec<ClassTime>,
+    pub kernels: Vec<KernelReport>,
+}

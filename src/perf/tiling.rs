@@ -1,0 +1,409 @@
+//! GEMM tiling search over the memory hierarchy (DeepFlow Sec. 6.2-6.3).
+//!
+//! For each level below the one that holds the operands ("home"), a tile `(m, k, n)` that fits
+//! the level's per-instance capacity (both input tiles AND the output tile) sets how many
+//! bytes the level fetches from the level above it. Three loop orders are considered at every
+//! level:
+//! - output stationary (k innermost): A is read `ceil(N/n)` times, B `ceil(M/m)` times, C
+//!   written once;
+//! - A stationary: A read once, B `ceil(M/m)` times, partial sums of C written `ceil(K/k)`
+//!   times and read back `ceil(K/k) - 1` times;
+//! - B stationary: the mirror image.
+//!
+//! Output write-back is counted at every level. The innermost level's own accesses follow the
+//! dataflow reuse of DeepFlow Eq. 5. The level whose instances are the bundles also sets the
+//! compute time: its output tiles are the units of work spread over the bundles, in waves.
+//!
+//! The search is separable: a level's tile changes only its own row of costs (the traffic it
+//! asks of the level above, plus Eq. 5 or the wave count where they apply), so each level is
+//! optimised on its own and the kernel time is the max over levels. Within a level, only
+//! tiles on the capacity frontier are tried: for each candidate size of one dimension, the
+//! other is the largest that fits, shrunk to the smallest size with the same number of
+//! reloads (ceilings). The wave count adds a few smaller tiles that fill the last wave.
+
+use crate::config::raw::Dataflow;
+
+/// What the search needs to know about the machine, per level from the innermost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hierarchy {
+    /// Per-instance capacity of each level, in bytes.
+    pub capacity_bytes: Vec<f64>,
+    /// Aggregate bandwidth of each level, in bytes/s.
+    pub bandwidth_bytes_per_s: Vec<f64>,
+    /// Index of the level whose instances are the bundles (work is spread over them).
+    pub bundle_level: Option<usize>,
+    pub bundles: u64,
+    /// MCU dimensions (m, n, k): the smallest useful tile, and Nz of Eq. 5.
+    pub mcu: (u64, u64, u64),
+    /// Nx x Ny of Eq. 5.
+    pub operand_tile: (u64, u64),
+    pub dataflow: Dataflow,
+}
+
+/// Problem: `batch` products (m x k) (k x n) with elements of `bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Problem {
+    pub batch: u64,
+    pub m: u64,
+    pub k: u64,
+    pub n: u64,
+    /// Element size in bytes (1, 2 or 4).
+    pub bytes: u64,
+}
+
+/// Loop order at one level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopOrder {
+    OutputStationary,
+    AStationary,
+    BStationary,
+}
+
+/// The chosen tile at one level.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Tile {
+    pub m: u64,
+    pub k: u64,
+    pub n: u64,
+    pub order: LoopOrder,
+}
+
+/// Result of the search.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GemmCost {
+    /// Bytes accessed at each level (index as in [`Hierarchy`]).
+    pub level_bytes: Vec<f64>,
+    /// Compute time at the full sustained rate, stretched by wave quantisation.
+    pub compute_s: f64,
+    /// Chosen tile per level below home (None at and above home).
+    pub tiles: Vec<Option<Tile>>,
+}
+
+fn ceil_div(a: u64, b: u64) -> u64 {
+    a.div_ceil(b.max(1))
+}
+
+/// Tile sizes worth trying for a dimension of `dim` with smallest tile `min`: one per
+/// distinct reload count `q = ceil(dim / tile)`, on a roughly geometric grid of `q`.
+fn candidates(dim: u64, min: u64, out: &mut Vec<u64>) {
+    out.clear();
+    let qmax = ceil_div(dim, min.max(1));
+    let mut q = 1u64;
+    while q <= qmax {
+        let t = ceil_div(dim, q);
+        if out.last() != Some(&t) {
+            out.push(t);
+        }
+        q = if q < 8 { q + 1 } else { q + q.div_ceil(4) };
+    }
+    let t = ceil_div(dim, qmax);
+    if out.last() != Some(&t) {
+        out.push(t);
+    }
+}
+
+/// Elements moved between a level and the one above it for one product, under `tile`.
+fn traffic(p: &Problem, t: &Tile) -> f64 {
+    let (mm, kk, nn) = (p.m as f64, p.k as f64, p.n as f64);
+    let qm = ceil_div(p.m, t.m) as f64;
+    let qn = ceil_div(p.n, t.n) as f64;
+    let qk = ceil_div(p.k, t.k) as f64;
+    match t.order {
+        LoopOrder::OutputStationary => mm * kk * qn + kk * nn * qm + mm * nn,
+        LoopOrder::AStationary => mm * kk + kk * nn * qm + mm * nn * (2.0 * qk - 1.0),
+        LoopOrder::BStationary => kk * nn + mm * kk * qn + mm * nn * (2.0 * qk - 1.0),
+    }
+}
+
+/// Units of work a tile cuts the product into (split-K only where partial sums are paid).
+fn units(p: &Problem, t: &Tile) -> u64 {
+    let out = p.batch * ceil_div(p.m, t.m) * ceil_div(p.n, t.n);
+    match t.order {
+        LoopOrder::OutputStationary => out,
+        _ => out * ceil_div(p.k, t.k),
+    }
+}
+
+/// Innermost-level accesses (elements) by DeepFlow Eq. 5 for a tile held at that level.
+fn eq5_accesses(h: &Hierarchy, p: &Problem, t: &Tile) -> f64 {
+    let flops = 2.0 * p.m as f64 * p.k as f64 * p.n as f64;
+    let (nx, ny) = (h.operand_tile.0 as f64, h.operand_tile.1 as f64);
+    let nz = h.mcu.2 as f64;
+    // Reuse of the stationary operand: rows of A streamed past a stationary B block (weight
+    // stationary), columns of B past a stationary A block (activation stationary), or the
+    // reduction length an output block accumulates over (output stationary; the whole K
+    // when k is the innermost loop).
+    let os_extent = if t.order == LoopOrder::OutputStationary {
+        p.k
+    } else {
+        t.k
+    };
+    let ws = (t.m as f64 / nx).max(1.0);
+    let as_ = (t.n as f64 / ny).max(1.0);
+    let os = (os_extent as f64 / nz).max(1.0);
+    let reuse = match h.dataflow {
+        Dataflow::WeightStationary => ws,
+        Dataflow::ActivationStationary => as_,
+        Dataflow::OutputStationary => os,
+        Dataflow::Best => ws.max(as_).max(os),
+    };
+    flops * (nx * ny + reuse * nx + reuse * ny) / (2.0 * reuse * nx * ny)
+}
+
+/// Compute time of the product cut into `units` equal pieces spread over `bundles`.
+fn wave_time(p: &Problem, units: u64, bundles: u64, rate: f64) -> f64 {
+    let flops = 2.0 * p.batch as f64 * p.m as f64 * p.k as f64 * p.n as f64;
+    if bundles == 0 || units == 0 {
+        return flops / rate;
+    }
+    let waves = ceil_div(units, bundles) as f64;
+    waves * bundles as f64 / units as f64 * flops / rate
+}
+
+/// Searches tiles for `p` on `h` with operands living at level `home`; `rate` is the
+/// sustained FLOP/s for the problem's precision.
+pub fn search(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
+    let levels = h.capacity_bytes.len();
+    let b = p.bytes as f64;
+    let batch = p.batch as f64;
+    let mut level_bytes = vec![0.0; levels];
+    let mut tiles = vec![None; levels];
+    let flops = 2.0 * batch * p.m as f64 * p.k as f64 * p.n as f64;
+    let mut compute_s = flops / rate;
+    if home == 0 {
+        let whole = Tile {
+            m: p.m,
+            k: p.k,
+            n: p.n,
+            order: LoopOrder::OutputStationary,
+        };
+        level_bytes[0] = batch * eq5_accesses(h, p, &whole) * b;
+        return GemmCost {
+            level_bytes,
+            compute_s,
+            tiles,
+        };
+    }
+    let mins = (
+        h.mcu.0.min(p.m).max(1),
+        h.mcu.1.min(p.n).max(1),
+        h.mcu.2.min(p.k).max(1),
+    );
+    let mut cand_m = Vec::with_capacity(48);
+    let mut cand_n = Vec::with_capacity(48);
+    candidates(p.m, mins.0, &mut cand_m);
+    candidates(p.n, mins.1, &mut cand_n);
+    for level in 0..home {
+        let elements = (h.capacity_bytes[level] / b).floor() as u64;
+        let above_bw = h.bandwidth_bytes_per_s[level + 1];
+        let own_bw = h.bandwidth_bytes_per_s[level];
+        let spreads = h.bundle_level == Some(level);
+        let mut best: Option<(f64, Tile, f64, f64, f64)> = None;
+        let mut consider = |t: Tile| {
+            let above = batch * traffic(p, &t) * b;
+            let mut cost = above / above_bw;
+            let own = if level == 0 {
+                let bytes = batch * eq5_accesses(h, p, &t) * b;
+                cost = cost.max(bytes / own_bw);
+                bytes
+            } else {
+                0.0
+            };
+            let compute = if spreads {
+                let c = wave_time(p, units(p, &t), h.bundles, rate);
+                cost = cost.max(c);
+                c
+            } else {
+                flops / rate
+            };
+            if best.as_ref().map_or(true, |b| cost < b.0) {
+                best = Some((cost, t, above, own, compute));
+            }
+        };
+        let (mmin, nmin, kmin) = mins;
+        // Output stationary: k at its minimum, the largest n that fits each m.
+        for &m in &cand_m {
+            let used = kmin * m;
+            if used >= elements {
+                continue;
+            }
+            let n_max = ((elements - used) / (m + kmin)).min(p.n);
+            if n_max < nmin {
+                continue;
+            }
+            let qn = ceil_div(p.n, n_max);
+            let mut try_qn = |qn: u64| {
+                let n = ceil_div(p.n, qn);
+                if n >= nmin && n <= n_max {
+                    consider(Tile {
+                        m,
+                        k: kmin,
+                        n,
+                        order: LoopOrder::OutputStationary,
+                    });
+                }
+            };
+            try_qn(qn);
+            if spreads && h.bundles > 0 {
+                // Smaller n tiles that fill the last wave better.
+                let per_n = p.batch * ceil_div(p.m, m);
+                let waves = ceil_div(per_n * qn, h.bundles);
+                for w in [waves, waves + 1] {
+                    let q = (w * h.bundles) / per_n.max(1);
+                    if q > qn {
+                        try_qn(q);
+                    }
+                }
+            }
+        }
+        // A stationary: an m x k block of A stays, n at its minimum streams.
+        for &m in &cand_m {
+            let used = m * nmin;
+            if used >= elements {
+                continue;
+            }
+            let k_max = ((elements - used) / (m + nmin)).min(p.k);
+            if k_max < kmin {
+                continue;
+            }
+            consider(Tile {
+                m,
+                k: ceil_div(p.k, ceil_div(p.k, k_max)),
+                n: nmin,
+                order: LoopOrder::AStationary,
+            });
+        }
+        // B stationary: a k x n block of B stays, m at its minimum streams.
+        for &n in &cand_n {
+            let used = n * mmin;
+            if used >= elements {
+                continue;
+            }
+            let k_max = ((elements - used) / (n + mmin)).min(p.k);
+            if k_max < kmin {
+                continue;
+            }
+            consider(Tile {
+                m: mmin,
+                k: ceil_div(p.k, ceil_div(p.k, k_max)),
+                n,
+                order: LoopOrder::BStationary,
+            });
+        }
+        // A level too small for even the smallest tile streams everything through it.
+        let (_, tile, above, own, compute) = best.unwrap_or_else(|| {
+            let t = Tile {
+                m: mmin,
+                k: kmin,
+                n: nmin,
+                order: LoopOrder::OutputStationary,
+            };
+            let above = batch * traffic(p, &t) * b;
+            let own = if level == 0 {
+                batch * eq5_accesses(h, p, &t) * b
+            } else {
+                0.0
+            };
+            let compute = if spreads {
+                wave_time(p, units(p, &t), h.bundles, rate)
+            } else {
+                flops / rate
+            };
+            (f64::INFINITY, t, above, own, compute)
+        });
+        level_bytes[level + 1] = above;
+        if level == 0 {
+            level_bytes[0] = own;
+        }
+        if spreads {
+            compute_s = compute;
+        }
+        tiles[level] = Some(tile);
+    }
+    GemmCost {
+        level_bytes,
+        compute_s,
+        tiles,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates_cover_every_reload_count_endpoint() {
+        let mut c = Vec::new();
+        candidates(1000, 8, &mut c);
+        assert_eq!(c[0], 1000);
+        assert_eq!(*c.last().unwrap(), 8);
+        assert!(c.windows(2).all(|w| w[0] > w[1]));
+    }
+
+    #[test]
+    fn traffic_counts_compulsory_and_reloads() {
+        let p = Problem {
+            batch: 1,
+            m: 100,
+            k: 50,
+            n: 30,
+            bytes: 2,
+        };
+        let whole = Tile {
+            m: 100,
+            k: 50,
+            n: 30,
+            order: LoopOrder::OutputStationary,
+        };
+        assert_eq!(
+            traffic(&p, &whole),
+            100.0 * 50.0 + 50.0 * 30.0 + 100.0 * 30.0
+        );
+        // Halving n (with ceiling: 30 / 16 -> 2 passes) reads A twice.
+        let half = Tile { n: 16, ..whole };
+        assert_eq!(
+            traffic(&p, &half),
+            2.0 * 100.0 * 50.0 + 50.0 * 30.0 + 100.0 * 30.0
+        );
+        // Splitting k with A stationary writes C twice and reads it back once.
+        let split = Tile {
+            k: 25,
+            order: LoopOrder::AStationary,
+            ..whole
+        };
+        assert_eq!(
+            traffic(&p, &split),
+            100.0 * 50.0 + 50.0 * 30.0 + 3.0 * 100.0 * 30.0
+        );
+    }
+
+    #[test]
+    fn eq5_matches_the_paper_formula() {
+        let h = Hierarchy {
+            capacity_bytes: vec![1e6, 1e9],
+            bandwidth_bytes_per_s: vec![1e12, 1e12],
+            bundle_level: None,
+            bundles: 1,
+            mcu: (4, 4, 4),
+            operand_tile: (4, 4),
+            dataflow: Dataflow::WeightStationary,
+        };
+        let p = Problem {
+            batch: 1,
+            m: 64,
+            k: 64,
+            n: 64,
+            bytes: 2,
+        };
+        let t = Tile {
+            m: 32,
+            k: 64,
+            n: 64,
+            order: LoopOrder::OutputStationary,
+        };
+        // K = 32 / 4 = 8: flops * (16 + 8*4 + 8*4) / (2*8*16).
+        let flops = 2.0 * 64.0f64.powi(3);
+        assert!((eq5_accesses(&h, &p, &t) - flops * 80.0 / 256.0).abs() < 1e-9);
+    }
+}

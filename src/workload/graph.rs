@@ -1,0 +1,497 @@
+//! The kernel graph a workload lowers to: every kernel of one training iteration (forward,
+//! backward input and weight gradients, optimizer update) with exact FLOPs and tensor sizes.
+//!
+//! Kernels that repeat identically (one per transformer layer, one per LSTM time step) are
+//! stored once with a `count`, so a 96-layer model costs as much to evaluate as one layer.
+
+use serde::Serialize;
+
+use crate::config::raw::{Optimizer, Precision, Recompute};
+
+/// What a kernel is, for the breakdown table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelClass {
+    /// Dense matrix products with a weight operand (linear layers, MLPs, LSTM gates, logits).
+    Gemm,
+    /// Attention: batched score and context products, and the softmax over scores.
+    Attention,
+    /// Element-wise and normalisation work: activations, residual adds, layer norm, loss.
+    Pointwise,
+    /// Embedding-table gathers and their gradient scatters.
+    Embedding,
+    /// Parameter update.
+    Optimizer,
+}
+
+impl KernelClass {
+    pub const ALL: [KernelClass; 5] = [
+        KernelClass::Gemm,
+        KernelClass::Attention,
+        KernelClass::Pointwise,
+        KernelClass::Embedding,
+        KernelClass::Optimizer,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelClass::Gemm => "gemm",
+            KernelClass::Attention => "attention",
+            KernelClass::Pointwise => "pointwise",
+            KernelClass::Embedding => "embedding",
+            KernelClass::Optimizer => "optimizer",
+        }
+    }
+}
+
+/// Where in the iteration a kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Forward,
+    /// Forward work rerun during backward (activation recomputation).
+    Recompute,
+    /// Gradient with respect to a layer's input.
+    BackwardInput,
+    /// Gradient with respect to a layer's weights.
+    BackwardWeight,
+    Update,
+}
+
+/// The work of one kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Op {
+    /// `batch` independent products C (m x n) = A (m x k) B (k x n).
+    Gemm { batch: u64, m: u64, k: u64, n: u64 },
+    /// Streaming work: every byte read and written once, no reuse worth tiling for.
+    Stream {
+        read_bytes: f64,
+        write_bytes: f64,
+        flops: f64,
+    },
+    /// Row gathers (or scatters) into a table of `table_bytes`.
+    Gather {
+        read_bytes: f64,
+        write_bytes: f64,
+        table_bytes: f64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Kernel {
+    pub name: String,
+    pub class: KernelClass,
+    pub phase: Phase,
+    pub precision: Precision,
+    /// Identical instances per iteration.
+    pub count: u64,
+    pub op: Op,
+}
+
+impl Kernel {
+    /// FLOPs of one instance (2 per multiply-accumulate).
+    pub fn flops(&self) -> f64 {
+        match self.op {
+            Op::Gemm { batch, m, k, n } => 2.0 * batch as f64 * m as f64 * k as f64 * n as f64,
+            Op::Stream { flops, .. } => flops,
+            Op::Gather { .. } => 0.0,
+        }
+    }
+
+    /// Is this a matrix product (the FLOPs that papers count as model FLOPs)?
+    pub fn is_matmul(&self) -> bool {
+        matches!(self.op, Op::Gemm { .. })
+    }
+}
+
+/// Bytes one device holds for training.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Footprint {
+    pub weights_bytes: f64,
+    pub gradients_bytes: f64,
+    pub optimizer_state_bytes: f64,
+    /// Activations kept for the backward pass, at their peak (end of forward).
+    pub activations_bytes: f64,
+}
+
+impl Footprint {
+    pub fn total_bytes(&self) -> f64 {
+        self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_state_bytes
+            + self.activations_bytes
+    }
+}
+
+/// One training iteration (or, for `gemm`, one product) as a list of kernels.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Graph {
+    pub name: String,
+    pub kernels: Vec<Kernel>,
+    pub parameters: f64,
+    /// Samples (sequences, for language models) per iteration.
+    pub samples: f64,
+    /// Tokens per iteration (samples for non-sequence models).
+    pub tokens: f64,
+    pub memory: Footprint,
+}
+
+impl Graph {
+    /// Total FLOPs of one iteration.
+    pub fn flops(&self) -> f64 {
+        self.kernels
+            .iter()
+            .map(|k| k.flops() * k.count as f64)
+            .sum()
+    }
+
+    /// FLOPs of the matrix products only.
+    pub fn matmul_flops(&self) -> f64 {
+        self.kernels
+            .iter()
+            .filter(|k| k.is_matmul())
+            .map(|k| k.flops() * k.count as f64)
+            .sum()
+    }
+}
+
+/// Builds a training graph from forward layers: each forward kernel brings its backward
+/// kernels, its saved activations and (with recomputation) its rerun.
+pub(crate) struct Builder {
+    precision: Precision,
+    recompute: Recompute,
+    kernels: Vec<Kernel>,
+    backward: Vec<Kernel>,
+    pub saved_bytes: f64,
+    pub parameters: f64,
+    /// Parameters updated by the dense optimizer, and their precision.
+    dense_parameters: f64,
+}
+
+impl Builder {
+    pub fn new(precision: Precision, recompute: Recompute) -> Self {
+        Builder {
+            precision,
+            recompute,
+            kernels: Vec::new(),
+            backward: Vec::new(),
+            saved_bytes: 0.0,
+            parameters: 0.0,
+            dense_parameters: 0.0,
+        }
+    }
+
+    fn bytes(&self) -> f64 {
+        self.precision.bytes()
+    }
+
+    fn push(&mut self, name: &str, class: KernelClass, count: u64, op: Op, recomputable: bool) {
+        let kernel = Kernel {
+            name: name.to_string(),
+            class,
+            phase: Phase::Forward,
+            precision: self.precision,
+            count,
+            op,
+        };
+        if recomputable && self.recompute == Recompute::Full {
+            self.backward.push(Kernel {
+                name: format!("{name} (recompute)"),
+                phase: Phase::Recompute,
+                ..kernel.clone()
+            });
+        }
+        self.kernels.push(kernel);
+    }
+
+    fn push_backward(
+        &mut self,
+        name: String,
+        class: KernelClass,
+        phase: Phase,
+        count: u64,
+        op: Op,
+    ) {
+        self.backward.push(Kernel {
+            name,
+            class,
+            phase,
+            precision: self.precision,
+            count,
+            op,
+        });
+    }
+
+    /// Activations saved for backward: all of them, or only a layer's input under full
+    /// recomputation (`layer_input` says which).
+    fn save(&mut self, bytes: f64, count: u64, layer_input: bool) {
+        if self.recompute == Recompute::None || layer_input {
+            self.saved_bytes += bytes * count as f64;
+        }
+    }
+
+    /// A linear layer Y (m x n) = X (m x k) W (k x n), `count` times, with its weight
+    /// gradient and (unless `first`) its input gradient. `weights_shared` says the
+    /// weights are counted elsewhere (layers repeated in time share one matrix).
+    #[allow(clippy::too_many_arguments)]
+    pub fn linear(
+        &mut self,
+        name: &str,
+        class: KernelClass,
+        count: u64,
+        m: u64,
+        k: u64,
+        n: u64,
+        weight_instances: u64,
+        recomputable: bool,
+    ) {
+        self.push(
+            name,
+            class,
+            count,
+            Op::Gemm { batch: 1, m, k, n },
+            recomputable,
+        );
+        self.save(m as f64 * k as f64 * self.bytes(), count, false);
+        self.push_backward(
+            format!("{name} dX"),
+            class,
+            Phase::BackwardInput,
+            count,
+            Op::Gemm {
+                batch: 1,
+                m,
+                k: n,
+                n: k,
+            },
+        );
+        self.push_backward(
+            format!("{name} dW"),
+            class,
+            Phase::BackwardWeight,
+            count,
+            Op::Gemm {
+                batch: 1,
+                m: k,
+                k: m,
+                n,
+            },
+        );
+        let params = (k * n * weight_instances) as f64;
+        self.parameters += params;
+        self.dense_parameters += params;
+    }
+
+    /// `batch` products of two activations (attention scores, context, feature
+    /// interaction): both operands are saved and both get gradients.
+    #[allow(clippy::too_many_arguments)]
+    pub fn batched(
+        &mut self,
+        name: &str,
+        class: KernelClass,
+        count: u64,
+        batch: u64,
+        m: u64,
+        k: u64,
+        n: u64,
+    ) {
+        self.push(name, class, count, Op::Gemm { batch, m, k, n }, true);
+        let b = batch as f64;
+        self.save(
+            b * (m as f64 * k as f64 + k as f64 * n as f64) * self.bytes(),
+            count,
+            false,
+        );
+        self.push_backward(
+            format!("{name} dA"),
+            class,
+            Phase::BackwardInput,
+            count,
+            Op::Gemm {
+                batch,
+                m,
+                k: n,
+                n: k,
+            },
+        );
+        self.push_backward(
+            format!("{name} dB"),
+            class,
+            Phase::BackwardInput,
+            count,
+            Op::Gemm {
+                batch,
+                m: k,
+                k: m,
+                n,
+            },
+        );
+    }
+
+    /// Element-wise work over `elements` outputs reading `inputs` tensors of that size and
+    /// doing `flops_per_element`; `saved` tensors of that size are kept for backward.
+    /// Backward reads the saved tensors and the output gradient and writes one gradient per
+    /// input, at twice the FLOPs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn pointwise(
+        &mut self,
+        name: &str,
+        class: KernelClass,
+        count: u64,
+        elements: f64,
+        inputs: f64,
+        flops_per_element: f64,
+        saved: f64,
+    ) {
+        let b = self.bytes();
+        self.push(
+            name,
+            class,
+            count,
+            Op::Stream {
+                read_bytes: inputs * elements * b,
+                write_bytes: elements * b,
+                flops: flops_per_element * elements,
+            },
+            true,
+        );
+        self.save(saved * elements * b, count, false);
+        self.push_backward(
+            format!("{name} backward"),
+            class,
+            Phase::BackwardInput,
+            count,
+            Op::Stream {
+                read_bytes: (saved + 1.0) * elements * b,
+                write_bytes: inputs * elements * b,
+                flops: 2.0 * flops_per_element * elements,
+            },
+        );
+    }
+
+    /// Records a layer input kept under full recomputation.
+    pub fn layer_input(&mut self, bytes: f64, count: u64) {
+        if self.recompute == Recompute::Full {
+            self.save(bytes, count, true);
+        }
+    }
+
+    /// A pooled gather of `rows` rows of `row_bytes` from a table of `table_bytes`, writing
+    /// `out_bytes`; backward scatters the gradient rows back (read, add, write) and applies
+    /// a row-wise SGD update in place. Table parameters are sparse: no dense optimizer state.
+    #[allow(clippy::too_many_arguments)]
+    pub fn embedding(
+        &mut self,
+        name: &str,
+        rows: f64,
+        row_bytes: f64,
+        out_bytes: f64,
+        table_bytes: f64,
+        parameters: f64,
+        precision: Precision,
+    ) {
+        let read = rows * row_bytes;
+        self.kernels.push(Kernel {
+            name: name.to_string(),
+            class: KernelClass::Embedding,
+            phase: Phase::Forward,
+            precision,
+            count: 1,
+            op: Op::Gather {
+                read_bytes: read,
+                write_bytes: out_bytes,
+                table_bytes,
+            },
+        });
+        self.backward.push(Kernel {
+            name: format!("{name} gradient scatter"),
+            class: KernelClass::Embedding,
+            phase: Phase::BackwardWeight,
+            precision,
+            count: 1,
+            op: Op::Gather {
+                read_bytes: out_bytes + read,
+                write_bytes: read,
+                table_bytes,
+            },
+        });
+        self.parameters += parameters;
+    }
+
+    /// Parameters trained densely but not by a `linear` (norm scales, embeddings in LLMs).
+    pub fn dense_parameters(&mut self, parameters: f64) {
+        self.parameters += parameters;
+        self.dense_parameters += parameters;
+    }
+
+    /// Finishes the graph: backward kernels in reverse order, then the optimizer update.
+    pub fn finish(
+        mut self,
+        name: String,
+        optimizer: Optimizer,
+        samples: f64,
+        tokens: f64,
+        sparse_weight_bytes: f64,
+    ) -> Graph {
+        let p = self.dense_parameters;
+        let b = self.bytes();
+        let state = optimizer_state_bytes(optimizer, self.precision);
+        // Update traffic per parameter: read the gradient, master weight and moments; write
+        // master weight, moments and the working-precision copy.
+        let per_param_read = b + state;
+        let per_param_write = state + if b < 4.0 { b } else { 0.0 };
+        let moments = match optimizer {
+            Optimizer::Adam => 2.0,
+            Optimizer::Sgd => 1.0,
+        };
+        self.backward.reverse();
+        let mut kernels = self.kernels;
+        kernels.append(&mut self.backward);
+        if p > 0.0 {
+            kernels.push(Kernel {
+                name: format!("{} update", optimizer_name(optimizer)),
+                class: KernelClass::Optimizer,
+                phase: Phase::Update,
+                precision: self.precision,
+                count: 1,
+                op: Op::Stream {
+                    read_bytes: p * per_param_read,
+                    write_bytes: p * per_param_write,
+                    flops: p * (4.0 + 4.0 * moments),
+                },
+            });
+        }
+        Graph {
+            name,
+            kernels,
+            parameters: self.parameters,
+            samples,
+            tokens,
+            memory: Footprint {
+                weights_bytes: p * b + sparse_weight_bytes,
+                gradients_bytes: p * b,
+                optimizer_state_bytes: p * state,
+                activations_bytes: self.saved_bytes,
+            },
+        }
+    }
+}
+
+fn optimizer_name(optimizer: Optimizer) -> &'static str {
+    match optimizer {
+        Optimizer::Adam => "adam",
+        Optimizer::Sgd => "sgd",
+    }
+}
+
+/// Optimizer state per parameter: fp32 moments, plus an fp32 master copy when training in a
+/// narrower format (mixed precision, Micikevicius et al. 2018).
+pub fn optimizer_state_bytes(optimizer: Optimizer, precision: Precision) -> f64 {
+    let moments = match optimizer {
+        Optimizer::Adam => 8.0,
+        Optimizer::Sgd => 4.0,
+    };
+    let master = if precision.bytes() < 4.0 { 4.0 } else { 0.0 };
+    moments + master
+}

@@ -1,0 +1,671 @@
+//! Workloads (DeepFlow Sec. 4.1 and 6; MAD Max Sec. 3 and 4.2): what one training iteration
+//! computes, read from `workloads/*.yaml` and lowered to a [`Graph`] of kernels.
+//!
+//! Four kinds, chosen by the file's `kind` key:
+//! - `gemm`: one matrix product, exactly `{version, kind, m, k, n, precision}`;
+//! - `lstm_lm`: the LSTM language model of DeepFlow Sec. 9;
+//! - `transformer`: a decoder-only language model (GPT-3, LLaMA, Megatron);
+//! - `dlrm`: a recommendation model with embedding tables, MLPs and feature interaction.
+
+mod graph;
+
+use std::path::Path;
+
+use serde::Serialize;
+
+pub use graph::{optimizer_state_bytes, Footprint, Graph, Kernel, KernelClass, Op, Phase};
+
+use crate::config::raw::{
+    DlrmRaw, GemmRaw, Interaction, LstmRaw, Optimizer, Precision, Recompute, TableGroupRaw,
+    TransformerRaw, WorkloadHeader,
+};
+use crate::config::{parse_yaml, Checker, ConfigError, Source};
+use graph::Builder;
+
+/// A checked workload.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Workload {
+    Gemm(Gemm),
+    LstmLm(Lstm),
+    Transformer(Transformer),
+    Dlrm(Dlrm),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Gemm {
+    pub m: u64,
+    pub k: u64,
+    pub n: u64,
+    pub precision: Precision,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Lstm {
+    pub name: String,
+    pub hidden: u64,
+    pub batch: u64,
+    pub vocab: u64,
+    pub layers: u64,
+    pub sequence: u64,
+    pub gates: u64,
+    pub projection: Option<u64>,
+    pub precision: Precision,
+    pub optimizer: Optimizer,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Transformer {
+    pub name: String,
+    pub hidden: u64,
+    pub layers: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub ffn_hidden: u64,
+    pub gated_ffn: bool,
+    pub sequence: u64,
+    pub vocab: u64,
+    pub global_batch: u64,
+    pub precision: Precision,
+    pub recompute: Recompute,
+    pub tie_embeddings: bool,
+    pub optimizer: Optimizer,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Dlrm {
+    pub name: String,
+    pub batch: u64,
+    pub dense_features: u64,
+    pub bottom_mlp: Vec<u64>,
+    pub top_mlp: Vec<u64>,
+    pub embeddings: Vec<TableGroup>,
+    pub interaction: Interaction,
+    pub precision: Precision,
+    pub embedding_precision: Precision,
+    pub optimizer: Optimizer,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TableGroup {
+    pub tables: u64,
+    pub rows: u64,
+    pub dim: u64,
+    pub lookups_per_sample: u64,
+}
+
+const KINDS: &str = "gemm, lstm_lm, transformer, dlrm";
+
+impl Workload {
+    /// Reads and checks a workload file.
+    pub fn load(source: Source, path: &Path) -> Result<Self, ConfigError> {
+        let file = path.display().to_string();
+        Self::from_yaml(&file, &source.read(path)?)
+    }
+
+    /// Parses and checks workload YAML text; `file` names it in errors.
+    pub fn from_yaml(file: &str, text: &str) -> Result<Self, ConfigError> {
+        let header: WorkloadHeader = parse_yaml(file, text)?;
+        let check = Checker { file };
+        check.version(header.version)?;
+        let stem = Path::new(file)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match header.kind.as_str() {
+            "gemm" => {
+                let raw: GemmRaw = parse_yaml(file, text)?;
+                Ok(Workload::Gemm(Gemm {
+                    m: check.positive_count("m", raw.m)?,
+                    k: check.positive_count("k", raw.k)?,
+                    n: check.positive_count("n", raw.n)?,
+                    precision: raw.precision,
+                }))
+            }
+            "lstm_lm" => lstm(&check, parse_yaml(file, text)?, stem),
+            "transformer" => transformer(&check, parse_yaml(file, text)?, stem),
+            "dlrm" => dlrm(&check, parse_yaml(file, text)?, stem),
+            other => Err(ConfigError::invalid(
+                file,
+                "kind",
+                other,
+                format!("one of {KINDS}"),
+            )),
+        }
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Workload::Gemm(g) => format!("gemm {}x{}x{} {}", g.m, g.k, g.n, g.precision.name()),
+            Workload::LstmLm(w) => w.name.clone(),
+            Workload::Transformer(w) => w.name.clone(),
+            Workload::Dlrm(w) => w.name.clone(),
+        }
+    }
+
+    /// Every precision the workload computes in (the architecture must support each).
+    pub fn precisions(&self) -> Vec<(&'static str, Precision)> {
+        match self {
+            Workload::Gemm(g) => vec![("precision", g.precision)],
+            Workload::LstmLm(w) => vec![("precision", w.precision)],
+            Workload::Transformer(w) => vec![("precision", w.precision)],
+            Workload::Dlrm(w) => vec![("precision", w.precision)],
+        }
+    }
+
+    /// Lowers the workload to its kernels.
+    pub fn graph(&self) -> Graph {
+        match self {
+            Workload::Gemm(g) => gemm_graph(g),
+            Workload::LstmLm(w) => lstm_graph(w),
+            Workload::Transformer(w) => transformer_graph(w),
+            Workload::Dlrm(w) => dlrm_graph(w),
+        }
+    }
+}
+
+fn lstm(check: &Checker, raw: LstmRaw, stem: String) -> Result<Workload, ConfigError> {
+    Ok(Workload::LstmLm(Lstm {
+        name: raw.name.unwrap_or(stem),
+        hidden: check.positive_count("hidden", raw.hidden)?,
+        batch: check.positive_count("batch", raw.batch)?,
+        vocab: check.positive_count("vocab", raw.vocab)?,
+        layers: check.positive_count("layers", raw.layers)?,
+        sequence: check.positive_count("sequence", raw.sequence)?,
+        gates: check.positive_count("gates", raw.gates.unwrap_or(4))?,
+        projection: raw
+            .projection
+            .map(|p| check.positive_count("projection", p))
+            .transpose()?,
+        precision: raw.precision,
+        optimizer: raw.optimizer,
+    }))
+}
+
+fn transformer(
+    check: &Checker,
+    raw: TransformerRaw,
+    stem: String,
+) -> Result<Workload, ConfigError> {
+    let hidden = check.positive_count("hidden", raw.hidden)?;
+    let heads = check.positive_count("heads", raw.heads)?;
+    if hidden % heads != 0 {
+        return Err(ConfigError::invalid(
+            check.file,
+            "heads",
+            heads,
+            format!("a divisor of hidden ({hidden})"),
+        ));
+    }
+    let kv_heads = check.positive_count("kv_heads", raw.kv_heads.unwrap_or(heads))?;
+    if heads % kv_heads != 0 {
+        return Err(ConfigError::invalid(
+            check.file,
+            "kv_heads",
+            kv_heads,
+            format!("a divisor of heads ({heads})"),
+        ));
+    }
+    Ok(Workload::Transformer(Transformer {
+        name: raw.name.unwrap_or(stem),
+        hidden,
+        layers: check.positive_count("layers", raw.layers)?,
+        heads,
+        kv_heads,
+        ffn_hidden: check.positive_count("ffn_hidden", raw.ffn_hidden)?,
+        gated_ffn: raw.gated_ffn,
+        sequence: check.positive_count("sequence", raw.sequence)?,
+        vocab: check.positive_count("vocab", raw.vocab)?,
+        global_batch: check.positive_count("global_batch", raw.global_batch)?,
+        precision: raw.precision,
+        recompute: raw.recompute,
+        tie_embeddings: raw.tie_embeddings,
+        optimizer: raw.optimizer,
+    }))
+}
+
+fn dlrm(check: &Checker, raw: DlrmRaw, stem: String) -> Result<Workload, ConfigError> {
+    let mlp = |name: &str, layers: &[u64]| -> Result<Vec<u64>, ConfigError> {
+        if layers.is_empty() {
+            return Err(ConfigError::invalid(
+                check.file,
+                name,
+                "[]",
+                "at least one layer width",
+            ));
+        }
+        layers
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| check.positive_count(&format!("{name}[{i}]"), w))
+            .collect()
+    };
+    let bottom_mlp = mlp("bottom_mlp", &raw.bottom_mlp)?;
+    let top_mlp = mlp("top_mlp", &raw.top_mlp)?;
+    if raw.embeddings.is_empty() {
+        return Err(ConfigError::invalid(
+            check.file,
+            "embeddings",
+            "[]",
+            "at least one group of embedding tables",
+        ));
+    }
+    let mut embeddings = Vec::new();
+    for (i, g) in raw.embeddings.iter().enumerate() {
+        let TableGroupRaw {
+            tables,
+            rows,
+            dim,
+            lookups_per_sample,
+        } = *g;
+        let field = |f: &str| format!("embeddings[{i}].{f}");
+        embeddings.push(TableGroup {
+            tables: check.positive_count(&field("tables"), tables)?,
+            rows: check.positive_count(&field("rows"), rows)?,
+            dim: check.positive_count(&field("dim"), dim)?,
+            lookups_per_sample: check
+                .positive_count(&field("lookups_per_sample"), lookups_per_sample)?,
+        });
+    }
+    let last = *bottom_mlp.last().expect("checked non-empty");
+    for (i, g) in embeddings.iter().enumerate() {
+        if g.dim != last {
+            return Err(ConfigError::invalid(
+                check.file,
+                format!("embeddings[{i}].dim"),
+                g.dim,
+                format!(
+                    "the width of the last bottom_mlp layer ({last}): feature interaction \
+                     combines vectors of one size"
+                ),
+            ));
+        }
+    }
+    Ok(Workload::Dlrm(Dlrm {
+        name: raw.name.unwrap_or(stem),
+        batch: check.positive_count("batch", raw.batch)?,
+        dense_features: check.positive_count("dense_features", raw.dense_features)?,
+        bottom_mlp,
+        top_mlp,
+        embeddings,
+        interaction: raw.interaction,
+        precision: raw.precision,
+        embedding_precision: raw.embedding_precision,
+        optimizer: raw.optimizer,
+    }))
+}
+
+// ---------------------------------------------------------------- lowering
+
+fn gemm_graph(g: &Gemm) -> Graph {
+    let b = g.precision.bytes();
+    let (m, k, n) = (g.m as f64, g.k as f64, g.n as f64);
+    Graph {
+        name: format!("gemm {}x{}x{}", g.m, g.k, g.n),
+        kernels: vec![Kernel {
+            name: "gemm".into(),
+            class: KernelClass::Gemm,
+            phase: Phase::Forward,
+            precision: g.precision,
+            count: 1,
+            op: Op::Gemm {
+                batch: 1,
+                m: g.m,
+                k: g.k,
+                n: g.n,
+            },
+        }],
+        parameters: 0.0,
+        samples: 1.0,
+        tokens: 1.0,
+        memory: Footprint {
+            // Inputs and output; nothing is trained.
+            activations_bytes: (m * k + k * n + m * n) * b,
+            ..Footprint::default()
+        },
+    }
+}
+
+/// LSTM language model: embedding lookup, `layers` stacked cells unrolled over `sequence`
+/// steps (one GEMM of [x_t, h_{t-1}] against all gates per step, then the cell's
+/// element-wise work), and a softmax classifier over the vocabulary for every token.
+fn lstm_graph(w: &Lstm) -> Graph {
+    let mut g = Builder::new(w.precision, Recompute::None);
+    let bytes = w.precision.bytes();
+    // Width of the recurrent state fed back and to the next layer.
+    let state = w.projection.unwrap_or(w.hidden);
+    let tokens = w.batch * w.sequence;
+    let steps = w.layers * w.sequence;
+    let (b, d) = (w.batch as f64, w.hidden as f64);
+    g.embedding(
+        "embedding lookup",
+        tokens as f64,
+        state as f64 * bytes,
+        tokens as f64 * state as f64 * bytes,
+        w.vocab as f64 * state as f64 * bytes,
+        0.0,
+        w.precision,
+    );
+    g.dense_parameters(w.vocab as f64 * state as f64);
+    g.linear(
+        "lstm gates",
+        KernelClass::Gemm,
+        steps,
+        w.batch,
+        2 * state,
+        w.gates * w.hidden,
+        w.layers,
+        false,
+    );
+    // Cell update: sigmoid/tanh on the gates, c = f*c + i*g, h = o*tanh(c). DeepFlow's LSTM
+    // model (model-LSTM.yaml) counts 5 non-linear and 8 add/multiply operations per element.
+    g.pointwise(
+        "lstm cell",
+        KernelClass::Pointwise,
+        steps,
+        b * d,
+        w.gates as f64 + 1.0,
+        13.0,
+        w.gates as f64 + 1.0,
+    );
+    if let Some(p) = w.projection {
+        g.linear(
+            "lstm projection",
+            KernelClass::Gemm,
+            steps,
+            w.batch,
+            w.hidden,
+            p,
+            w.layers,
+            false,
+        );
+    }
+    g.linear(
+        "softmax projection",
+        KernelClass::Gemm,
+        1,
+        tokens,
+        state,
+        w.vocab,
+        1,
+        false,
+    );
+    g.pointwise(
+        "softmax cross-entropy",
+        KernelClass::Pointwise,
+        1,
+        tokens as f64 * w.vocab as f64,
+        1.0,
+        5.0,
+        1.0,
+    );
+    g.finish(w.name.clone(), w.optimizer, b, tokens as f64, 0.0)
+}
+
+/// Decoder-only transformer (GPT-style, pre-norm), Megatron's kernel decomposition.
+fn transformer_graph(w: &Transformer) -> Graph {
+    let mut g = Builder::new(w.precision, w.recompute);
+    let bytes = w.precision.bytes();
+    let (s, h, l) = (w.sequence, w.hidden, w.layers);
+    let tokens = w.global_batch * s;
+    let t = tokens as f64;
+    let head_dim = h / w.heads;
+    let kv = w.kv_heads * head_dim;
+    let ffn_in = if w.gated_ffn { 2 } else { 1 } * w.ffn_hidden;
+
+    g.embedding(
+        "token embedding",
+        t,
+        h as f64 * bytes,
+        t * h as f64 * bytes,
+        w.vocab as f64 * h as f64 * bytes,
+        0.0,
+        w.precision,
+    );
+    g.dense_parameters(w.vocab as f64 * h as f64);
+    g.layer_input(t * h as f64 * bytes, l);
+    g.pointwise(
+        "layer norm (attention)",
+        KernelClass::Pointwise,
+        l,
+        t * h as f64,
+        1.0,
+        8.0,
+        1.0,
+    );
+    g.linear(
+        "qkv projection",
+        KernelClass::Gemm,
+        l,
+        tokens,
+        h,
+        h + 2 * kv,
+        l,
+        true,
+    );
+    let bh = w.global_batch * w.heads;
+    g.batched(
+        "attention scores",
+        KernelClass::Attention,
+        l,
+        bh,
+        s,
+        head_dim,
+        s,
+    );
+    let scores = bh as f64 * (s * s) as f64;
+    g.pointwise(
+        "attention softmax",
+        KernelClass::Attention,
+        l,
+        scores,
+        1.0,
+        5.0,
+        1.0,
+    );
+    g.batched(
+        "attention context",
+        KernelClass::Attention,
+        l,
+        bh,
+        s,
+        s,
+        head_dim,
+    );
+    g.linear(
+        "attention output",
+        KernelClass::Gemm,
+        l,
+        tokens,
+        h,
+        h,
+        l,
+        true,
+    );
+    g.pointwise(
+        "residual add (attention)",
+        KernelClass::Pointwise,
+        l,
+        t * h as f64,
+        2.0,
+        1.0,
+        0.0,
+    );
+    g.pointwise(
+        "layer norm (mlp)",
+        KernelClass::Pointwise,
+        l,
+        t * h as f64,
+        1.0,
+        8.0,
+        1.0,
+    );
+    g.linear("mlp up", KernelClass::Gemm, l, tokens, h, ffn_in, l, true);
+    let (act_name, act_inputs) = if w.gated_ffn {
+        ("swiglu", 2.0)
+    } else {
+        ("gelu", 1.0)
+    };
+    g.pointwise(
+        act_name,
+        KernelClass::Pointwise,
+        l,
+        t * w.ffn_hidden as f64,
+        act_inputs,
+        8.0,
+        act_inputs,
+    );
+    g.linear(
+        "mlp down",
+        KernelClass::Gemm,
+        l,
+        tokens,
+        w.ffn_hidden,
+        h,
+        l,
+        true,
+    );
+    g.pointwise(
+        "residual add (mlp)",
+        KernelClass::Pointwise,
+        l,
+        t * h as f64,
+        2.0,
+        1.0,
+        0.0,
+    );
+    // Two norm scales (and shifts) per layer, one final norm.
+    g.dense_parameters((4 * h * l + 2 * h) as f64);
+    g.pointwise(
+        "final layer norm",
+        KernelClass::Pointwise,
+        1,
+        t * h as f64,
+        1.0,
+        8.0,
+        1.0,
+    );
+    g.linear("logits", KernelClass::Gemm, 1, tokens, h, w.vocab, 1, false);
+    if w.tie_embeddings {
+        // The logits reuse the embedding matrix: count its parameters once.
+        g.dense_parameters(-(w.vocab as f64 * h as f64));
+    }
+    g.pointwise(
+        "softmax cross-entropy",
+        KernelClass::Pointwise,
+        1,
+        t * w.vocab as f64,
+        1.0,
+        5.0,
+        1.0,
+    );
+    g.finish(w.name.clone(), w.optimizer, w.global_batch as f64, t, 0.0)
+}
+
+/// DLRM: bottom MLP on dense features, pooled embedding lookups, feature interaction, top
+/// MLP, loss.
+fn dlrm_graph(w: &Dlrm) -> Graph {
+    let mut g = Builder::new(w.precision, Recompute::None);
+    let b = w.batch;
+    let eb = w.embedding_precision.bytes();
+    let mut width = w.dense_features;
+    for (i, &out) in w.bottom_mlp.iter().enumerate() {
+        g.linear(
+            &format!("bottom mlp {i}"),
+            KernelClass::Gemm,
+            1,
+            b,
+            width,
+            out,
+            1,
+            false,
+        );
+        g.pointwise(
+            &format!("bottom relu {i}"),
+            KernelClass::Pointwise,
+            1,
+            (b * out) as f64,
+            1.0,
+            1.0,
+            1.0,
+        );
+        width = out;
+    }
+    let dim = width;
+    let mut features = 1;
+    let mut table_bytes = 0.0;
+    for (i, t) in w.embeddings.iter().enumerate() {
+        let rows = (b * t.tables * t.lookups_per_sample) as f64;
+        let bytes = (t.tables * t.rows * t.dim) as f64 * eb;
+        table_bytes += bytes;
+        g.embedding(
+            &format!("embedding bags {i} ({} tables)", t.tables),
+            rows,
+            t.dim as f64 * eb,
+            (b * t.tables * t.dim) as f64 * eb,
+            bytes,
+            (t.tables * t.rows * t.dim) as f64,
+            w.embedding_precision,
+        );
+        features += t.tables;
+    }
+    let top_in = match w.interaction {
+        Interaction::Dot => {
+            g.batched(
+                "feature interaction",
+                KernelClass::Gemm,
+                1,
+                b,
+                features,
+                dim,
+                features,
+            );
+            features * (features - 1) / 2 + dim
+        }
+        Interaction::Concat => {
+            g.pointwise(
+                "feature concat",
+                KernelClass::Pointwise,
+                1,
+                (b * features * dim) as f64,
+                1.0,
+                0.0,
+                0.0,
+            );
+            features * dim
+        }
+    };
+    width = top_in;
+    for (i, &out) in w.top_mlp.iter().enumerate() {
+        g.linear(
+            &format!("top mlp {i}"),
+            KernelClass::Gemm,
+            1,
+            b,
+            width,
+            out,
+            1,
+            false,
+        );
+        g.pointwise(
+            &format!("top activation {i}"),
+            KernelClass::Pointwise,
+            1,
+            (b * out) as f64,
+            1.0,
+            1.0,
+            1.0,
+        );
+        width = out;
+    }
+    g.pointwise(
+        "loss",
+        KernelClass::Pointwise,
+        1,
+        (b * width) as f64,
+        1.0,
+        5.0,
+        1.0,
+    );
+    g.finish(w.name.clone(), w.optimizer, b as f64, b as f64, table_bytes)
+}
