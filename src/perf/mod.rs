@@ -228,6 +228,11 @@ impl Evaluator {
         }
     }
 
+    /// Forgets every cached GEMM search.
+    pub fn clear_cache(&mut self) {
+        self.cache.clear();
+    }
+
     /// Number of cached GEMM searches.
     pub fn cached(&self) -> usize {
         self.cache.len()

@@ -84,44 +84,59 @@ fn ceil_div(a: u64, b: u64) -> u64 {
     a.div_ceil(b.max(1))
 }
 
-/// Tile sizes worth trying for a dimension of `dim` with smallest tile `min`: one per
-/// distinct reload count `q = ceil(dim / tile)`, on a roughly geometric grid of `q`.
-fn candidates(dim: u64, min: u64, out: &mut Vec<u64>) {
+/// Tile sizes worth trying for a dimension of `dim` with smallest tile `min`, each with its
+/// reload count `q = ceil(dim / tile)`: one per distinct `q` on a roughly geometric grid.
+fn candidates(dim: u64, min: u64, out: &mut Vec<(u64, u64)>) {
     out.clear();
     let qmax = ceil_div(dim, min.max(1));
     let mut q = 1u64;
-    while q <= qmax {
-        let t = ceil_div(dim, q);
-        if out.last() != Some(&t) {
-            out.push(t);
+    loop {
+        let q_now = q.min(qmax);
+        let t = ceil_div(dim, q_now);
+        // The smallest reload count that this tile size gives.
+        let q_exact = ceil_div(dim, t);
+        if out.last().map(|&(last, _)| last) != Some(t) {
+            out.push((t, q_exact));
+        }
+        if q_now == qmax {
+            break;
         }
         q = if q < 8 { q + 1 } else { q + q.div_ceil(4) };
     }
-    let t = ceil_div(dim, qmax);
-    if out.last() != Some(&t) {
-        out.push(t);
-    }
 }
 
-/// Elements moved between a level and the one above it for one product, under `tile`.
-fn traffic(p: &Problem, t: &Tile) -> f64 {
+/// Elements moved between a level and the one above it for one product, given the reload
+/// counts of a tile (`q_x = ceil(X / x)`).
+#[inline]
+fn traffic_q(p: &Problem, order: LoopOrder, qm: u64, qn: u64, qk: u64) -> f64 {
     let (mm, kk, nn) = (p.m as f64, p.k as f64, p.n as f64);
-    let qm = ceil_div(p.m, t.m) as f64;
-    let qn = ceil_div(p.n, t.n) as f64;
-    let qk = ceil_div(p.k, t.k) as f64;
-    match t.order {
+    let (qm, qn, qk) = (qm as f64, qn as f64, qk as f64);
+    match order {
         LoopOrder::OutputStationary => mm * kk * qn + kk * nn * qm + mm * nn,
         LoopOrder::AStationary => mm * kk + kk * nn * qm + mm * nn * (2.0 * qk - 1.0),
         LoopOrder::BStationary => kk * nn + mm * kk * qn + mm * nn * (2.0 * qk - 1.0),
     }
 }
 
+/// Elements moved between a level and the one above it for one product, under `tile`.
+#[cfg(test)]
+fn traffic(p: &Problem, t: &Tile) -> f64 {
+    traffic_q(
+        p,
+        t.order,
+        ceil_div(p.m, t.m),
+        ceil_div(p.n, t.n),
+        ceil_div(p.k, t.k),
+    )
+}
+
 /// Units of work a tile cuts the product into (split-K only where partial sums are paid).
-fn units(p: &Problem, t: &Tile) -> u64 {
-    let out = p.batch * ceil_div(p.m, t.m) * ceil_div(p.n, t.n);
-    match t.order {
+#[inline]
+fn units_q(p: &Problem, order: LoopOrder, qm: u64, qn: u64, qk: u64) -> u64 {
+    let out = p.batch * qm * qn;
+    match order {
         LoopOrder::OutputStationary => out,
-        _ => out * ceil_div(p.k, t.k),
+        _ => out * qk,
     }
 }
 
@@ -190,134 +205,151 @@ pub fn search(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
         h.mcu.1.min(p.n).max(1),
         h.mcu.2.min(p.k).max(1),
     );
-    let mut cand_m = Vec::with_capacity(48);
-    let mut cand_n = Vec::with_capacity(48);
+    let mut cand_m = Vec::with_capacity(64);
+    let mut cand_n = Vec::with_capacity(64);
     candidates(p.m, mins.0, &mut cand_m);
     candidates(p.n, mins.1, &mut cand_n);
+    let (mmin, nmin, kmin) = mins;
+    let qk_min = ceil_div(p.k, kmin);
+    // No level can make the kernel faster than this: the compute bound, and the compulsory
+    // traffic at home. A level whose cost falls to it cannot set the kernel time, so its
+    // search stops there (the kernel time is then exactly that of the full search).
+    let compulsory =
+        batch * (p.m as f64 * p.k as f64 + p.k as f64 * p.n as f64 + p.m as f64 * p.n as f64) * b;
+    let floor_s = (flops / rate).max(compulsory / h.bandwidth_bytes_per_s[home]);
     for level in 0..home {
         let elements = (h.capacity_bytes[level] / b).floor() as u64;
         let above_bw = h.bandwidth_bytes_per_s[level + 1];
         let own_bw = h.bandwidth_bytes_per_s[level];
-        let spreads = h.bundle_level == Some(level);
-        let mut best: Option<(f64, Tile, f64, f64, f64)> = None;
-        let mut consider = |t: Tile| {
-            let above = batch * traffic(p, &t) * b;
-            let mut cost = above / above_bw;
-            let own = if level == 0 {
-                let bytes = batch * eq5_accesses(h, p, &t) * b;
-                cost = cost.max(bytes / own_bw);
-                bytes
-            } else {
-                0.0
-            };
-            let compute = if spreads {
-                let c = wave_time(p, units(p, &t), h.bundles, rate);
-                cost = cost.max(c);
-                c
-            } else {
-                flops / rate
-            };
-            if best.as_ref().map_or(true, |b| cost < b.0) {
-                best = Some((cost, t, above, own, compute));
+        let spreads = h.bundle_level == Some(level) && h.bundles > 0;
+        let mut best: Option<(f64, Tile, [u64; 3])> = None;
+        let to_above_s = batch * b / above_bw;
+        let to_own_s = batch * b / own_bw;
+        let mut consider = |t: Tile, q: [u64; 3]| {
+            let incumbent = best.as_ref().map_or(f64::INFINITY, |b| b.0);
+            // The cost is a max: stop adding terms once it cannot beat the incumbent.
+            let mut cost = traffic_q(p, t.order, q[0], q[1], q[2]) * to_above_s;
+            if level == 0 && cost < incumbent {
+                cost = cost.max(eq5_accesses(h, p, &t) * to_own_s);
             }
+            if spreads && cost < incumbent {
+                cost = cost.max(wave_time(
+                    p,
+                    units_q(p, t.order, q[0], q[1], q[2]),
+                    h.bundles,
+                    rate,
+                ));
+            }
+            if cost < incumbent {
+                best = Some((cost, t, q));
+            }
+            cost <= floor_s
         };
-        let (mmin, nmin, kmin) = mins;
-        // Output stationary: k at its minimum, the largest n that fits each m.
-        for &m in &cand_m {
-            let used = kmin * m;
-            if used >= elements {
-                continue;
-            }
-            let n_max = ((elements - used) / (m + kmin)).min(p.n);
-            if n_max < nmin {
-                continue;
-            }
-            let qn = ceil_div(p.n, n_max);
-            let mut try_qn = |qn: u64| {
-                let n = ceil_div(p.n, qn);
-                if n >= nmin && n <= n_max {
-                    consider(Tile {
-                        m,
-                        k: kmin,
-                        n,
-                        order: LoopOrder::OutputStationary,
-                    });
+        'search: {
+            // Output stationary: k at its minimum, the largest n that fits each m.
+            for &(m, qm) in &cand_m {
+                let used = kmin * m;
+                if used >= elements {
+                    continue;
                 }
-            };
-            try_qn(qn);
-            if spreads && h.bundles > 0 {
-                // Smaller n tiles that fill the last wave better.
-                let per_n = p.batch * ceil_div(p.m, m);
-                let waves = ceil_div(per_n * qn, h.bundles);
-                for w in [waves, waves + 1] {
-                    let q = (w * h.bundles) / per_n.max(1);
-                    if q > qn {
-                        try_qn(q);
+                let n_max = ((elements - used) / (m + kmin)).min(p.n);
+                if n_max < nmin {
+                    continue;
+                }
+                let qn = ceil_div(p.n, n_max);
+                let mut try_qn = |qn: u64| {
+                    let n = ceil_div(p.n, qn);
+                    if n >= nmin && n <= n_max {
+                        let t = Tile {
+                            m,
+                            k: kmin,
+                            n,
+                            order: LoopOrder::OutputStationary,
+                        };
+                        consider(t, [qm, ceil_div(p.n, n), qk_min])
+                    } else {
+                        false
+                    }
+                };
+                if try_qn(qn) {
+                    break 'search;
+                }
+                if spreads {
+                    // Smaller n tiles that fill the last wave better.
+                    let per_n = p.batch * qm;
+                    let waves = ceil_div(per_n * qn, h.bundles);
+                    for w in [waves, waves + 1] {
+                        let q = (w * h.bundles) / per_n.max(1);
+                        if q > qn && try_qn(q) {
+                            break 'search;
+                        }
                     }
                 }
             }
-        }
-        // A stationary: an m x k block of A stays, n at its minimum streams.
-        for &m in &cand_m {
-            let used = m * nmin;
-            if used >= elements {
-                continue;
+            // A stationary: an m x k block of A stays, n at its minimum streams.
+            let qn_max = ceil_div(p.n, nmin);
+            for &(m, qm) in &cand_m {
+                let used = m * nmin;
+                if used >= elements {
+                    continue;
+                }
+                let k_max = ((elements - used) / (m + nmin)).min(p.k);
+                if k_max < kmin {
+                    continue;
+                }
+                let qk = ceil_div(p.k, k_max);
+                let t = Tile {
+                    m,
+                    k: ceil_div(p.k, qk),
+                    n: nmin,
+                    order: LoopOrder::AStationary,
+                };
+                if consider(t, [qm, qn_max, qk]) {
+                    break 'search;
+                }
             }
-            let k_max = ((elements - used) / (m + nmin)).min(p.k);
-            if k_max < kmin {
-                continue;
+            // B stationary: a k x n block of B stays, m at its minimum streams.
+            let qm_max = ceil_div(p.m, mmin);
+            for &(n, qn) in &cand_n {
+                let used = n * mmin;
+                if used >= elements {
+                    continue;
+                }
+                let k_max = ((elements - used) / (n + mmin)).min(p.k);
+                if k_max < kmin {
+                    continue;
+                }
+                let qk = ceil_div(p.k, k_max);
+                let t = Tile {
+                    m: mmin,
+                    k: ceil_div(p.k, qk),
+                    n,
+                    order: LoopOrder::BStationary,
+                };
+                if consider(t, [qm_max, qn, qk]) {
+                    break 'search;
+                }
             }
-            consider(Tile {
-                m,
-                k: ceil_div(p.k, ceil_div(p.k, k_max)),
-                n: nmin,
-                order: LoopOrder::AStationary,
-            });
-        }
-        // B stationary: a k x n block of B stays, m at its minimum streams.
-        for &n in &cand_n {
-            let used = n * mmin;
-            if used >= elements {
-                continue;
-            }
-            let k_max = ((elements - used) / (n + mmin)).min(p.k);
-            if k_max < kmin {
-                continue;
-            }
-            consider(Tile {
-                m: mmin,
-                k: ceil_div(p.k, ceil_div(p.k, k_max)),
-                n,
-                order: LoopOrder::BStationary,
-            });
         }
         // A level too small for even the smallest tile streams everything through it.
-        let (_, tile, above, own, compute) = best.unwrap_or_else(|| {
-            let t = Tile {
-                m: mmin,
-                k: kmin,
-                n: nmin,
-                order: LoopOrder::OutputStationary,
-            };
-            let above = batch * traffic(p, &t) * b;
-            let own = if level == 0 {
-                batch * eq5_accesses(h, p, &t) * b
-            } else {
-                0.0
-            };
-            let compute = if spreads {
-                wave_time(p, units(p, &t), h.bundles, rate)
-            } else {
-                flops / rate
-            };
-            (f64::INFINITY, t, above, own, compute)
-        });
-        level_bytes[level + 1] = above;
+        let (tile, q) = match best {
+            Some((_, t, q)) => (t, q),
+            None => (
+                Tile {
+                    m: mmin,
+                    k: kmin,
+                    n: nmin,
+                    order: LoopOrder::OutputStationary,
+                },
+                [ceil_div(p.m, mmin), ceil_div(p.n, nmin), qk_min],
+            ),
+        };
+        level_bytes[level + 1] = batch * traffic_q(p, tile.order, q[0], q[1], q[2]) * b;
         if level == 0 {
-            level_bytes[0] = own;
+            level_bytes[0] = batch * eq5_accesses(h, p, &tile) * b;
         }
         if spreads {
-            compute_s = compute;
+            compute_s = wave_time(p, units_q(p, tile.order, q[0], q[1], q[2]), h.bundles, rate);
         }
         tiles[level] = Some(tile);
     }
@@ -336,9 +368,10 @@ mod tests {
     fn candidates_cover_every_reload_count_endpoint() {
         let mut c = Vec::new();
         candidates(1000, 8, &mut c);
-        assert_eq!(c[0], 1000);
-        assert_eq!(*c.last().unwrap(), 8);
-        assert!(c.windows(2).all(|w| w[0] > w[1]));
+        assert_eq!(c[0], (1000, 1));
+        assert_eq!(*c.last().unwrap(), (8, 125));
+        assert!(c.windows(2).all(|w| w[0].0 > w[1].0 && w[0].1 < w[1].1));
+        assert!(c.iter().all(|&(t, q)| q == 1000u64.div_ceil(t)));
     }
 
     #[test]
