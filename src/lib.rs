@@ -1,10 +1,9 @@
 //! # stackflow
 //!
 //! Cross-stack pathfinding for machine-learning hardware, after DeepFlow (Ardalani, Pal,
-//! Gupta). This release holds the first stage of the pipeline: a technology library, an
-//! architecture template and area/power/perimeter budgets become a derived accelerator
-//! (compute throughput, memory capacities and bandwidths, network bandwidths), with the
-//! constraint that binds each component.
+//! Gupta). A technology library, an architecture template and area/power/perimeter budgets
+//! become a derived accelerator ([`generator`]); a workload becomes a graph of kernels
+//! ([`workload`]), each timed on that accelerator by a hierarchical roofline ([`perf`]).
 //!
 //! ```
 //! use std::path::Path;
@@ -23,6 +22,13 @@
 //! // V100: 125 TFLOP/s dense fp16 tensor peak, 900 GB/s HBM2.
 //! assert!((arch.peak_flops_per_s / 125e12 - 1.0).abs() < 0.10);
 //! assert!((arch.memory_bandwidth_bytes_per_s / 900e9 - 1.0).abs() < 0.10);
+//!
+//! // One training iteration of the LSTM language model on it.
+//! let lstm = stackflow::workload::Workload::load(Source::Embedded, Path::new("workloads/lstm-o1.yaml"))
+//!     .unwrap();
+//! let prediction = stackflow::perf::Evaluator::new(&arch).predict(&lstm.graph(), &arch.violations);
+//! assert!(prediction.time_per_iteration_s > 0.0);
+//! assert!(!prediction.feasible); // 38 billion parameters do not fit in 16 GiB
 //! ```
 //!
 //! Units: SI inside the model (seconds, bytes, FLOP/s, watts, volts, hertz), except areas
