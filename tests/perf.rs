@@ -543,6 +543,56 @@ fn full_recompute_trades_activations_for_flops() {
 }
 
 #[test]
+fn adam_moves_every_fp32_word_per_parameter() {
+    let text = std::fs::read_to_string(root().join("workloads/gpt-1.7b.yaml")).unwrap();
+    for (precision, read, write) in [
+        ("bf16", 2.0 + 4.0 + 8.0, 4.0 + 8.0 + 2.0),
+        ("fp32", 16.0, 12.0),
+    ] {
+        let g = Workload::from_yaml(
+            "a.yaml",
+            &text.replace("precision: bf16", &format!("precision: {precision}")),
+        )
+        .unwrap()
+        .graph();
+        let update = g
+            .kernels
+            .iter()
+            .find(|k| k.class == KernelClass::Optimizer)
+            .unwrap();
+        let Op::Stream {
+            read_bytes,
+            write_bytes,
+            ..
+        } = update.op
+        else {
+            panic!()
+        };
+        assert_close(precision, read_bytes, read * g.parameters, 1e-9);
+        assert_close(precision, write_bytes, write * g.parameters, 1e-9);
+    }
+}
+
+#[test]
+fn full_recompute_still_keeps_what_lies_outside_the_layers() {
+    let w = workload("workloads/gpt-1.7b.yaml");
+    let t = transformer_dims(&w);
+    let tokens = (t.global_batch * t.sequence) as f64;
+    let g = w.graph();
+    let layer_inputs = tokens * t.hidden as f64 * 2.0 * t.layers as f64;
+    // Logits input (t x h) and the softmax over the vocabulary (t x V) are not recomputed.
+    let outside = tokens * (t.hidden + t.vocab) as f64 * 2.0;
+    assert!(g.memory.activations_bytes >= layer_inputs + outside);
+    assert!(g
+        .kernels
+        .iter()
+        .filter(|k| k.phase == Phase::Recompute)
+        .all(|k| !k.name.contains("logits")
+            && !k.name.contains("cross-entropy")
+            && !k.name.contains("final")));
+}
+
+#[test]
 fn predictions_are_deterministic_and_cached() {
     let a = arch("budgets/h100.yaml");
     let g = workload("workloads/gpt3-175b.yaml").graph();

@@ -12,14 +12,14 @@
 //!
 //! Output write-back is counted at every level. The innermost level's own accesses follow the
 //! dataflow reuse of DeepFlow Eq. 5. The level whose instances are the bundles also sets the
-//! compute time: its output tiles are the units of work spread over the bundles, in waves.
+//! compute time: with fewer units of work than bundles, the rest stand idle.
 //!
 //! The search is separable: a level's tile changes only its own row of costs (the traffic it
-//! asks of the level above, plus Eq. 5 or the wave count where they apply), so each level is
+//! asks of the level above, plus Eq. 5 or the idle bundles where they apply), so each level is
 //! optimised on its own and the kernel time is the max over levels. Within a level, only
 //! tiles on the capacity frontier are tried: for each candidate size of one dimension, the
 //! other is the largest that fits, shrunk to the smallest size with the same number of
-//! reloads (ceilings). The wave count adds a few smaller tiles that fill the last wave.
+//! reloads (ceilings).
 
 use crate::config::raw::Dataflow;
 
@@ -74,7 +74,8 @@ pub struct Tile {
 pub struct GemmCost {
     /// Bytes accessed at each level (index as in [`Hierarchy`]).
     pub level_bytes: Vec<f64>,
-    /// Compute time at the full sustained rate, stretched by wave quantisation.
+    /// Compute time at the full sustained rate, stretched when units of work are fewer
+    /// than bundles.
     pub compute_s: f64,
     /// Chosen tile per level below home (None at and above home).
     pub tiles: Vec<Option<Tile>>,
@@ -130,14 +131,17 @@ fn traffic(p: &Problem, t: &Tile) -> f64 {
     )
 }
 
-/// Units of work a tile cuts the product into (split-K only where partial sums are paid).
+/// Units of work a tile cuts the product into, consistent with its traffic: an output
+/// tile per unit (output stationary), or a stationary block per unit that streams the
+/// whole other dimension (split-K, whose partial sums the traffic pays).
 #[inline]
 fn units_q(p: &Problem, order: LoopOrder, qm: u64, qn: u64, qk: u64) -> u64 {
-    let out = p.batch * qm * qn;
-    match order {
-        LoopOrder::OutputStationary => out,
-        _ => out * qk,
-    }
+    let per_product = match order {
+        LoopOrder::OutputStationary => qm.saturating_mul(qn),
+        LoopOrder::AStationary => qm.saturating_mul(qk),
+        LoopOrder::BStationary => qn.saturating_mul(qk),
+    };
+    p.batch.saturating_mul(per_product)
 }
 
 /// Innermost-level accesses (elements) by DeepFlow Eq. 5 for a tile held at that level.
@@ -166,14 +170,16 @@ fn eq5_accesses(h: &Hierarchy, p: &Problem, t: &Tile) -> f64 {
     flops * (nx * ny + reuse * nx + reuse * ny) / (2.0 * reuse * nx * ny)
 }
 
-/// Compute time of the product cut into `units` equal pieces spread over `bundles`.
+/// Compute time of the product cut into `units` pieces spread over `bundles`: with fewer
+/// units than bundles the rest stand idle; with more, the last wave is assumed balanced
+/// (stream-K style work splitting), so the rate is the full rate.
 fn wave_time(p: &Problem, units: u64, bundles: u64, rate: f64) -> f64 {
     let flops = 2.0 * p.batch as f64 * p.m as f64 * p.k as f64 * p.n as f64;
-    if bundles == 0 || units == 0 {
-        return flops / rate;
+    if units == 0 || units >= bundles {
+        flops / rate
+    } else {
+        flops / rate * bundles as f64 / units as f64
     }
-    let waves = ceil_div(units, bundles) as f64;
-    waves * bundles as f64 / units as f64 * flops / rate
 }
 
 /// Searches tiles for `p` on `h` with operands living at level `home`; `rate` is the
@@ -273,17 +279,6 @@ pub fn search(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
                 };
                 if try_qn(qn) {
                     break 'search;
-                }
-                if spreads {
-                    // Smaller n tiles that fill the last wave better.
-                    let per_n = p.batch * qm;
-                    let waves = ceil_div(per_n * qn, h.bundles);
-                    for w in [waves, waves + 1] {
-                        let q = (w * h.bundles) / per_n.max(1);
-                        if q > qn && try_qn(q) {
-                            break 'search;
-                        }
-                    }
                 }
             }
             // A stationary: an m x k block of A stays, n at its minimum streams.

@@ -167,6 +167,9 @@ pub(crate) struct Builder {
     pub parameters: f64,
     /// Parameters updated by the dense optimizer, and their precision.
     dense_parameters: f64,
+    /// Kernels being added belong to a repeated layer: the unit that full recomputation
+    /// reruns and whose activations it drops.
+    pub in_layer: bool,
 }
 
 impl Builder {
@@ -179,6 +182,7 @@ impl Builder {
             saved_bytes: 0.0,
             parameters: 0.0,
             dense_parameters: 0.0,
+            in_layer: false,
         }
     }
 
@@ -195,7 +199,7 @@ impl Builder {
             count,
             op,
         };
-        if recomputable && self.recompute == Recompute::Full {
+        if recomputable && self.in_layer && self.recompute == Recompute::Full {
             self.backward.push(Kernel {
                 name: format!("{name} (recompute)"),
                 phase: Phase::Recompute,
@@ -223,17 +227,18 @@ impl Builder {
         });
     }
 
-    /// Activations saved for backward: all of them, or only a layer's input under full
-    /// recomputation (`layer_input` says which).
+    /// Activations saved for backward: all of them, or, under full recomputation, only a
+    /// layer's input (`layer_input`) and what lies outside the recomputed layers.
     fn save(&mut self, bytes: f64, count: u64, layer_input: bool) {
-        if self.recompute == Recompute::None || layer_input {
+        if self.recompute == Recompute::None || layer_input || !self.in_layer {
             self.saved_bytes += bytes * count as f64;
         }
     }
 
-    /// A linear layer Y (m x n) = X (m x k) W (k x n), `count` times, with its weight
-    /// gradient and (unless `first`) its input gradient. `weights_shared` says the
-    /// weights are counted elsewhere (layers repeated in time share one matrix).
+    /// A linear layer Y (m x n) = X (m x k) W (k x n), `count` times, with its input and
+    /// weight gradients (the input gradient is computed even for a first layer); the layer
+    /// has `weight_instances` distinct weight matrices (time steps share one), and reruns
+    /// under full recomputation if `recomputable` and inside a layer.
     #[allow(clippy::too_many_arguments)]
     pub fn linear(
         &mut self,
@@ -284,7 +289,9 @@ impl Builder {
     }
 
     /// `batch` products of two activations (attention scores, context, feature
-    /// interaction): both operands are saved and both get gradients.
+    /// interaction): both operands get gradients; `saved_bytes` of them are kept for
+    /// backward (less than both when an operand is already kept by another kernel, such as
+    /// the softmax output, or shared between heads).
     #[allow(clippy::too_many_arguments)]
     pub fn batched(
         &mut self,
@@ -295,14 +302,10 @@ impl Builder {
         m: u64,
         k: u64,
         n: u64,
+        saved_bytes: f64,
     ) {
         self.push(name, class, count, Op::Gemm { batch, m, k, n }, true);
-        let b = batch as f64;
-        self.save(
-            b * (m as f64 * k as f64 + k as f64 * n as f64) * self.bytes(),
-            count,
-            false,
-        );
+        self.save(saved_bytes, count, false);
         self.push_backward(
             format!("{name} dA"),
             class,
@@ -378,8 +381,10 @@ impl Builder {
     }
 
     /// A pooled gather of `rows` rows of `row_bytes` from a table of `table_bytes`, writing
-    /// `out_bytes`; backward scatters the gradient rows back (read, add, write) and applies
-    /// a row-wise SGD update in place. Table parameters are sparse: no dense optimizer state.
+    /// `out_bytes`; backward scatters the gradient rows back (read, add, write): into the
+    /// dense gradient for language-model embeddings (updated by the optimizer with the other
+    /// dense parameters, see [`Builder::dense_parameters`]), or as a fused row-wise SGD
+    /// update for sparse recommendation tables (`parameters` > 0: no dense optimizer state).
     #[allow(clippy::too_many_arguments)]
     pub fn embedding(
         &mut self,
@@ -437,10 +442,12 @@ impl Builder {
         let p = self.dense_parameters;
         let b = self.bytes();
         let state = optimizer_state_bytes(optimizer, self.precision);
-        // Update traffic per parameter: read the gradient, master weight and moments; write
-        // master weight, moments and the working-precision copy.
-        let per_param_read = b + state;
-        let per_param_write = state + if b < 4.0 { b } else { 0.0 };
+        // Update traffic per parameter: read the gradient, the fp32 weight (the master copy,
+        // or the weight itself in fp32) and the moments; write the fp32 weight and moments,
+        // and the working-precision copy when training in a narrower format.
+        let moment_bytes = state - if b < 4.0 { 4.0 } else { 0.0 };
+        let per_param_read = b + 4.0 + moment_bytes;
+        let per_param_write = 4.0 + moment_bytes + if b < 4.0 { b } else { 0.0 };
         let moments = match optimizer {
             Optimizer::Adam => 2.0,
             Optimizer::Sgd => 1.0,

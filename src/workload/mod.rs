@@ -423,6 +423,7 @@ fn transformer_graph(w: &Transformer) -> Graph {
         w.precision,
     );
     g.dense_parameters(w.vocab as f64 * h as f64);
+    g.in_layer = true;
     g.layer_input(t * h as f64 * bytes, l);
     g.pointwise(
         "layer norm (attention)",
@@ -444,6 +445,10 @@ fn transformer_graph(w: &Transformer) -> Graph {
         true,
     );
     let bh = w.global_batch * w.heads;
+    // Scores need Q (every head) and K (one per key/value head); the context needs the
+    // softmax output (kept by the softmax) and V (one per key/value head).
+    let q_bytes = t * h as f64 * bytes;
+    let kv_bytes = t * kv as f64 * bytes;
     g.batched(
         "attention scores",
         KernelClass::Attention,
@@ -452,6 +457,7 @@ fn transformer_graph(w: &Transformer) -> Graph {
         s,
         head_dim,
         s,
+        q_bytes + kv_bytes,
     );
     let scores = bh as f64 * (s * s) as f64;
     g.pointwise(
@@ -471,6 +477,7 @@ fn transformer_graph(w: &Transformer) -> Graph {
         s,
         s,
         head_dim,
+        kv_bytes,
     );
     g.linear(
         "attention output",
@@ -536,6 +543,7 @@ fn transformer_graph(w: &Transformer) -> Graph {
     );
     // Two norm scales (and shifts) per layer, one final norm.
     g.dense_parameters((4 * h * l + 2 * h) as f64);
+    g.in_layer = false;
     g.pointwise(
         "final layer norm",
         KernelClass::Pointwise,
@@ -611,6 +619,7 @@ fn dlrm_graph(w: &Dlrm) -> Graph {
     }
     let top_in = match w.interaction {
         Interaction::Dot => {
+            let inputs = (b * features * dim) as f64 * w.precision.bytes();
             g.batched(
                 "feature interaction",
                 KernelClass::Gemm,
@@ -619,6 +628,7 @@ fn dlrm_graph(w: &Dlrm) -> Graph {
                 features,
                 dim,
                 features,
+                inputs,
             );
             features * (features - 1) / 2 + dim
         }
