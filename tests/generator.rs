@@ -1,17 +1,16 @@
 //! Integration tests of the technology -> template -> budget -> architecture pipeline.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use std::path::Path;
+
+use common::{assert_close, root, stackflow, Scratch};
 
 use proptest::prelude::*;
 use stackflow::config::{Source, SHIPPED};
 use stackflow::design::{Design, DesignFiles, LevelTech};
 use stackflow::generator::{generate, Architecture, Limit, Usage};
 use stackflow::tech::VoltageCurve;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn design(budget: &str) -> Design {
     Design::load(DesignFiles {
@@ -32,20 +31,6 @@ fn with_tech(budget: &str, tech: &str) -> Design {
         tech: Some(&tech),
     })
     .unwrap()
-}
-
-fn rel_err(predicted: f64, expected: f64) -> f64 {
-    (predicted - expected).abs() / expected.abs()
-}
-
-fn assert_close(what: &str, predicted: f64, expected: f64, tolerance: f64) {
-    let e = rel_err(predicted, expected);
-    assert!(
-        e <= tolerance,
-        "{what}: predicted {predicted:.6e}, expected {expected:.6e}, error {:.3}% > {:.3}%",
-        e * 100.0,
-        tolerance * 100.0
-    );
 }
 
 // ------------------------------------------------------------------ calibration
@@ -570,19 +555,6 @@ fn every_number_in_tech_libs_and_templates_cites_a_source() {
     }
 }
 
-fn stackflow(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_stackflow"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
 #[test]
 fn generate_without_arguments_uses_the_embedded_default_and_says_so() {
     let (code, out, _) = stackflow(&["generate"]);
@@ -614,23 +586,6 @@ fn generate_json_has_the_stable_top_level_fields() {
 }
 
 // ------------------------------------------------------------------ bad input
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Self {
-        let dir = root().join("target").join("test-scratch").join(test);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn write(&self, name: &str, text: &str) -> String {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap();
-        path.display().to_string()
-    }
-}
 
 fn v100_budget_text() -> String {
     let text = std::fs::read_to_string(root().join("budgets/v100.yaml")).unwrap();

@@ -1,8 +1,9 @@
 //! Integration tests of the single-device performance model: workloads -> kernel graphs ->
 //! hierarchical roofline -> `stackflow predict`.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
+
+use common::{assert_close, root, stackflow, Scratch};
 
 use proptest::prelude::*;
 use serde::Deserialize;
@@ -12,10 +13,6 @@ use stackflow::design::{Design, DesignFiles};
 use stackflow::generator::{generate, Architecture};
 use stackflow::perf::{Bound, Evaluator};
 use stackflow::workload::{Gemm, Kernel, KernelClass, Op, Phase, Workload};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn arch(budget: &str) -> Architecture {
     let design = Design::load(DesignFiles {
@@ -34,20 +31,6 @@ fn workload(file: &str) -> Workload {
 
 fn gemm(m: u64, k: u64, n: u64, precision: Precision) -> Kernel {
     Workload::Gemm(Gemm { m, k, n, precision }).graph().kernels[0].clone()
-}
-
-fn rel_err(predicted: f64, expected: f64) -> f64 {
-    (predicted - expected).abs() / expected.abs()
-}
-
-fn assert_close(what: &str, predicted: f64, expected: f64, tolerance: f64) {
-    let e = rel_err(predicted, expected);
-    assert!(
-        e <= tolerance,
-        "{what}: predicted {predicted:.6e}, expected {expected:.6e}, error {:.2}% > {:.2}%",
-        100.0 * e,
-        100.0 * tolerance
-    );
 }
 
 // ------------------------------------------------------------------ validation
@@ -646,19 +629,6 @@ fn every_shipped_workload_predicts_on_every_shipped_budget() {
 
 // ------------------------------------------------------------------ command line
 
-fn stackflow(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_stackflow"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
 #[test]
 fn predict_without_arguments_uses_the_embedded_defaults_and_says_so() {
     let (code, out, err) = stackflow(&["predict"]);
@@ -739,23 +709,6 @@ fn predict_from_a_saved_architecture_matches_predict_from_its_budget() {
 }
 
 // ------------------------------------------------------------------ bad input
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Self {
-        let dir = root().join("target").join("test-scratch").join(test);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn write(&self, name: &str, text: &str) -> String {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap();
-        path.display().to_string()
-    }
-}
 
 /// Writes `text` as a workload, runs `predict` on `budget`, expects exit 2 and `expected`.
 fn rejects_workload(test: &str, text: &str, budget: &str, expected: &[&str]) {

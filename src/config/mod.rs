@@ -31,15 +31,20 @@ pub fn parse_yaml<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, Conf
         }
         ConfigError::Parse {
             file: file.to_string(),
-            path: if path.is_empty() || path == "." {
-                "(top level)".to_string()
-            } else {
-                path
-            },
+            path: field_path(path),
             message,
         }
     })?;
     Ok(value)
+}
+
+/// A serde_path_to_error path as errors print it.
+fn field_path(path: String) -> String {
+    if path.is_empty() || path == "." {
+        "(top level)".to_string()
+    } else {
+        path
+    }
 }
 
 /// Parses JSON text from `file` into `T` (architectures written by `generate --json`),
@@ -50,11 +55,7 @@ pub fn parse_json<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, Conf
         let path = e.path().to_string();
         ConfigError::Parse {
             file: file.to_string(),
-            path: if path.is_empty() || path == "." {
-                "(top level)".to_string()
-            } else {
-                path
-            },
+            path: field_path(path),
             message: e.into_inner().to_string(),
         }
     })
