@@ -570,36 +570,41 @@ fn transformer_graph(w: &Transformer) -> Graph {
     g.finish(w.name.clone(), w.optimizer, w.global_batch as f64, t, 0.0)
 }
 
-/// DLRM: bottom MLP on dense features, pooled embedding lookups, feature interaction, top
-/// MLP, loss.
-fn dlrm_graph(w: &Dlrm) -> Graph {
-    let mut g = Builder::new(w.precision, Recompute::None);
-    let b = w.batch;
-    let eb = w.embedding_precision.bytes();
-    let mut width = w.dense_features;
-    for (i, &out) in w.bottom_mlp.iter().enumerate() {
+/// An MLP of linear layers with an element-wise activation after each, on `batch` rows
+/// of `width` features; returns the output width.
+fn mlp(g: &mut Builder, name: &str, batch: u64, mut width: u64, layers: &[u64]) -> u64 {
+    for (i, &out) in layers.iter().enumerate() {
         g.linear(
-            &format!("bottom mlp {i}"),
+            &format!("{name} mlp {i}"),
             KernelClass::Gemm,
             1,
-            b,
+            batch,
             width,
             out,
             1,
             false,
         );
         g.pointwise(
-            &format!("bottom relu {i}"),
+            &format!("{name} activation {i}"),
             KernelClass::Pointwise,
             1,
-            (b * out) as f64,
+            (batch * out) as f64,
             1.0,
             1.0,
             1.0,
         );
         width = out;
     }
-    let dim = width;
+    width
+}
+
+/// DLRM: bottom MLP on dense features, pooled embedding lookups, feature interaction, top
+/// MLP, loss.
+fn dlrm_graph(w: &Dlrm) -> Graph {
+    let mut g = Builder::new(w.precision, Recompute::None);
+    let b = w.batch;
+    let eb = w.embedding_precision.bytes();
+    let dim = mlp(&mut g, "bottom", b, w.dense_features, &w.bottom_mlp);
     let mut features = 1;
     let mut table_bytes = 0.0;
     for (i, t) in w.embeddings.iter().enumerate() {
@@ -645,29 +650,7 @@ fn dlrm_graph(w: &Dlrm) -> Graph {
             features * dim
         }
     };
-    width = top_in;
-    for (i, &out) in w.top_mlp.iter().enumerate() {
-        g.linear(
-            &format!("top mlp {i}"),
-            KernelClass::Gemm,
-            1,
-            b,
-            width,
-            out,
-            1,
-            false,
-        );
-        g.pointwise(
-            &format!("top activation {i}"),
-            KernelClass::Pointwise,
-            1,
-            (b * out) as f64,
-            1.0,
-            1.0,
-            1.0,
-        );
-        width = out;
-    }
+    let width = mlp(&mut g, "top", b, top_in, &w.top_mlp);
     g.pointwise(
         "loss",
         KernelClass::Pointwise,
