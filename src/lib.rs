@@ -38,6 +38,7 @@
 pub mod budget;
 pub mod config;
 pub mod design;
+pub mod dist;
 pub mod generator;
 pub mod perf;
 pub mod tech;

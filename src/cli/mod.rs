@@ -1,6 +1,7 @@
 //! Command-line front end: parse arguments, load and check inputs, run, print.
 //! The only place that uses `anyhow`; any error prints its chain and exits with code 2.
 
+mod distributed;
 mod predict;
 mod table;
 
@@ -18,7 +19,7 @@ use stackflow::workload::Workload;
 /// Budget used when `generate` or `predict` gets none.
 const DEFAULT_BUDGET: &str = "budgets/h100.yaml";
 /// Workload used when `predict` gets none.
-const DEFAULT_WORKLOAD: &str = "workloads/gpt-1.7b.yaml";
+pub(crate) const DEFAULT_WORKLOAD: &str = "workloads/gpt-1.7b.yaml";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -71,6 +72,18 @@ enum Command {
         /// List every kernel, not only the per-class breakdown.
         #[arg(long)]
         kernels: bool,
+        /// A system template (templates/dgx-a100.yaml, templates/tpu-v4-pod.yaml): the
+        /// accelerator and the fabrics joining the devices. Makes the prediction distributed.
+        #[arg(long, conflicts_with_all = ["budget", "template", "tech", "arch"])]
+        system: Option<PathBuf>,
+        /// Total devices (a multiple of the devices per node); default: the system's own.
+        #[arg(long, requires = "system")]
+        devices: Option<u64>,
+        /// Parallelism strategy: a YAML file, the paper's notation (RC-4-2-d8-p2,
+        /// CR-16-d4-p1) or the short form (t8-p8-d16-mb1-i3-sp-rc=selective). Default:
+        /// data parallelism over all devices.
+        #[arg(long, requires = "system")]
+        strategy: Option<String>,
         /// Print JSON (a stable interface for scripts) instead of tables.
         #[arg(long)]
         json: bool,
@@ -122,8 +135,20 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             tech,
             arch,
             kernels,
+            system,
+            devices,
+            strategy,
             json,
         } => {
+            if let Some(system) = system {
+                return distributed::run(distributed::Args {
+                    workload: workload.as_deref(),
+                    system: &system,
+                    devices,
+                    strategy: strategy.as_deref(),
+                    json,
+                });
+            }
             let workload_file = workload
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_WORKLOAD));

@@ -345,6 +345,9 @@ pub enum Recompute {
     /// Keep every activation the backward pass needs.
     #[default]
     None,
+    /// Drop the attention core's activations (scores, softmax, context) and rerun it
+    /// during backward (Korthikanti et al. 2022).
+    Selective,
     /// Keep only each layer's input; rerun the layer's forward pass during backward.
     Full,
 }
@@ -456,4 +459,83 @@ pub enum Interaction {
     Dot,
     /// Concatenation of all feature vectors.
     Concat,
+}
+
+// ---------------------------------------------------------------- strategies
+
+/// Recomputation a strategy asks for is the workload's [`Recompute`].
+pub type RecomputeMode = Recompute;
+
+/// Distributed-GEMM kernel parallelism of DeepFlow Sec. 3.3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelRaw {
+    #[serde(rename = "type")]
+    pub kind: KernelSplitKind,
+    pub kp1: u64,
+    pub kp2: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelSplitKind {
+    Rc,
+    Cr,
+}
+
+/// A parallelism strategy file; absent keys mean 1 or off.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StrategyRaw {
+    pub version: Option<u32>,
+    pub data: Option<u64>,
+    pub tensor: Option<u64>,
+    pub pipeline: Option<u64>,
+    pub kernel: Option<KernelRaw>,
+    pub micro_batch: Option<u64>,
+    pub interleave: Option<u64>,
+    /// `gpipe` or `1f1b` (the default).
+    pub schedule: Option<String>,
+    #[serde(default)]
+    pub sequence_parallel: bool,
+    pub recompute: Option<RecomputeMode>,
+    pub zero: Option<u64>,
+    pub expert: Option<u64>,
+}
+
+// ---------------------------------------------------------------- systems
+
+/// A system template: one accelerator design, replicated, joined by fabrics.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SystemFile {
+    pub version: u32,
+    pub name: String,
+    pub description: Option<String>,
+    /// Budget file of the accelerator, relative to this file.
+    pub accelerator: String,
+    /// Device count used when the command line gives none.
+    pub devices: Option<u64>,
+    /// Fabrics from the innermost (inside a node) to the outermost (between nodes).
+    pub fabrics: Vec<FabricRaw>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FabricRaw {
+    pub name: String,
+    pub topology: Topology,
+    /// Devices (or groups of the fabric inside) this fabric joins; the outermost fabric may
+    /// leave it out to take whatever the device count leaves.
+    pub size: Option<u64>,
+    /// Take bandwidth and latency from the generated accelerator's network of this name
+    /// (`intra_package` or `inter_package`).
+    pub network: Option<String>,
+    /// Or from a link family of the technology library, with this many lanes per device
+    /// (both directions counted, as in the library).
+    pub technology: Option<String>,
+    pub lanes_per_device: Option<u64>,
+    /// Pinned values override the derived ones.
+    pub bandwidth_gb_per_s: Option<f64>,
+    pub latency_us: Option<f64>,
 }

@@ -45,6 +45,14 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../templates/gpu-h100.yaml"),
     ),
     (
+        "templates/dgx-a100.yaml",
+        include_str!("../../templates/dgx-a100.yaml"),
+    ),
+    (
+        "templates/tpu-v4-pod.yaml",
+        include_str!("../../templates/tpu-v4-pod.yaml"),
+    ),
+    (
         "templates/tpu.yaml",
         include_str!("../../templates/tpu.yaml"),
     ),

@@ -78,6 +78,39 @@ pub enum Op {
     },
 }
 
+/// How tensor parallelism splits a kernel (Megatron-LM, Shoeybi et al. 2019).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Split {
+    /// Every tensor-parallel rank does all of it (norms, residual adds), unless sequence
+    /// parallelism splits it by tokens.
+    #[default]
+    Replicated,
+    /// A linear layer whose output features are split (column-parallel).
+    Column,
+    /// A linear layer whose input features are split; partial outputs are summed
+    /// (row-parallel).
+    Row,
+    /// Work on split features or heads, with no communication of its own (attention core,
+    /// the activation between column and row layers, the vocabulary-parallel loss).
+    Sharded,
+    /// A vocabulary-parallel embedding lookup: each rank gathers its rows, outputs summed.
+    Embedding,
+}
+
+/// Where a kernel sits in the model, for splitting layers into pipeline stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Position {
+    /// Before the repeated layers (embeddings): the first pipeline stage.
+    #[default]
+    Head,
+    /// Inside the repeated layers; `count` is a multiple of the graph's `layers`.
+    Layer,
+    /// After the repeated layers (final norm, classifier, loss): the last stage.
+    Tail,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Kernel {
     pub name: String,
@@ -87,6 +120,8 @@ pub struct Kernel {
     /// Identical instances per iteration.
     pub count: u64,
     pub op: Op,
+    pub split: Split,
+    pub position: Position,
 }
 
 impl Kernel {
@@ -113,6 +148,9 @@ pub struct Footprint {
     pub optimizer_state_bytes: f64,
     /// Activations kept for the backward pass, at their peak (end of forward).
     pub activations_bytes: f64,
+    /// The part of `activations_bytes` that tensor parallelism does not split (unless
+    /// sequence parallelism does).
+    pub replicated_activations_bytes: f64,
 }
 
 impl Footprint {
@@ -135,6 +173,12 @@ pub struct Graph {
     /// Tokens per iteration (samples for non-sequence models).
     pub tokens: f64,
     pub memory: Footprint,
+    /// Repeated layers (0 when the model has none to split into pipeline stages).
+    pub layers: u64,
+    /// Bytes of one layer's input for the whole batch: what a pipeline stage sends on.
+    pub boundary_bytes: f64,
+    /// Dense parameters before, inside and after the repeated layers.
+    pub parameters_by_position: [f64; 3],
 }
 
 impl Graph {
@@ -170,6 +214,11 @@ pub(crate) struct Builder {
     /// Kernels being added belong to a repeated layer: the unit that full recomputation
     /// reruns and whose activations it drops.
     pub in_layer: bool,
+    /// How tensor parallelism splits the kernels being added.
+    pub split: Split,
+    replicated_saved_bytes: f64,
+    position: Position,
+    parameters_by_position: [f64; 3],
 }
 
 impl Builder {
@@ -183,11 +232,41 @@ impl Builder {
             parameters: 0.0,
             dense_parameters: 0.0,
             in_layer: false,
+            split: Split::Replicated,
+            replicated_saved_bytes: 0.0,
+            position: Position::Head,
+            parameters_by_position: [0.0; 3],
         }
+    }
+
+    /// Marks the start (`true`) or end of the repeated layers.
+    pub fn set_in_layer(&mut self, in_layer: bool) {
+        self.in_layer = in_layer;
+        self.position = if in_layer {
+            Position::Layer
+        } else {
+            Position::Tail
+        };
+    }
+
+    fn add_parameters(&mut self, parameters: f64) {
+        self.parameters += parameters;
+        self.dense_parameters += parameters;
+        self.parameters_by_position[self.position as usize] += parameters;
     }
 
     fn bytes(&self) -> f64 {
         self.precision.bytes()
+    }
+
+    fn rerun(&self, class: KernelClass, recomputable: bool) -> bool {
+        recomputable
+            && self.in_layer
+            && match self.recompute {
+                Recompute::None => false,
+                Recompute::Selective => class == KernelClass::Attention,
+                Recompute::Full => true,
+            }
     }
 
     fn push(&mut self, name: &str, class: KernelClass, count: u64, op: Op, recomputable: bool) {
@@ -198,8 +277,10 @@ impl Builder {
             precision: self.precision,
             count,
             op,
+            split: self.split,
+            position: self.position,
         };
-        if recomputable && self.in_layer && self.recompute == Recompute::Full {
+        if self.rerun(class, recomputable) {
             self.backward.push(Kernel {
                 name: format!("{name} (recompute)"),
                 phase: Phase::Recompute,
@@ -224,14 +305,24 @@ impl Builder {
             precision: self.precision,
             count,
             op,
+            split: self.split,
+            position: self.position,
         });
     }
 
     /// Activations saved for backward: all of them, or, under full recomputation, only a
     /// layer's input (`layer_input`) and what lies outside the recomputed layers.
-    fn save(&mut self, bytes: f64, count: u64, layer_input: bool) {
-        if self.recompute == Recompute::None || layer_input || !self.in_layer {
+    fn save(&mut self, bytes: f64, count: u64, layer_input: bool, class: KernelClass) {
+        let kept = match self.recompute {
+            Recompute::None => true,
+            Recompute::Selective => class != KernelClass::Attention,
+            Recompute::Full => layer_input,
+        };
+        if kept || !self.in_layer {
             self.saved_bytes += bytes * count as f64;
+            if self.split == Split::Replicated {
+                self.replicated_saved_bytes += bytes * count as f64;
+            }
         }
     }
 
@@ -258,7 +349,7 @@ impl Builder {
             Op::Gemm { batch: 1, m, k, n },
             recomputable,
         );
-        self.save(m as f64 * k as f64 * self.bytes(), count, false);
+        self.save(m as f64 * k as f64 * self.bytes(), count, false, class);
         self.push_backward(
             format!("{name} dX"),
             class,
@@ -283,9 +374,7 @@ impl Builder {
                 n,
             },
         );
-        let params = (k * n * weight_instances) as f64;
-        self.parameters += params;
-        self.dense_parameters += params;
+        self.add_parameters((k * n * weight_instances) as f64);
     }
 
     /// `batch` products of two activations (attention scores, context, feature
@@ -305,7 +394,7 @@ impl Builder {
         saved_bytes: f64,
     ) {
         self.push(name, class, count, Op::Gemm { batch, m, k, n }, true);
-        self.save(saved_bytes, count, false);
+        self.save(saved_bytes, count, false, class);
         self.push_backward(
             format!("{name} dA"),
             class,
@@ -359,7 +448,7 @@ impl Builder {
             },
             true,
         );
-        self.save(saved * elements * b, count, false);
+        self.save(saved * elements * b, count, false, class);
         self.push_backward(
             format!("{name} backward"),
             class,
@@ -376,7 +465,7 @@ impl Builder {
     /// Records a layer input kept under full recomputation.
     pub fn layer_input(&mut self, bytes: f64, count: u64) {
         if self.recompute == Recompute::Full {
-            self.save(bytes, count, true);
+            self.save(bytes, count, true, KernelClass::Gemm);
         }
     }
 
@@ -408,6 +497,8 @@ impl Builder {
                 write_bytes: out_bytes,
                 table_bytes,
             },
+            split: self.split,
+            position: self.position,
         });
         self.backward.push(Kernel {
             name: format!("{name} gradient scatter"),
@@ -420,17 +511,20 @@ impl Builder {
                 write_bytes: read,
                 table_bytes,
             },
+            split: self.split,
+            position: self.position,
         });
         self.parameters += parameters;
     }
 
     /// Parameters trained densely but not by a `linear` (norm scales, embeddings in LLMs).
     pub fn dense_parameters(&mut self, parameters: f64) {
-        self.parameters += parameters;
-        self.dense_parameters += parameters;
+        self.add_parameters(parameters);
     }
 
     /// Finishes the graph: backward kernels in reverse order, then the optimizer update.
+    /// `layers` repeated layers each take `boundary_bytes` of input (for the whole batch).
+    #[allow(clippy::too_many_arguments)]
     pub fn finish(
         mut self,
         name: String,
@@ -438,6 +532,8 @@ impl Builder {
         samples: f64,
         tokens: f64,
         sparse_weight_bytes: f64,
+        layers: u64,
+        boundary_bytes: f64,
     ) -> Graph {
         let p = self.dense_parameters;
         let b = self.bytes();
@@ -467,6 +563,8 @@ impl Builder {
                     write_bytes: p * per_param_write,
                     flops: p * (4.0 + 4.0 * moments),
                 },
+                split: Split::Replicated,
+                position: Position::Layer,
             });
         }
         Graph {
@@ -480,7 +578,11 @@ impl Builder {
                 gradients_bytes: p * b,
                 optimizer_state_bytes: p * state,
                 activations_bytes: self.saved_bytes,
+                replicated_activations_bytes: self.replicated_saved_bytes,
             },
+            layers,
+            boundary_bytes,
+            parameters_by_position: self.parameters_by_position,
         }
     }
 }

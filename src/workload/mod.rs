@@ -13,7 +13,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-pub use graph::{optimizer_state_bytes, Footprint, Graph, Kernel, KernelClass, Op, Phase};
+pub use graph::{
+    optimizer_state_bytes, Footprint, Graph, Kernel, KernelClass, Op, Phase, Position, Split,
+};
 
 use crate::config::raw::{
     DlrmRaw, GemmRaw, Interaction, LstmRaw, Optimizer, Precision, Recompute, TableGroupRaw,
@@ -314,6 +316,8 @@ fn gemm_graph(g: &Gemm) -> Graph {
                 k: g.k,
                 n: g.n,
             },
+            split: Split::Replicated,
+            position: Position::Head,
         }],
         parameters: 0.0,
         samples: 1.0,
@@ -323,6 +327,9 @@ fn gemm_graph(g: &Gemm) -> Graph {
             activations_bytes: (m * k + k * n + m * n) * b,
             ..Footprint::default()
         },
+        layers: 0,
+        boundary_bytes: 0.0,
+        parameters_by_position: [0.0; 3],
     }
 }
 
@@ -347,6 +354,7 @@ fn lstm_graph(w: &Lstm) -> Graph {
         w.precision,
     );
     g.dense_parameters(w.vocab as f64 * state as f64);
+    g.set_in_layer(true);
     g.linear(
         "lstm gates",
         KernelClass::Gemm,
@@ -380,6 +388,7 @@ fn lstm_graph(w: &Lstm) -> Graph {
             false,
         );
     }
+    g.set_in_layer(false);
     g.linear(
         "softmax projection",
         KernelClass::Gemm,
@@ -399,7 +408,16 @@ fn lstm_graph(w: &Lstm) -> Graph {
         5.0,
         1.0,
     );
-    g.finish(w.name.clone(), w.optimizer, b, tokens as f64, 0.0)
+    let boundary = tokens as f64 * state as f64 * bytes;
+    g.finish(
+        w.name.clone(),
+        w.optimizer,
+        b,
+        tokens as f64,
+        0.0,
+        w.layers,
+        boundary,
+    )
 }
 
 /// Decoder-only transformer (GPT-style, pre-norm), Megatron's kernel decomposition.
@@ -413,6 +431,7 @@ fn transformer_graph(w: &Transformer) -> Graph {
     let kv = w.kv_heads * head_dim;
     let ffn_in = if w.gated_ffn { 2 } else { 1 } * w.ffn_hidden;
 
+    g.split = Split::Embedding;
     g.embedding(
         "token embedding",
         t,
@@ -423,7 +442,8 @@ fn transformer_graph(w: &Transformer) -> Graph {
         w.precision,
     );
     g.dense_parameters(w.vocab as f64 * h as f64);
-    g.in_layer = true;
+    g.set_in_layer(true);
+    g.split = Split::Replicated;
     g.layer_input(t * h as f64 * bytes, l);
     g.pointwise(
         "layer norm (attention)",
@@ -434,6 +454,7 @@ fn transformer_graph(w: &Transformer) -> Graph {
         8.0,
         1.0,
     );
+    g.split = Split::Column;
     g.linear(
         "qkv projection",
         KernelClass::Gemm,
@@ -449,6 +470,7 @@ fn transformer_graph(w: &Transformer) -> Graph {
     // softmax output (kept by the softmax) and V (one per key/value head).
     let q_bytes = t * h as f64 * bytes;
     let kv_bytes = t * kv as f64 * bytes;
+    g.split = Split::Sharded;
     g.batched(
         "attention scores",
         KernelClass::Attention,
@@ -479,6 +501,7 @@ fn transformer_graph(w: &Transformer) -> Graph {
         head_dim,
         kv_bytes,
     );
+    g.split = Split::Row;
     g.linear(
         "attention output",
         KernelClass::Gemm,
@@ -489,6 +512,7 @@ fn transformer_graph(w: &Transformer) -> Graph {
         l,
         true,
     );
+    g.split = Split::Replicated;
     g.pointwise(
         "residual add (attention)",
         KernelClass::Pointwise,
@@ -507,7 +531,9 @@ fn transformer_graph(w: &Transformer) -> Graph {
         8.0,
         1.0,
     );
+    g.split = Split::Column;
     g.linear("mlp up", KernelClass::Gemm, l, tokens, h, ffn_in, l, true);
+    g.split = Split::Sharded;
     let (act_name, act_inputs) = if w.gated_ffn {
         ("swiglu", 2.0)
     } else {
@@ -522,6 +548,7 @@ fn transformer_graph(w: &Transformer) -> Graph {
         8.0,
         act_inputs,
     );
+    g.split = Split::Row;
     g.linear(
         "mlp down",
         KernelClass::Gemm,
@@ -532,6 +559,7 @@ fn transformer_graph(w: &Transformer) -> Graph {
         l,
         true,
     );
+    g.split = Split::Replicated;
     g.pointwise(
         "residual add (mlp)",
         KernelClass::Pointwise,
@@ -543,7 +571,7 @@ fn transformer_graph(w: &Transformer) -> Graph {
     );
     // Two norm scales (and shifts) per layer, one final norm.
     g.dense_parameters((4 * h * l + 2 * h) as f64);
-    g.in_layer = false;
+    g.set_in_layer(false);
     g.pointwise(
         "final layer norm",
         KernelClass::Pointwise,
@@ -553,7 +581,9 @@ fn transformer_graph(w: &Transformer) -> Graph {
         8.0,
         1.0,
     );
+    g.split = Split::Column;
     g.linear("logits", KernelClass::Gemm, 1, tokens, h, w.vocab, 1, false);
+    g.split = Split::Sharded;
     if w.tie_embeddings {
         // The logits reuse the embedding matrix: count its parameters once.
         g.dense_parameters(-(w.vocab as f64 * h as f64));
@@ -567,7 +597,15 @@ fn transformer_graph(w: &Transformer) -> Graph {
         5.0,
         1.0,
     );
-    g.finish(w.name.clone(), w.optimizer, w.global_batch as f64, t, 0.0)
+    g.finish(
+        w.name.clone(),
+        w.optimizer,
+        w.global_batch as f64,
+        t,
+        0.0,
+        l,
+        t * h as f64 * bytes,
+    )
 }
 
 /// An MLP of linear layers with an element-wise activation after each, on `batch` rows
@@ -660,5 +698,13 @@ fn dlrm_graph(w: &Dlrm) -> Graph {
         5.0,
         1.0,
     );
-    g.finish(w.name.clone(), w.optimizer, b as f64, b as f64, table_bytes)
+    g.finish(
+        w.name.clone(),
+        w.optimizer,
+        b as f64,
+        b as f64,
+        table_bytes,
+        0,
+        0.0,
+    )
 }

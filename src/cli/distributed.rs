@@ -1,0 +1,184 @@
+//! `predict --system`: one training iteration on a multi-device system.
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use stackflow::config::Source;
+use stackflow::dist::{predict, DistPrediction, Strategy, System};
+use stackflow::generator::generate;
+use stackflow::workload::Workload;
+
+use super::table::{bytes, si};
+use super::DEFAULT_WORKLOAD;
+
+pub struct Args<'a> {
+    pub workload: Option<&'a Path>,
+    pub system: &'a Path,
+    pub devices: Option<u64>,
+    pub strategy: Option<&'a str>,
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let (source, workload_file) = match args.workload {
+        Some(p) => (Source::Disk, p.to_path_buf()),
+        None => (Source::Embedded, PathBuf::from(DEFAULT_WORKLOAD)),
+    };
+    let workload = Workload::load(source, &workload_file)?;
+    let system = System::load(Source::Disk, args.system)?;
+    let design = system.design()?;
+    let arch = generate(&design);
+    let devices = args
+        .devices
+        .or(system.devices)
+        .unwrap_or_else(|| system.devices_per_node());
+    let network = system.network(&arch, devices)?;
+    let strategy = match args.strategy {
+        None => Strategy {
+            data: devices,
+            ..Strategy::default()
+        },
+        Some(text) => {
+            let path = Path::new(text);
+            if path.extension().is_some_and(|e| e == "yaml" || e == "yml") || path.is_file() {
+                let file = path.display().to_string();
+                Strategy::from_yaml(&file, &Source::Disk.read(path)?)?
+            } else {
+                Strategy::parse(text)?
+            }
+        }
+    };
+    let prediction = predict(&workload, &arch, &network, &strategy)?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&prediction).context("writing the prediction")?;
+        println!("{text}");
+        return Ok(());
+    }
+    if args.workload.is_none() {
+        println!("No --workload given: using the embedded default {DEFAULT_WORKLOAD}.");
+    }
+    println!(
+        "System: {} ({} devices of {}).\n",
+        system.name, devices, design.budget_file
+    );
+    print!("{}", render(&prediction, arch.peak_flops_per_s));
+    if !prediction.feasible && prediction.violations.is_empty() {
+        bail!("infeasible prediction without reasons");
+    }
+    Ok(())
+}
+
+fn seconds(t: f64) -> String {
+    if t >= 1.0 {
+        format!("{t:.3} s")
+    } else if t >= 1e-3 {
+        format!("{:.3} ms", t * 1e3)
+    } else {
+        format!("{:.3} us", t * 1e6)
+    }
+}
+
+fn render(p: &DistPrediction, peak: f64) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "workload          {}", p.workload);
+    let _ = writeln!(
+        s,
+        "strategy          {} ({} micro-batches of {})",
+        p.strategy, p.micro_batches, p.micro_batch
+    );
+    let order: Vec<String> = p
+        .mapping
+        .spans
+        .iter()
+        .map(|(a, f)| {
+            format!(
+                "{} over {}",
+                a.name(),
+                if f.is_empty() {
+                    "-".into()
+                } else {
+                    f.join("+")
+                }
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "mapping           {} (best of {} orderings)",
+        if order.is_empty() {
+            "one device".into()
+        } else {
+            order.join(", ")
+        },
+        p.mappings_tried
+    );
+    let _ = writeln!(s, "time / iteration  {}", seconds(p.time_per_iteration_s));
+    let _ = writeln!(s, "throughput        {}", si(p.tokens_per_s, "tokens/s"));
+    let _ = writeln!(
+        s,
+        "utilization       {:.1}% model FLOPs of the {} x {} peak; {} executed per device",
+        100.0 * p.model_flops_utilization,
+        p.devices,
+        si(peak, "FLOP/s"),
+        si(p.achieved_flops_per_s_per_device, "FLOP/s")
+    );
+    let _ = writeln!(
+        s,
+        "breakdown         compute {}, exposed communication {}, pipeline bubble {}",
+        seconds(p.compute_s),
+        seconds(p.exposed_communication_s),
+        seconds(p.pipeline_bubble_s)
+    );
+    let _ = writeln!(
+        s,
+        "memory / device   {} of {}: weights {}, gradients {}, optimizer {}, activations {}",
+        bytes(p.memory_per_device_bytes),
+        bytes(p.memory_capacity_bytes),
+        bytes(p.weights_bytes),
+        bytes(p.gradients_bytes),
+        bytes(p.optimizer_state_bytes),
+        bytes(p.activations_bytes)
+    );
+    let _ = writeln!(s, "\n{:<11} {:>12}  bound by", "compute", "time");
+    for c in &p.compute {
+        let _ = writeln!(
+            s,
+            "{:<11} {:>12}  {}",
+            c.class.name(),
+            seconds(c.time_s),
+            c.bound
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n{:<34} {:>6} {:>10} {:>8} {:>12}  overlap",
+        "communication (first stage)", "group", "bytes", "calls", "time"
+    );
+    for c in &p.communication {
+        let _ = writeln!(
+            s,
+            "{:<34} {:>6} {:>10} {:>8} {:>12}  {}",
+            format!("{} ({})", c.name, c.collective.name()),
+            c.group,
+            bytes(c.bytes),
+            c.calls,
+            seconds(c.time_s),
+            if c.blocking {
+                "blocking"
+            } else {
+                "overlappable"
+            }
+        );
+    }
+    let _ = writeln!(s);
+    if p.feasible {
+        let _ = writeln!(s, "feasible: every device holds its share");
+    } else {
+        let _ = writeln!(s, "INFEASIBLE:");
+        for v in &p.violations {
+            let _ = writeln!(s, "  - {v}");
+        }
+    }
+    s
+}

@@ -1,0 +1,180 @@
+//! Alpha-beta costs of collectives on a group of `p` devices, given what the group's
+//! embedding in the physical network offers: the effective bandwidth of its ring, of its
+//! all-pairs exchange, and the per-step latency (DeepFlow Sec. 6.4, Zion Sec. IV-C).
+//!
+//! Message sizes `m` are the full tensor a device holds before (all-reduce, reduce-scatter,
+//! all-to-all) or after (all-gather) the collective.
+
+use serde::Serialize;
+
+/// The communication patterns of distributed training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Collective {
+    AllReduce,
+    ReduceScatter,
+    AllGather,
+    AllToAll,
+    /// One message to the next device of the group (pipeline stages).
+    PointToPoint,
+}
+
+impl Collective {
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all-reduce",
+            Collective::ReduceScatter => "reduce-scatter",
+            Collective::AllGather => "all-gather",
+            Collective::AllToAll => "all-to-all",
+            Collective::PointToPoint => "point-to-point",
+        }
+    }
+}
+
+/// What one parallel group's placement on the network offers (all groups of the same
+/// parallel dimension communicate at once, so the bandwidths already include the sharing of
+/// physical links between groups).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupLink {
+    /// Devices in the group.
+    pub p: u64,
+    /// Bandwidth of the group's bidirectional ring, per device, B/s: Zion's B.
+    pub ring_bytes_per_s: f64,
+    /// Latency of one ring step (the longest routed neighbour path), s.
+    pub ring_step_s: f64,
+    /// Bandwidth of one pair when every device sends to all others at once, B/s (the link
+    /// load of the all-pairs pattern already divided out): Zion's b on a fully connected
+    /// network, B / (p - 1) on a ring.
+    pub pair_bytes_per_s: f64,
+    /// Latency of the longest path between two members, s (one tree step).
+    pub pair_step_s: f64,
+    /// Latency of one all-pairs exchange, s: one path latency where every pair has its own
+    /// path at once (switch, fully connected), the summed hop distances on a
+    /// store-and-forward direct network (Zion's gamma times alpha).
+    pub all_to_all_s: f64,
+    /// Bandwidth one device has to its pipeline successor, B/s, and the path latency.
+    pub next_bytes_per_s: f64,
+    pub next_s: f64,
+    /// Hierarchical decomposition (inner group inside a node, outer group across nodes),
+    /// when the group spans fabrics.
+    pub hierarchy: Option<(Box<GroupLink>, Box<GroupLink>)>,
+}
+
+impl GroupLink {
+    /// A group of one device: every collective is free.
+    pub fn single() -> GroupLink {
+        GroupLink {
+            p: 1,
+            ring_bytes_per_s: f64::INFINITY,
+            ring_step_s: 0.0,
+            pair_bytes_per_s: f64::INFINITY,
+            pair_step_s: 0.0,
+            all_to_all_s: 0.0,
+            next_bytes_per_s: f64::INFINITY,
+            next_s: 0.0,
+            hierarchy: None,
+        }
+    }
+
+    /// Time of `collective` on a message of `m` bytes: the best of the ring, all-pairs
+    /// (direct), tree and hierarchical algorithms the group supports.
+    pub fn time(&self, collective: Collective, m: f64) -> f64 {
+        if self.p <= 1 || m <= 0.0 {
+            return 0.0;
+        }
+        let p = self.p as f64;
+        let flat = match collective {
+            Collective::AllReduce => {
+                // Ring: reduce-scatter then all-gather (Zion Eq. 1); direct: each phase
+                // one all-pairs exchange of m/p (Zion Eq. 2); double binary tree.
+                let ring = 2.0 * (p - 1.0) / p * m / self.ring_bytes_per_s
+                    + 2.0 * (p - 1.0) * self.ring_step_s;
+                let direct = 2.0 * (m / p / self.pair_bytes_per_s + self.all_to_all_s);
+                let tree =
+                    2.0 * m / self.ring_bytes_per_s + 2.0 * p.log2().ceil() * self.pair_step_s;
+                ring.min(direct).min(tree)
+            }
+            Collective::ReduceScatter | Collective::AllGather => {
+                let ring = (p - 1.0) / p * m / self.ring_bytes_per_s + (p - 1.0) * self.ring_step_s;
+                let direct = m / p / self.pair_bytes_per_s + self.all_to_all_s;
+                ring.min(direct)
+            }
+            // Every device sends m/p to every other (Zion Eq. 3-4).
+            Collective::AllToAll => m / p / self.pair_bytes_per_s + self.all_to_all_s,
+            Collective::PointToPoint => m / self.next_bytes_per_s + self.next_s,
+        };
+        match (&self.hierarchy, collective) {
+            (Some((inner, outer)), Collective::AllReduce) => {
+                let pi = inner.p as f64;
+                let h = inner.time(Collective::ReduceScatter, m)
+                    + outer.time(Collective::AllReduce, m / pi)
+                    + inner.time(Collective::AllGather, m);
+                flat.min(h)
+            }
+            (Some((inner, outer)), Collective::ReduceScatter) => {
+                let pi = inner.p as f64;
+                flat.min(
+                    inner.time(Collective::ReduceScatter, m)
+                        + outer.time(Collective::ReduceScatter, m / pi),
+                )
+            }
+            (Some((inner, outer)), Collective::AllGather) => {
+                let pi = inner.p as f64;
+                flat.min(
+                    outer.time(Collective::AllGather, m / pi)
+                        + inner.time(Collective::AllGather, m),
+                )
+            }
+            _ => flat,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Zion's 8-node ring and fully connected systems at equal per-node bandwidth `b`.
+    fn zion(b: f64, alpha: f64) -> (GroupLink, GroupLink) {
+        let p = 8;
+        let ring = GroupLink {
+            p,
+            ring_bytes_per_s: b,
+            ring_step_s: alpha,
+            // All-pairs on a ring: link load 8 on links of b/2 (Zion's gamma = 16).
+            pair_bytes_per_s: b / 2.0 / 8.0,
+            pair_step_s: 4.0 * alpha,
+            all_to_all_s: 16.0 * alpha,
+            next_bytes_per_s: b / 2.0,
+            next_s: alpha,
+            hierarchy: None,
+        };
+        let fc = GroupLink {
+            pair_bytes_per_s: b / 7.0,
+            pair_step_s: alpha,
+            all_to_all_s: alpha,
+            ..ring.clone()
+        };
+        (ring, fc)
+    }
+
+    #[test]
+    fn zion_equations_one_to_four() {
+        let (b, a, m) = (100e9, 1e-6, 64e6);
+        let (ring, fc) = zion(b, a);
+        let rel = |x: f64, y: f64| (x / y - 1.0).abs() < 1e-12;
+        assert!(rel(
+            ring.time(Collective::AllReduce, m),
+            2.0 * m / b * 7.0 / 8.0 + 14.0 * a
+        ));
+        assert!(rel(
+            fc.time(Collective::AllReduce, m),
+            2.0 * m / (b / 7.0) / 8.0 + 2.0 * a
+        ));
+        assert!(rel(
+            ring.time(Collective::AllToAll, m),
+            16.0 * (m / b / 8.0 + a)
+        ));
+        assert!(rel(fc.time(Collective::AllToAll, m), m / b * 7.0 / 8.0 + a));
+    }
+}

@@ -1,0 +1,127 @@
+//! Device mapping (DeepFlow Sec. 5.2): the parallel dimensions of a strategy are laid onto
+//! the device numbering one after the other, the first one on neighbouring devices of the
+//! innermost physical dimension, wrapping into the next; every ordering of the parallel
+//! dimensions is a candidate (4! = 24 for four).
+
+use serde::Serialize;
+
+use super::collective::GroupLink;
+use super::network::Network;
+use super::strategy::{KernelSplit, Strategy};
+
+/// A parallel dimension of a strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Axis {
+    Tensor,
+    /// RC rows or CR's shared dimension.
+    Kp1,
+    /// RC columns.
+    Kp2,
+    Data,
+    Pipeline,
+}
+
+impl Axis {
+    pub const ALL: [Axis; 5] = [
+        Axis::Tensor,
+        Axis::Kp1,
+        Axis::Kp2,
+        Axis::Data,
+        Axis::Pipeline,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Axis::Tensor => "tensor",
+            Axis::Kp1 => "kp1",
+            Axis::Kp2 => "kp2",
+            Axis::Data => "data",
+            Axis::Pipeline => "pipeline",
+        }
+    }
+}
+
+/// The degree of every axis of a strategy (1 where unused).
+pub fn degrees(s: &Strategy) -> [u64; 5] {
+    let (kp1, kp2) = match s.kernel {
+        Some(KernelSplit::Rc { kp1, kp2 }) => (kp1, kp2),
+        Some(KernelSplit::Cr { kp1 }) => (kp1, 1),
+        None => (1, 1),
+    };
+    [s.tensor, kp1, kp2, s.data, s.pipeline]
+}
+
+/// One placement: the axis order (innermost first) and what each axis's groups get.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Mapping {
+    /// Axes with degree > 1, in the order they were laid onto the devices.
+    pub order: Vec<Axis>,
+    /// Per axis, in [`Axis::ALL`] order.
+    #[serde(skip)]
+    pub links: Vec<GroupLink>,
+    /// Per used axis: the physical fabrics its groups span.
+    pub spans: Vec<(Axis, Vec<String>)>,
+}
+
+impl Mapping {
+    pub fn link(&self, axis: Axis) -> &GroupLink {
+        &self.links[axis as usize]
+    }
+}
+
+/// Every ordering of the used axes (one, if there are none).
+pub fn orderings(s: &Strategy) -> Vec<Vec<Axis>> {
+    let d = degrees(s);
+    let used: Vec<Axis> = Axis::ALL
+        .iter()
+        .copied()
+        .filter(|&a| d[a as usize] > 1)
+        .collect();
+    let mut out = Vec::new();
+    permute(&mut used.clone(), 0, &mut out);
+    out
+}
+
+fn permute(v: &mut Vec<Axis>, i: usize, out: &mut Vec<Vec<Axis>>) {
+    if i + 1 >= v.len() {
+        out.push(v.clone());
+        return;
+    }
+    for j in i..v.len() {
+        v.swap(i, j);
+        permute(v, i + 1, out);
+        v.swap(i, j);
+    }
+}
+
+/// Places the strategy's axes in `order` onto the network and measures every axis's groups.
+pub fn place(net: &Network, s: &Strategy, order: &[Axis]) -> Mapping {
+    let d = degrees(s);
+    let mut stride = [0u64; 5];
+    let mut next = 1;
+    for &a in order {
+        stride[a as usize] = next;
+        next *= d[a as usize];
+    }
+    let mut links = Vec::with_capacity(5);
+    let mut spans = Vec::new();
+    for a in Axis::ALL {
+        let (deg, st) = (d[a as usize], stride[a as usize]);
+        if deg <= 1 {
+            links.push(GroupLink::single());
+            continue;
+        }
+        let groups: Vec<Vec<u64>> = (0..net.devices)
+            .filter(|dev| (dev / st) % deg == 0)
+            .map(|base| (0..deg).map(|c| base + c * st).collect())
+            .collect();
+        spans.push((a, net.spanned(&groups[0])));
+        links.push(net.group_link(&groups));
+    }
+    Mapping {
+        order: order.to_vec(),
+        links,
+        spans,
+    }
+}

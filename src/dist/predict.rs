@@ -1,0 +1,791 @@
+//! One training iteration on many devices: the super-graph of one device (its share of
+//! every kernel, and the exact bytes of every collective and point-to-point transfer the
+//! strategy adds), mapped onto the network under every axis ordering, scheduled, and the
+//! best mapping kept.
+
+use serde::Serialize;
+
+use super::collective::Collective;
+use super::mapping::{self, Axis, Mapping};
+use super::network::Network;
+use super::schedule::{self, StageSteps};
+use super::strategy::{KernelSplit, Strategy};
+use crate::generator::Architecture;
+use crate::perf::Evaluator;
+use crate::workload::{
+    optimizer_state_bytes, Graph, Kernel, KernelClass, Op, Phase, Position, Split, Workload,
+};
+
+/// One collective (or transfer) of the iteration, per device.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CommReport {
+    pub name: String,
+    pub collective: Collective,
+    pub axis: Axis,
+    /// Devices in the group.
+    pub group: u64,
+    /// Bytes of one call's message, and calls per iteration on the busiest stage.
+    pub bytes: f64,
+    pub calls: f64,
+    /// Time of all calls, s.
+    pub time_s: f64,
+    /// Whether compute waits for it (tensor and kernel parallelism) or it runs beside
+    /// compute on the communication stream.
+    pub blocking: bool,
+}
+
+/// Compute time per kernel class on the busiest stage.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ComputeReport {
+    pub class: KernelClass,
+    pub time_s: f64,
+    /// The resource bounding most of that time.
+    pub bound: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DistPrediction {
+    pub workload: String,
+    pub strategy: String,
+    pub devices: u64,
+    pub micro_batches: u64,
+    pub micro_batch: u64,
+    pub time_per_iteration_s: f64,
+    pub tokens_per_s: f64,
+    /// Model FLOPs (no recomputation) per second over the devices' dense 16-bit peak.
+    pub model_flops_utilization: f64,
+    /// FLOPs actually executed (with recomputation) per device per second.
+    pub achieved_flops_per_s_per_device: f64,
+    pub compute_s: f64,
+    pub compute: Vec<ComputeReport>,
+    pub communication: Vec<CommReport>,
+    /// Iteration time beyond the same schedule with free communication.
+    pub exposed_communication_s: f64,
+    /// Idle time of the busiest stage while the pipeline fills and drains.
+    pub pipeline_bubble_s: f64,
+    pub mapping: Mapping,
+    pub mappings_tried: usize,
+    pub memory_per_device_bytes: f64,
+    pub memory_capacity_bytes: f64,
+    pub weights_bytes: f64,
+    pub gradients_bytes: f64,
+    pub optimizer_state_bytes: f64,
+    pub activations_bytes: f64,
+    pub feasible: bool,
+    pub violations: Vec<String>,
+}
+
+/// A strategy that does not fit the workload.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("strategy {strategy} does not fit workload {workload}: {message}")]
+pub struct FitError {
+    pub strategy: String,
+    pub workload: String,
+    pub message: String,
+}
+
+/// A collective a kernel needs, per instance.
+struct Need {
+    collective: Collective,
+    axis: Axis,
+    bytes: f64,
+}
+
+/// One stage's work for one micro-batch, before communication costs.
+#[derive(Default)]
+struct StageWork {
+    forward_s: f64,
+    backward_s: f64,
+    /// Blocking collectives, (kernel count x need).
+    forward_needs: Vec<(f64, Need)>,
+    backward_needs: Vec<(f64, Need)>,
+    by_class: Vec<(KernelClass, f64, String)>,
+    /// Dense parameters held (before model-parallel sharding).
+    parameters: f64,
+    update_s: f64,
+}
+
+/// Predicts one iteration of `workload` on `net` under `strategy`.
+pub fn predict(
+    workload: &Workload,
+    arch: &Architecture,
+    net: &Network,
+    strategy: &Strategy,
+) -> Result<DistPrediction, FitError> {
+    let fail = |message: String| FitError {
+        strategy: strategy.to_string(),
+        workload: workload.name(),
+        message,
+    };
+    strategy
+        .check_devices(net.devices)
+        .map_err(|e| fail(e.message))?;
+    let graph = match (workload, strategy.recompute) {
+        (Workload::Transformer(t), Some(r)) => {
+            let mut t = t.clone();
+            t.recompute = r;
+            Workload::Transformer(t).graph()
+        }
+        _ => workload.graph(),
+    };
+    let s = strategy;
+    let (p, v) = (s.pipeline, s.interleave);
+    if p > 1 {
+        if graph.layers == 0 {
+            return Err(fail(
+                "the workload has no repeated layers to split into pipeline stages".into(),
+            ));
+        }
+        if graph.layers % (p * v) != 0 {
+            return Err(fail(format!(
+                "{} layers do not split evenly into {p} stages x {v} chunks",
+                graph.layers
+            )));
+        }
+    }
+    let has_tensor_split = graph
+        .kernels
+        .iter()
+        .any(|k| matches!(k.split, Split::Column | Split::Row));
+    if s.tensor > 1 && !has_tensor_split {
+        return Err(fail(
+            "tensor parallelism needs a transformer's column/row linear layers; use RC or CR \
+             kernel parallelism"
+                .into(),
+        ));
+    }
+    if s.expert > 1 {
+        return Err(fail(
+            "the workload has no experts to spread (expert parallelism e > 1)".into(),
+        ));
+    }
+    // Samples per replica and per micro-batch.
+    let replicas = s.data;
+    let samples = graph.samples.round() as u64;
+    if samples % replicas != 0 {
+        return Err(fail(format!(
+            "a batch of {samples} samples does not split over {replicas} data-parallel replicas"
+        )));
+    }
+    let per_replica = samples / replicas;
+    let micro_batch = if s.micro_batch == 0 {
+        per_replica
+    } else {
+        s.micro_batch
+    };
+    if per_replica % micro_batch != 0 {
+        return Err(fail(format!(
+            "{per_replica} samples per replica do not split into micro-batches of {micro_batch}"
+        )));
+    }
+    let m = per_replica / micro_batch;
+    if v > 1 && m % p != 0 {
+        return Err(fail(format!(
+            "the interleaved schedule needs the {m} micro-batches to be a multiple of the {p} stages"
+        )));
+    }
+    let f_tok = micro_batch as f64 / graph.samples;
+
+    let mut evaluator = Evaluator::new(arch);
+    let stages: Vec<StageWork> = (0..p)
+        .map(|stage| stage_work(&graph, s, stage, f_tok, &mut evaluator))
+        .collect();
+
+    // Memory on the fullest stage.
+    let degrees = mapping::degrees(s);
+    let model_shard = match s.kernel {
+        Some(KernelSplit::Rc { kp2, .. }) => kp2,
+        Some(KernelSplit::Cr { kp1 }) => kp1,
+        None => s.tensor,
+    } as f64;
+    // Devices holding the same weight shard: the data replicas, and RC's row groups.
+    let weight_replicas = (s.data * degrees[Axis::Kp1 as usize]) as f64
+        / if matches!(s.kernel, Some(KernelSplit::Cr { .. })) {
+            degrees[Axis::Kp1 as usize] as f64
+        } else {
+            1.0
+        };
+    let bytes = graph.kernels.first().map_or(2.0, |k| k.precision.bytes());
+    let (opt_state, optimizer) = match workload {
+        Workload::LstmLm(w) => (optimizer_state_bytes(w.optimizer, w.precision), true),
+        Workload::Transformer(w) => (optimizer_state_bytes(w.optimizer, w.precision), true),
+        Workload::Dlrm(w) => (optimizer_state_bytes(w.optimizer, w.precision), true),
+        Workload::Gemm(_) => (0.0, false),
+    };
+    let max_params = stages.iter().map(|st| st.parameters).fold(0.0, f64::max) / model_shard;
+    let z = s.zero;
+    let shard_if = |stage: u8| if z >= stage { weight_replicas } else { 1.0 };
+    // Sparse tables (recommendation models) are held whole until issue-level sharding.
+    let sparse = (graph.memory.weights_bytes
+        - graph.parameters_by_position.iter().sum::<f64>() * bytes)
+        .max(0.0);
+    let weights_bytes = max_params * bytes / shard_if(3) + sparse;
+    let gradients_bytes = if optimizer {
+        max_params * bytes / shard_if(2)
+    } else {
+        0.0
+    };
+    let optimizer_state_bytes = max_params * opt_state / shard_if(1);
+    let act = &graph.memory;
+    let tensor_split = match s.kernel {
+        Some(KernelSplit::Rc { kp1, kp2 }) => ((kp1 * kp2) as f64, kp1 as f64),
+        Some(KernelSplit::Cr { .. }) => (1.0, 1.0),
+        None => (
+            s.tensor as f64,
+            if s.sequence_parallel {
+                s.tensor as f64
+            } else {
+                1.0
+            },
+        ),
+    };
+    let per_micro_batch = ((act.activations_bytes - act.replicated_activations_bytes)
+        / tensor_split.0
+        + act.replicated_activations_bytes / tensor_split.1)
+        * f_tok
+        / p as f64;
+    let in_flight = if s.gpipe || p == 1 {
+        m as f64
+    } else {
+        (p as f64 * (1.0 + (p as f64 - 1.0) / (p * v) as f64)).min((m * v) as f64)
+    };
+    let in_flight = if p == 1 { 1.0 } else { in_flight };
+    let activations_bytes = per_micro_batch * in_flight;
+    let memory = weights_bytes + gradients_bytes + optimizer_state_bytes + activations_bytes;
+    let mut violations = arch.violations.clone();
+    if memory > arch.memory_capacity_bytes {
+        violations.push(format!(
+            "out of memory: {:.1} GiB per device (weights {:.1}, gradients {:.1}, optimizer {:.1}, \
+             activations {:.1}) > {:.1} GiB",
+            memory / 2f64.powi(30),
+            weights_bytes / 2f64.powi(30),
+            gradients_bytes / 2f64.powi(30),
+            optimizer_state_bytes / 2f64.powi(30),
+            activations_bytes / 2f64.powi(30),
+            arch.memory_capacity_bytes / 2f64.powi(30)
+        ));
+    }
+
+    // Every mapping; keep the fastest.
+    let orders = mapping::orderings(s);
+    let mut best: Option<(f64, Mapping, Eval)> = None;
+    for order in &orders {
+        let map = mapping::place(net, s, order);
+        let eval = evaluate(
+            &graph,
+            s,
+            &stages,
+            &map,
+            m,
+            f_tok,
+            max_params * bytes,
+            bytes,
+        );
+        if best.as_ref().map_or(true, |b| eval.time_s < b.0) {
+            best = Some((eval.time_s, map, eval));
+        }
+    }
+    let (time, map, eval) = best.expect("at least one ordering");
+    let busiest = stages
+        .iter()
+        .enumerate()
+        .max_by(|a, b| {
+            (a.1.forward_s + a.1.backward_s).total_cmp(&(b.1.forward_s + b.1.backward_s))
+        })
+        .map_or(0, |(i, _)| i);
+    let model_flops: f64 = graph
+        .kernels
+        .iter()
+        .filter(|k| k.phase != Phase::Recompute)
+        .map(|k| k.flops() * k.count as f64)
+        .sum();
+    let executed = graph.flops();
+    let mut compute: Vec<ComputeReport> = Vec::new();
+    for (class, t, bound) in &stages[busiest].by_class {
+        match compute.iter_mut().find(|c| c.class == *class) {
+            Some(c) => c.time_s += t * m as f64,
+            None => compute.push(ComputeReport {
+                class: *class,
+                time_s: t * m as f64,
+                bound: bound.clone(),
+            }),
+        }
+    }
+    Ok(DistPrediction {
+        workload: graph.name.clone(),
+        strategy: s.to_string(),
+        devices: net.devices,
+        micro_batches: m,
+        micro_batch,
+        time_per_iteration_s: time,
+        tokens_per_s: graph.tokens / time,
+        model_flops_utilization: model_flops / (time * net.devices as f64 * arch.peak_flops_per_s),
+        achieved_flops_per_s_per_device: executed / (time * net.devices as f64),
+        compute_s: (stages[busiest].forward_s + stages[busiest].backward_s) * m as f64
+            + stages[busiest].update_s,
+        compute,
+        communication: eval.comms,
+        exposed_communication_s: eval.exposed_s,
+        pipeline_bubble_s: eval.bubble_s,
+        mapping: map,
+        mappings_tried: orders.len(),
+        memory_per_device_bytes: memory,
+        memory_capacity_bytes: arch.memory_capacity_bytes,
+        weights_bytes,
+        gradients_bytes,
+        optimizer_state_bytes,
+        activations_bytes,
+        feasible: violations.is_empty(),
+        violations,
+    })
+}
+
+/// Scales the token dimension of a kernel by `f` (a micro-batch's share of the batch).
+fn scale_tokens(k: &mut Kernel, f: f64) {
+    let shrink = |x: u64| ((x as f64 * f).ceil() as u64).max(1);
+    match &mut k.op {
+        Op::Gemm {
+            batch, m, k: kk, ..
+        } => {
+            if *batch > 1 {
+                *batch = shrink(*batch);
+            } else if k.phase == Phase::BackwardWeight {
+                *kk = shrink(*kk);
+            } else {
+                *m = shrink(*m);
+            }
+        }
+        Op::Stream {
+            read_bytes,
+            write_bytes,
+            flops,
+        } => {
+            *read_bytes *= f;
+            *write_bytes *= f;
+            *flops *= f;
+        }
+        Op::Gather {
+            read_bytes,
+            write_bytes,
+            ..
+        } => {
+            *read_bytes *= f;
+            *write_bytes *= f;
+        }
+    }
+}
+
+fn div(x: &mut u64, d: u64) {
+    *x = x.div_ceil(d).max(1);
+}
+
+/// Scales a streaming or gather kernel's work by `1 / d`.
+fn divide_stream(op: &mut Op, d: f64) {
+    match op {
+        Op::Stream {
+            read_bytes,
+            write_bytes,
+            flops,
+        } => {
+            *read_bytes /= d;
+            *write_bytes /= d;
+            *flops /= d;
+        }
+        Op::Gather {
+            read_bytes,
+            write_bytes,
+            ..
+        } => {
+            *read_bytes /= d;
+            *write_bytes /= d;
+        }
+        Op::Gemm { batch, .. } => div(batch, d as u64),
+    }
+}
+
+/// One device's share of kernel `k` (already scaled to a micro-batch) and the blocking
+/// collectives it needs, per instance.
+fn split_kernel(k: &mut Kernel, s: &Strategy) -> Vec<Need> {
+    let b = k.precision.bytes();
+    let mut needs = Vec::new();
+    let mut need = |collective, axis, bytes: f64| {
+        needs.push(Need {
+            collective,
+            axis,
+            bytes,
+        })
+    };
+    let forward = matches!(k.phase, Phase::Forward | Phase::Recompute);
+    let weight_gemm =
+        matches!(k.op, Op::Gemm { batch: 1, .. }) && k.class != KernelClass::Attention;
+    match s.kernel {
+        Some(KernelSplit::Rc { kp1, kp2 }) => {
+            if let (true, Op::Gemm { m, k: kk, n, .. }) = (weight_gemm, &mut k.op) {
+                match k.phase {
+                    Phase::BackwardWeight => {
+                        div(kk, kp1);
+                        div(n, kp2);
+                    }
+                    Phase::BackwardInput => {
+                        div(m, kp1);
+                        div(kk, kp2);
+                        need(Collective::AllReduce, Axis::Kp2, (*m * *n) as f64 * b);
+                    }
+                    _ => {
+                        div(m, kp1);
+                        div(n, kp2);
+                        need(Collective::AllGather, Axis::Kp2, (*m * *n * kp2) as f64 * b);
+                    }
+                }
+            } else {
+                let d = match k.split {
+                    Split::Sharded => kp1 * kp2,
+                    _ => kp1,
+                };
+                divide_stream(&mut k.op, d as f64);
+            }
+        }
+        Some(KernelSplit::Cr { kp1 }) => {
+            if let (true, Op::Gemm { m, k: kk, n, .. }) = (weight_gemm, &mut k.op) {
+                match k.phase {
+                    Phase::BackwardWeight => div(m, kp1),
+                    Phase::BackwardInput => {
+                        div(n, kp1);
+                        need(Collective::AllGather, Axis::Kp1, (*m * *n * kp1) as f64 * b);
+                    }
+                    _ => {
+                        div(kk, kp1);
+                        need(Collective::AllReduce, Axis::Kp1, (*m * *n) as f64 * b);
+                    }
+                }
+            }
+        }
+        None if s.tensor > 1 => {
+            let t = s.tensor;
+            let sp = s.sequence_parallel;
+            let reduce = if sp {
+                Collective::ReduceScatter
+            } else {
+                Collective::AllReduce
+            };
+            match (k.split, &mut k.op) {
+                (Split::Column, Op::Gemm { m, k: kk, n, .. }) => match k.phase {
+                    Phase::BackwardWeight => div(n, t),
+                    Phase::BackwardInput => {
+                        div(kk, t);
+                        need(reduce, Axis::Tensor, (*m * *n) as f64 * b);
+                    }
+                    _ => {
+                        if sp {
+                            need(Collective::AllGather, Axis::Tensor, (*m * *kk) as f64 * b);
+                        }
+                        div(n, t);
+                    }
+                },
+                (Split::Row, Op::Gemm { m, k: kk, n, .. }) => match k.phase {
+                    Phase::BackwardWeight => div(m, t),
+                    Phase::BackwardInput => {
+                        if sp {
+                            need(Collective::AllGather, Axis::Tensor, (*m * *kk) as f64 * b);
+                        }
+                        div(n, t);
+                    }
+                    _ => {
+                        div(kk, t);
+                        need(reduce, Axis::Tensor, (*m * *n) as f64 * b);
+                    }
+                },
+                (Split::Sharded, op) => divide_stream(op, t as f64),
+                (Split::Embedding, op) => {
+                    if forward {
+                        if let Op::Gather { write_bytes, .. } = op {
+                            need(reduce, Axis::Tensor, *write_bytes);
+                        }
+                    }
+                    divide_stream(op, t as f64);
+                }
+                (Split::Replicated, op) if sp => divide_stream(op, t as f64),
+                _ => {}
+            }
+        }
+        None => {}
+    }
+    needs
+}
+
+fn stage_work(
+    graph: &Graph,
+    s: &Strategy,
+    stage: u64,
+    f_tok: f64,
+    evaluator: &mut Evaluator,
+) -> StageWork {
+    let p = s.pipeline;
+    let layer_params = graph.parameters_by_position[Position::Layer as usize];
+    let mut w = StageWork {
+        parameters: layer_params / p as f64,
+        ..Default::default()
+    };
+    if stage == 0 {
+        w.parameters += graph.parameters_by_position[Position::Head as usize];
+    }
+    if stage == p - 1 {
+        w.parameters += graph.parameters_by_position[Position::Tail as usize];
+    }
+    let total_params: f64 = graph.parameters_by_position.iter().sum();
+    let model_shard = s.model_degree() as f64;
+    for kernel in &graph.kernels {
+        let count = match kernel.position {
+            _ if kernel.phase == Phase::Update => 1,
+            Position::Layer => kernel.count / p,
+            Position::Head if stage == 0 => kernel.count,
+            Position::Tail if stage == p - 1 => kernel.count,
+            _ => 0,
+        };
+        if count == 0 {
+            continue;
+        }
+        let mut k = kernel.clone();
+        if k.phase == Phase::Update {
+            // The optimizer runs once per iteration on this stage's shard of the weights.
+            let share = if total_params > 0.0 {
+                w.parameters / total_params
+            } else {
+                0.0
+            };
+            let zero = if s.zero >= 1 { s.data as f64 } else { 1.0 };
+            divide_stream(&mut k.op, 1.0 / share.max(1e-30));
+            divide_stream(&mut k.op, model_shard * zero);
+            w.update_s += evaluator.kernel(&k).time_s;
+            continue;
+        }
+        scale_tokens(&mut k, f_tok);
+        let needs = split_kernel(&mut k, s);
+        let t = evaluator.kernel(&k);
+        let time = t.time_s * count as f64;
+        let forward = matches!(k.phase, Phase::Forward);
+        if forward {
+            w.forward_s += time;
+        } else {
+            w.backward_s += time;
+        }
+        let bound = t.bound.to_string();
+        w.by_class.push((k.class, time, bound));
+        let list = if forward {
+            &mut w.forward_needs
+        } else {
+            &mut w.backward_needs
+        };
+        list.extend(needs.into_iter().map(|n| (count as f64, n)));
+    }
+    w
+}
+
+struct Eval {
+    time_s: f64,
+    exposed_s: f64,
+    bubble_s: f64,
+    comms: Vec<CommReport>,
+}
+
+/// Schedules one iteration under one mapping.
+#[allow(clippy::too_many_arguments)]
+fn evaluate(
+    graph: &Graph,
+    s: &Strategy,
+    stages: &[StageWork],
+    map: &Mapping,
+    m: u64,
+    f_tok: f64,
+    stage_param_bytes: f64,
+    bytes: f64,
+) -> Eval {
+    let p = s.pipeline as usize;
+    let v = s.interleave as usize;
+    let mut comms: Vec<CommReport> = Vec::new();
+    let mut add =
+        |name: &str, c: Collective, axis: Axis, bytes: f64, calls: f64, blocking: bool| {
+            let link = map.link(axis);
+            let t = link.time(c, bytes) * calls;
+            if link.p > 1 && calls > 0.0 {
+                match comms
+                    .iter_mut()
+                    .find(|r| r.name == name && r.collective == c)
+                {
+                    Some(r) => {
+                        r.calls += calls;
+                        r.time_s += t;
+                    }
+                    None => comms.push(CommReport {
+                        name: name.to_string(),
+                        collective: c,
+                        axis,
+                        group: link.p,
+                        bytes,
+                        calls,
+                        time_s: t,
+                        blocking,
+                    }),
+                }
+            }
+            t
+        };
+    // Per stage and chunk: step durations with blocking collectives.
+    let mut steps = Vec::with_capacity(p);
+    let mut busiest_compute = 0.0f64;
+    for (i, st) in stages.iter().enumerate() {
+        let mut blocking = |needs: &[(f64, Need)]| -> f64 {
+            let mut total = 0.0;
+            for (count, n) in needs {
+                let t = map.link(n.axis).time(n.collective, n.bytes) * count;
+                if i == 0 {
+                    // The report lists the first stage's collectives, for all micro-batches.
+                    let label = format!("{} {}", n.axis.name(), n.collective.name());
+                    add(
+                        &label,
+                        n.collective,
+                        n.axis,
+                        n.bytes,
+                        count * m as f64,
+                        true,
+                    );
+                }
+                total += t;
+            }
+            total
+        };
+        let fwd_comm = blocking(&st.forward_needs);
+        let bwd_comm = blocking(&st.backward_needs);
+        // FSDP (ZeRO-3): gather this stage's weights before each forward and backward
+        // step, prefetched beside compute; reduce-scatter gradients after each backward.
+        let (mut fwd, mut bwd) = (st.forward_s + fwd_comm, st.backward_s + bwd_comm);
+        if s.zero >= 3 {
+            let chunk_bytes = stage_param_bytes / v as f64;
+            let gather = map
+                .link(Axis::Data)
+                .time(Collective::AllGather, chunk_bytes);
+            let scatter = map
+                .link(Axis::Data)
+                .time(Collective::ReduceScatter, chunk_bytes);
+            fwd = fwd.max(gather);
+            bwd = bwd.max(gather + scatter);
+        }
+        busiest_compute = busiest_compute.max((st.forward_s + st.backward_s) * m as f64);
+        steps.push(vec![
+            StageSteps {
+                forward_s: fwd / v as f64,
+                backward_s: bwd / v as f64,
+            };
+            v
+        ]);
+    }
+    // Activations handed between stages, per micro-batch.
+    let sp_share = if s.sequence_parallel {
+        s.tensor as f64
+    } else {
+        1.0
+    };
+    let boundary = graph.boundary_bytes * f_tok / sp_share;
+    let transfer = map
+        .link(Axis::Pipeline)
+        .time(Collective::PointToPoint, boundary);
+    if p > 1 {
+        let calls = 2.0 * (m as f64) * v as f64;
+        add(
+            "pipeline activations",
+            Collective::PointToPoint,
+            Axis::Pipeline,
+            boundary,
+            calls,
+            false,
+        );
+    }
+    let timeline = schedule::simulate(&steps, m as usize, transfer, s.gpipe);
+    // Gradient synchronisation per stage, bucket by bucket as the last backward step of
+    // each chunk produces them (MAD Max Sec. 4.3: non-blocking, overlapped with backward).
+    let layers_per_chunk = (graph.layers / (s.pipeline * s.interleave)).max(1) as usize;
+    let data_axes: Vec<Axis> = match s.kernel {
+        Some(KernelSplit::Rc { .. }) => vec![Axis::Kp1, Axis::Data],
+        _ => vec![Axis::Data],
+    };
+    let grad_collective = if s.zero >= 2 {
+        Collective::ReduceScatter
+    } else {
+        Collective::AllReduce
+    };
+    let mut end = 0.0f64;
+    let mut compute_end = 0.0f64;
+    for (i, st) in stages.iter().enumerate() {
+        let stage_bytes = st.parameters / s.model_degree().max(1) as f64
+            * bytes
+            * match s.kernel {
+                Some(KernelSplit::Rc { kp1, .. }) => kp1 as f64,
+                _ => 1.0,
+            };
+        let mut comm_free = 0.0f64;
+        let buckets = layers_per_chunk;
+        for c in (0..v).rev() {
+            let (start, stop) = timeline.last_backward[i][c];
+            for j in 0..buckets {
+                let ready = start + (stop - start) * (j + 1) as f64 / buckets as f64;
+                let bucket = stage_bytes / (v * buckets) as f64;
+                let mut t = 0.0;
+                for &a in &data_axes {
+                    let record = i == 0;
+                    t += if record {
+                        add("gradient sync", grad_collective, a, bucket, 1.0, false)
+                    } else {
+                        map.link(a).time(grad_collective, bucket)
+                    };
+                }
+                comm_free = comm_free.max(ready) + t;
+            }
+        }
+        let mut after = st.update_s;
+        if s.zero >= 1 && s.zero < 3 {
+            let t = if i == 0 {
+                add(
+                    "updated weights",
+                    Collective::AllGather,
+                    Axis::Data,
+                    stage_bytes,
+                    1.0,
+                    false,
+                )
+            } else {
+                map.link(Axis::Data)
+                    .time(Collective::AllGather, stage_bytes)
+            };
+            after += t;
+        }
+        compute_end = compute_end.max(timeline.end_s[i] + st.update_s);
+        end = end.max(timeline.end_s[i].max(comm_free) + after);
+    }
+    // The same schedule with free communication.
+    let free_steps: Vec<Vec<StageSteps>> = stages
+        .iter()
+        .map(|st| {
+            vec![
+                StageSteps {
+                    forward_s: st.forward_s / v as f64,
+                    backward_s: st.backward_s / v as f64,
+                };
+                v
+            ]
+        })
+        .collect();
+    let free = schedule::simulate(&free_steps, m as usize, 0.0, s.gpipe);
+    let free_end = stages
+        .iter()
+        .zip(&free.end_s)
+        .map(|(st, e)| e + st.update_s)
+        .fold(0.0, f64::max);
+    let busiest_update = stages.iter().map(|st| st.update_s).fold(0.0, f64::max);
+    let _ = compute_end;
+    Eval {
+        time_s: end,
+        exposed_s: (end - free_end).max(0.0),
+        bubble_s: (free_end - busiest_compute - busiest_update).max(0.0),
+        comms,
+    }
+}

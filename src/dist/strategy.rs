@@ -1,0 +1,395 @@
+//! Parallelism strategies: DeepFlow's kernel (RC / CR distributed GEMM), data and pipeline
+//! parallelism (Sec. 3.3), Megatron tensor and sequence parallelism, ZeRO / FSDP sharding
+//! and expert parallelism.
+//!
+//! A strategy comes from a YAML file, from the paper's notation (`RC-4-2-d8-p2`,
+//! `CR-16-d4-p1`) or from a short form (`t8-p8-d16-mb1-i3-sp-rc=selective`); all three give
+//! the same [`Strategy`].
+
+use std::fmt;
+
+use serde::Serialize;
+
+pub use crate::config::raw::RecomputeMode;
+use crate::config::raw::{KernelSplitKind, StrategyRaw};
+use crate::config::{parse_yaml, Checker, ConfigError};
+
+/// Examples printed with every strategy-string error.
+pub const EXAMPLES: &str = "RC-4-2-d8-p2, CR-16-d4-p1 or t8-p8-d16-mb1-i3-sp-rc=selective";
+
+/// Distributed GEMM (DeepFlow Sec. 3.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum KernelSplit {
+    /// Row-column (inner product): the first operand's rows over `kp1` devices, the second's
+    /// columns over `kp2`.
+    Rc { kp1: u64, kp2: u64 },
+    /// Column-row (outer product): the first operand's columns and the second's rows over
+    /// `kp1` devices; partial products are summed.
+    Cr { kp1: u64 },
+}
+
+impl KernelSplit {
+    pub fn degree(self) -> u64 {
+        match self {
+            KernelSplit::Rc { kp1, kp2 } => kp1 * kp2,
+            KernelSplit::Cr { kp1 } => kp1,
+        }
+    }
+}
+
+/// How one training iteration is spread over devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Strategy {
+    /// Model replicas, each on its own share of the batch.
+    pub data: u64,
+    /// Megatron tensor parallelism: column-parallel then row-parallel linear layers.
+    pub tensor: u64,
+    /// Pipeline stages (layer parallelism).
+    pub pipeline: u64,
+    /// DeepFlow kernel parallelism, instead of `tensor`.
+    pub kernel: Option<KernelSplit>,
+    /// Samples per micro-batch; 0 means the whole per-replica batch at once.
+    pub micro_batch: u64,
+    /// Model chunks per pipeline stage (interleaved 1F1B when > 1).
+    pub interleave: u64,
+    /// GPipe (all forwards, then all backwards) instead of 1F1B.
+    pub gpipe: bool,
+    /// Megatron sequence parallelism in the tensor-parallel group.
+    pub sequence_parallel: bool,
+    /// Recomputation override; `None` keeps the workload's.
+    pub recompute: Option<RecomputeMode>,
+    /// ZeRO stage over the data-parallel group: 1 shards optimizer state, 2 also gradients,
+    /// 3 also weights (FSDP).
+    pub zero: u8,
+    /// Expert-parallel degree (inside the data-parallel group).
+    pub expert: u64,
+}
+
+impl Default for Strategy {
+    fn default() -> Self {
+        Strategy {
+            data: 1,
+            tensor: 1,
+            pipeline: 1,
+            kernel: None,
+            micro_batch: 0,
+            interleave: 1,
+            gpipe: false,
+            sequence_parallel: false,
+            recompute: None,
+            zero: 0,
+            expert: 1,
+        }
+    }
+}
+
+/// A strategy that does not parse or does not fit the system and workload.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("strategy {input:?}: {message}")]
+pub struct StrategyError {
+    pub input: String,
+    pub message: String,
+}
+
+impl Strategy {
+    /// Devices one copy of the strategy occupies.
+    pub fn devices(&self) -> u64 {
+        self.data * self.model_degree() * self.pipeline
+    }
+
+    /// Devices one layer's kernels are split over (tensor or kernel parallelism).
+    pub fn model_degree(&self) -> u64 {
+        self.kernel.map_or(self.tensor, KernelSplit::degree)
+    }
+
+    /// Parses the paper's notation or the short form.
+    pub fn parse(text: &str) -> Result<Strategy, StrategyError> {
+        let fail = |message: String| StrategyError {
+            input: text.to_string(),
+            message: format!("{message}; expected a string such as {EXAMPLES}"),
+        };
+        let mut s = Strategy::default();
+        let tokens: Vec<&str> = text.trim().split('-').collect();
+        if tokens.iter().any(|t| t.is_empty()) {
+            return Err(fail("empty field between dashes".into()));
+        }
+        let number = |token: &str, what: &str| -> Result<u64, StrategyError> {
+            match token.parse::<u64>() {
+                Ok(v) if v > 0 => Ok(v),
+                _ => Err(fail(format!("{what} = {token:?} is not an integer > 0"))),
+            }
+        };
+        let mut i = 0;
+        let mut seen: Vec<String> = Vec::new();
+        while i < tokens.len() {
+            let token = tokens[i];
+            let lower = token.to_ascii_lowercase();
+            let (key, value) = split_key(&lower);
+            if seen.iter().any(|k| k == key) {
+                return Err(fail(format!("{key:?} given twice")));
+            }
+            match key {
+                "rc" | "cr" if value.is_empty() && !lower.contains('=') => {
+                    let kp1 = number(tokens.get(i + 1).copied().unwrap_or(""), "KP1")?;
+                    if key == "rc" {
+                        let kp2 = number(tokens.get(i + 2).copied().unwrap_or(""), "KP2")?;
+                        s.kernel = Some(KernelSplit::Rc { kp1, kp2 });
+                        i += 2;
+                    } else {
+                        s.kernel = Some(KernelSplit::Cr { kp1 });
+                        i += 1;
+                    }
+                    seen.push("kernel".into());
+                }
+                "d" => s.data = number(value, "d (data parallelism)")?,
+                "t" => s.tensor = number(value, "t (tensor parallelism)")?,
+                "p" => s.pipeline = number(value, "p (pipeline stages)")?,
+                "mb" => s.micro_batch = number(value, "mb (micro-batch)")?,
+                "i" => s.interleave = number(value, "i (interleave)")?,
+                "e" => s.expert = number(value, "e (expert parallelism)")?,
+                "z" => {
+                    let z = value.parse::<u8>().ok().filter(|z| *z <= 3);
+                    s.zero = z.ok_or_else(|| fail(format!("z{value}: ZeRO stage must be 0-3")))?;
+                }
+                "sp" if value.is_empty() => s.sequence_parallel = true,
+                "gpipe" if value.is_empty() => s.gpipe = true,
+                "rc=" => {
+                    s.recompute = Some(match value {
+                        "none" => RecomputeMode::None,
+                        "selective" => RecomputeMode::Selective,
+                        "full" => RecomputeMode::Full,
+                        _ => {
+                            return Err(fail(format!(
+                                "rc={value}: recompute must be none, selective or full"
+                            )))
+                        }
+                    })
+                }
+                _ => return Err(fail(format!("unknown field {token:?}"))),
+            }
+            seen.push(key.to_string());
+            i += 1;
+        }
+        if s.kernel.is_some() && s.tensor > 1 {
+            return Err(fail(
+                "kernel parallelism (RC/CR) and tensor parallelism (t) exclude each other".into(),
+            ));
+        }
+        Ok(s)
+    }
+
+    /// Reads a strategy file (keys `data`, `tensor`, `pipeline`, `kernel`, `micro_batch`,
+    /// `interleave`, `sequence_parallel`, `recompute`, `zero`, `expert`).
+    pub fn from_yaml(file: &str, text: &str) -> Result<Strategy, ConfigError> {
+        let raw: StrategyRaw = parse_yaml(file, text)?;
+        let check = Checker { file };
+        if let Some(v) = raw.version {
+            check.version(v)?;
+        }
+        let count = |path: &str, v: Option<u64>| -> Result<u64, ConfigError> {
+            v.map_or(Ok(1), |v| check.positive_count(path, v))
+        };
+        let kernel = match raw.kernel {
+            None => None,
+            Some(k) => {
+                let kp1 = check.positive_count("kernel.kp1", k.kp1)?;
+                Some(match k.kind {
+                    KernelSplitKind::Rc => KernelSplit::Rc {
+                        kp1,
+                        kp2: check.positive_count(
+                            "kernel.kp2",
+                            k.kp2.ok_or_else(|| {
+                                ConfigError::invalid(
+                                    file,
+                                    "kernel.kp2",
+                                    "(missing)",
+                                    "rc needs kp2",
+                                )
+                            })?,
+                        )?,
+                    },
+                    KernelSplitKind::Cr => {
+                        if let Some(kp2) = k.kp2 {
+                            return Err(ConfigError::invalid(
+                                file,
+                                "kernel.kp2",
+                                kp2,
+                                "cr takes only kp1 (the shared dimension is cut kp1 ways)",
+                            ));
+                        }
+                        KernelSplit::Cr { kp1 }
+                    }
+                })
+            }
+        };
+        let tensor = count("tensor", raw.tensor)?;
+        if kernel.is_some() && tensor > 1 {
+            return Err(ConfigError::invalid(
+                file,
+                "tensor",
+                tensor,
+                "kernel parallelism (kernel) and tensor parallelism exclude each other",
+            ));
+        }
+        let zero = raw.zero.unwrap_or(0);
+        if zero > 3 {
+            return Err(ConfigError::invalid(file, "zero", zero, "a ZeRO stage 0-3"));
+        }
+        Ok(Strategy {
+            data: count("data", raw.data)?,
+            tensor,
+            pipeline: count("pipeline", raw.pipeline)?,
+            kernel,
+            micro_batch: raw
+                .micro_batch
+                .map_or(Ok(0), |v| check.positive_count("micro_batch", v))?,
+            interleave: count("interleave", raw.interleave)?,
+            gpipe: match raw.schedule.as_deref() {
+                None | Some("1f1b") => false,
+                Some("gpipe") => true,
+                Some(other) => {
+                    return Err(ConfigError::invalid(
+                        file,
+                        "schedule",
+                        other,
+                        "gpipe or 1f1b (interleave > 1 makes 1f1b interleaved)",
+                    ))
+                }
+            },
+            sequence_parallel: raw.sequence_parallel,
+            recompute: raw.recompute,
+            zero: zero as u8,
+            expert: count("expert", raw.expert)?,
+        })
+    }
+
+    /// Checks the strategy against a device count: degrees multiply to it, expert divides
+    /// data, sequence parallelism needs tensor parallelism.
+    pub fn check_devices(&self, devices: u64) -> Result<(), StrategyError> {
+        let fail = |message: String| StrategyError {
+            input: self.to_string(),
+            message,
+        };
+        if self.devices() != devices {
+            return Err(fail(format!(
+                "data x model x pipeline = {} x {} x {} = {} devices, but the system has {devices}; \
+                 the degrees must multiply to the device count (e.g. t8-p4-d{} for {devices} devices)",
+                self.data,
+                self.model_degree(),
+                self.pipeline,
+                self.devices(),
+                (devices / 32).max(1)
+            )));
+        }
+        if self.data % self.expert != 0 {
+            return Err(fail(format!(
+                "expert parallelism e{} must divide data parallelism d{}",
+                self.expert, self.data
+            )));
+        }
+        if self.sequence_parallel && self.tensor == 1 {
+            return Err(fail(
+                "sequence parallelism (sp) splits the tensor-parallel group; it needs t > 1".into(),
+            ));
+        }
+        if self.interleave > 1 && self.gpipe {
+            return Err(fail(
+                "interleaving (i > 1) is a 1F1B schedule, not GPipe".into(),
+            ));
+        }
+        if self.interleave > 1 && self.pipeline == 1 {
+            return Err(fail(
+                "an interleaved schedule (i > 1) needs pipeline parallelism (p > 1)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `mb4` -> ("mb", "4"), `rc=full` -> ("rc=", "full"), `sp` -> ("sp", "").
+fn split_key(token: &str) -> (&str, &str) {
+    if let Some(rest) = token.strip_prefix("rc=") {
+        return ("rc=", rest);
+    }
+    let cut = token
+        .find(|c: char| c.is_ascii_digit())
+        .unwrap_or(token.len());
+    (&token[..cut], &token[cut..])
+}
+
+impl fmt::Display for Strategy {
+    /// The short form, with the paper's RC/CR prefix when kernel parallelism is used.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        match self.kernel {
+            Some(KernelSplit::Rc { kp1, kp2 }) => parts.push(format!("RC-{kp1}-{kp2}")),
+            Some(KernelSplit::Cr { kp1 }) => parts.push(format!("CR-{kp1}")),
+            None => parts.push(format!("t{}", self.tensor)),
+        }
+        parts.push(format!("d{}", self.data));
+        parts.push(format!("p{}", self.pipeline));
+        if self.micro_batch > 0 {
+            parts.push(format!("mb{}", self.micro_batch));
+        }
+        if self.interleave > 1 {
+            parts.push(format!("i{}", self.interleave));
+        }
+        if self.gpipe {
+            parts.push("gpipe".into());
+        }
+        if self.sequence_parallel {
+            parts.push("sp".into());
+        }
+        if let Some(r) = self.recompute {
+            let name = match r {
+                RecomputeMode::None => "none",
+                RecomputeMode::Selective => "selective",
+                RecomputeMode::Full => "full",
+            };
+            parts.push(format!("rc={name}"));
+        }
+        if self.zero > 0 {
+            parts.push(format!("z{}", self.zero));
+        }
+        if self.expert > 1 {
+            parts.push(format!("e{}", self.expert));
+        }
+        write!(f, "{}", parts.join("-"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paper_and_short_forms_agree() {
+        let rc = Strategy::parse("RC-4-2-d8-p2").unwrap();
+        assert_eq!(rc.kernel, Some(KernelSplit::Rc { kp1: 4, kp2: 2 }));
+        assert_eq!((rc.data, rc.pipeline, rc.devices()), (8, 2, 128));
+        let cr = Strategy::parse("CR-16-d4-p1").unwrap();
+        assert_eq!(cr.kernel, Some(KernelSplit::Cr { kp1: 16 }));
+        assert_eq!(cr.devices(), 64);
+        let s = Strategy::parse("t8-p8-d16-mb1-i3-sp-rc=selective").unwrap();
+        assert_eq!((s.tensor, s.pipeline, s.data, s.micro_batch), (8, 8, 16, 1));
+        assert_eq!(s.interleave, 3);
+        assert!(s.sequence_parallel);
+        assert_eq!(s.recompute, Some(RecomputeMode::Selective));
+        assert_eq!(Strategy::parse(&s.to_string()).unwrap(), s);
+        assert_eq!(Strategy::parse(&rc.to_string()).unwrap(), rc);
+    }
+
+    #[test]
+    fn bad_strings_say_what_is_expected() {
+        for bad in [
+            "t8-x3", "t0", "RC-4", "t8--d2", "t2-t4", "z7", "rc=some", "CR-2-t2",
+        ] {
+            let e = Strategy::parse(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("expected a string such as RC-4-2-d8-p2"),
+                "{bad}: {e}"
+            );
+        }
+    }
+}

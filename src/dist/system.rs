@@ -1,0 +1,298 @@
+//! System templates: an accelerator design (a budget file), replicated, and the fabrics that
+//! join the copies, innermost first (NVLink inside a node, InfiniBand between nodes; or one
+//! 3D torus). A fabric's bandwidth and latency come from the generated accelerator's
+//! network, or from a link family of the technology library times a lane count, unless the
+//! file pins them.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::network::{Fabric, Network};
+use crate::budget::Budget;
+use crate::config::raw::{SystemFile, Topology};
+use crate::config::{parse_yaml, Checker, ConfigError, Source};
+use crate::design::{Design, DesignFiles};
+use crate::generator::Architecture;
+use crate::tech::TechLibrary;
+
+/// Where a fabric's bandwidth and latency come from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "from", rename_all = "snake_case")]
+pub enum LinkSource {
+    /// The generated accelerator's `intra_package` or `inter_package` network.
+    Network { name: String },
+    /// A link family of the accelerator's technology library, `lanes` per device.
+    Technology { name: String, lanes: u64 },
+    /// Only pinned values.
+    Pinned,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FabricSpec {
+    pub name: String,
+    pub topology: Topology,
+    pub size: Option<u64>,
+    pub source: LinkSource,
+    pub bandwidth_bytes_per_s: Option<f64>,
+    pub latency_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct System {
+    pub file: String,
+    pub name: String,
+    pub description: Option<String>,
+    pub accelerator: PathBuf,
+    pub devices: Option<u64>,
+    pub fabrics: Vec<FabricSpec>,
+    #[serde(skip)]
+    source: Source,
+}
+
+impl System {
+    pub fn load(source: Source, path: &Path) -> Result<System, ConfigError> {
+        let file = path.display().to_string();
+        let mut system = Self::from_yaml(&file, &source.read(path)?)?;
+        system.accelerator = source.resolve(path, &system.accelerator.display().to_string());
+        system.source = source;
+        Ok(system)
+    }
+
+    /// Parses system YAML; the accelerator path is taken as written.
+    pub fn from_yaml(file: &str, text: &str) -> Result<System, ConfigError> {
+        let raw: SystemFile = parse_yaml(file, text)?;
+        let check = Checker { file };
+        check.version(raw.version)?;
+        if raw.fabrics.is_empty() {
+            return Err(ConfigError::invalid(
+                file,
+                "fabrics",
+                "[]",
+                "at least one fabric joining the devices",
+            ));
+        }
+        if let Some(d) = raw.devices {
+            check.positive_count("devices", d)?;
+        }
+        let last = raw.fabrics.len() - 1;
+        let mut fabrics = Vec::new();
+        for (i, f) in raw.fabrics.into_iter().enumerate() {
+            let path = |key: &str| format!("fabrics[{i}].{key}");
+            let dims_size = match &f.topology {
+                Topology::Mesh { dims }
+                | Topology::Torus { dims }
+                | Topology::TwistedTorus { dims } => {
+                    if dims.is_empty() || dims.contains(&0) {
+                        return Err(ConfigError::invalid(
+                            file,
+                            path("topology.dims"),
+                            format!("{dims:?}"),
+                            "a non-empty list of sizes >= 1",
+                        ));
+                    }
+                    if matches!(f.topology, Topology::TwistedTorus { .. })
+                        && !(dims.len() == 3 && dims[0] == dims[1] && dims[2] == 2 * dims[0])
+                    {
+                        return Err(ConfigError::invalid(
+                            file,
+                            path("topology.dims"),
+                            format!("{dims:?}"),
+                            "a twisted torus has shape [n, n, 2n]",
+                        ));
+                    }
+                    Some(dims.iter().product::<u64>())
+                }
+                Topology::FatTree { levels } => {
+                    check.positive_count(&path("topology.levels"), *levels)?;
+                    None
+                }
+                _ => None,
+            };
+            let size = match (f.size, dims_size) {
+                (Some(s), Some(d)) if s != d => {
+                    return Err(ConfigError::invalid(
+                        file,
+                        path("size"),
+                        s,
+                        format!("the product of topology.dims ({d})"),
+                    ))
+                }
+                (Some(s), _) => Some(check.positive_count(&path("size"), s)?),
+                (None, d) => d,
+            };
+            if size.is_none() && i != last {
+                return Err(ConfigError::invalid(
+                    file,
+                    path("size"),
+                    "(missing)",
+                    "a size (members joined) for every fabric but the outermost",
+                ));
+            }
+            let source = match (f.network, f.technology, f.lanes_per_device) {
+                (Some(n), None, None) => {
+                    if n != "intra_package" && n != "inter_package" {
+                        return Err(ConfigError::invalid(
+                            file,
+                            path("network"),
+                            n,
+                            "intra_package or inter_package (a network of the accelerator)",
+                        ));
+                    }
+                    LinkSource::Network { name: n }
+                }
+                (None, Some(t), Some(l)) => LinkSource::Technology {
+                    name: t,
+                    lanes: check.positive_count(&path("lanes_per_device"), l)?,
+                },
+                (None, None, None) => LinkSource::Pinned,
+                _ => {
+                    return Err(ConfigError::invalid(
+                        file,
+                        path("network"),
+                        "(conflicting sources)",
+                        "either network, or technology with lanes_per_device, or neither \
+                         (then bandwidth_gb_per_s and latency_us pin the fabric)",
+                    ))
+                }
+            };
+            let bandwidth = f
+                .bandwidth_gb_per_s
+                .map(|b| {
+                    check
+                        .positive(&path("bandwidth_gb_per_s"), b)
+                        .map(|b| b * 1e9)
+                })
+                .transpose()?;
+            let latency = f
+                .latency_us
+                .map(|l| check.non_negative(&path("latency_us"), l).map(|l| l * 1e-6))
+                .transpose()?;
+            if source == LinkSource::Pinned && (bandwidth.is_none() || latency.is_none()) {
+                return Err(ConfigError::invalid(
+                    file,
+                    path("bandwidth_gb_per_s"),
+                    "(missing)",
+                    "a fabric with no network or technology pins bandwidth_gb_per_s and latency_us",
+                ));
+            }
+            fabrics.push(FabricSpec {
+                name: f.name,
+                topology: f.topology,
+                size,
+                source,
+                bandwidth_bytes_per_s: bandwidth,
+                latency_s: latency,
+            });
+        }
+        Ok(System {
+            file: file.to_string(),
+            name: raw.name,
+            description: raw.description,
+            accelerator: PathBuf::from(raw.accelerator),
+            devices: raw.devices,
+            fabrics,
+            source: Source::Disk,
+        })
+    }
+
+    /// Loads the accelerator design the system names.
+    pub fn design(&self) -> Result<Design, ConfigError> {
+        Design::load(DesignFiles {
+            source: self.source,
+            budget: &self.accelerator,
+            template: None,
+            tech: None,
+        })
+    }
+
+    /// Devices per copy of the innermost fabrics: the smallest unit `--devices` counts in.
+    pub fn devices_per_node(&self) -> u64 {
+        self.fabrics.iter().filter_map(|f| f.size).product::<u64>()
+            / self.fabrics.last().and_then(|f| f.size).unwrap_or(1)
+    }
+
+    /// The network for `devices` devices of `arch`.
+    pub fn network(&self, arch: &Architecture, devices: u64) -> Result<Network, ConfigError> {
+        let file = &self.file;
+        let last = self.fabrics.len() - 1;
+        let inner: u64 = self.fabrics[..last].iter().filter_map(|f| f.size).product();
+        let outer = match self.fabrics[last].size {
+            Some(s) => {
+                if inner * s != devices {
+                    return Err(ConfigError::invalid(
+                        file,
+                        format!("fabrics[{last}].topology"),
+                        format!("{} devices", inner * s),
+                        format!(
+                            "a topology matching the {devices} devices asked for \
+                             (the fabrics join {inner} x {s})"
+                        ),
+                    ));
+                }
+                s
+            }
+            None => {
+                if devices % inner != 0 || devices == 0 {
+                    return Err(ConfigError::invalid(
+                        file,
+                        "devices",
+                        devices,
+                        format!("a positive multiple of the {inner} devices per node"),
+                    ));
+                }
+                devices / inner
+            }
+        };
+        let mut library: Option<TechLibrary> = None;
+        let mut fabrics = Vec::new();
+        for (i, f) in self.fabrics.iter().enumerate() {
+            let size = f.size.unwrap_or(outer);
+            let (egress, hop) = match &f.source {
+                LinkSource::Network { name } => {
+                    let n = match name.as_str() {
+                        "intra_package" => arch.intra_package.as_ref(),
+                        _ => arch.inter_package.as_ref(),
+                    };
+                    let n = n.ok_or_else(|| {
+                        ConfigError::invalid(
+                            file,
+                            format!("fabrics[{i}].network"),
+                            name,
+                            format!("a network the accelerator template {} has", arch.template),
+                        )
+                    })?;
+                    (n.bandwidth_bytes_per_s / 2.0, n.latency_s)
+                }
+                LinkSource::Technology { name, lanes } => {
+                    if library.is_none() {
+                        let budget = Budget::load(self.source, &self.accelerator)?;
+                        library = Some(TechLibrary::load(self.source, &budget.technology)?);
+                    }
+                    let lib = library.as_ref().expect("just loaded");
+                    let link = lib.links.get(name).ok_or_else(|| {
+                        ConfigError::invalid(
+                            file,
+                            format!("fabrics[{i}].technology"),
+                            name,
+                            format!(
+                                "a link family of {}: one of [{}]",
+                                lib.file,
+                                lib.links.keys().cloned().collect::<Vec<_>>().join(", ")
+                            ),
+                        )
+                    })?;
+                    let per_direction =
+                        *lanes as f64 / 2.0 * link.data_rate_bit_per_s * link.encoding_efficiency
+                            / 8.0;
+                    (per_direction, link.latency_s)
+                }
+                LinkSource::Pinned => (0.0, 0.0),
+            };
+            let egress = f.bandwidth_bytes_per_s.unwrap_or(egress);
+            let hop = f.latency_s.unwrap_or(hop);
+            fabrics.push(Fabric::new(&f.name, &f.topology, size, egress, hop));
+        }
+        Ok(Network::new(fabrics))
+    }
+}
