@@ -12,7 +12,7 @@ use stackflow::config::{parse_yaml, Source};
 use stackflow::design::{Design, DesignFiles};
 use stackflow::generator::{generate, Architecture};
 use stackflow::perf::{Bound, Evaluator};
-use stackflow::workload::{Gemm, Kernel, KernelClass, Op, Phase, Workload};
+use stackflow::workload::{Gemm, Kernel, KernelClass, Op, Phase, Position, Split, Workload};
 
 fn arch(budget: &str) -> Architecture {
     let design = Design::load(DesignFiles {
@@ -196,6 +196,8 @@ fn a_pointwise_kernel_over_1_gb_runs_at_dram_bandwidth() {
             write_bytes: 0.5e9,
             flops: 0.25e9,
         },
+        split: Split::Replicated,
+        position: Position::Head,
     };
     let t = ev.kernel(&kernel);
     assert_eq!(t.bound, Bound::Memory("dram".into()));
@@ -373,7 +375,8 @@ fn transformer_flops_match_narayanan_within_1_percent() {
             t.vocab as f64,
         );
         let expected = match t.recompute {
-            stackflow::config::raw::Recompute::None => {
+            stackflow::config::raw::Recompute::None
+            | stackflow::config::raw::Recompute::Selective => {
                 72.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * l * h))
             }
             stackflow::config::raw::Recompute::Full => {
@@ -411,7 +414,8 @@ fn transformer_flops_per_token_are_6n_plus_attention() {
         let n = l * (h * (h + 2.0 * kv) + h * h + ffn_mats * h * f) + h * v;
         let attention = 12.0 * l * s * h;
         let recompute = match t.recompute {
-            stackflow::config::raw::Recompute::None => 1.0,
+            stackflow::config::raw::Recompute::None
+            | stackflow::config::raw::Recompute::Selective => 1.0,
             stackflow::config::raw::Recompute::Full => 4.0 / 3.0,
         };
         let graph = w.graph();
