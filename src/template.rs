@@ -261,13 +261,14 @@ fn network(check: &Checker, path: &str, raw: raw::NetworkRaw) -> Result<Network,
         }
     }
     if let Topology::TwistedTorus { dims } = &raw.topology {
-        let ok = dims.len() == 3 && dims[0] == dims[1] && dims[2] == 2 * dims[0];
+        let ok =
+            dims.len() == 3 && dims[2] == 2 * dims[0] && (dims[1] == dims[0] || dims[1] == dims[2]);
         if !ok {
             return Err(ConfigError::invalid(
                 check.file,
                 format!("{path}.topology.dims"),
                 format!("{dims:?}"),
-                "a twisted torus has shape [n, n, 2n]",
+                "a twisted torus has shape [n, n, 2n] or [n, 2n, 2n]",
             ));
         }
     }

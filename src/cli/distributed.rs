@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use stackflow::config::Source;
 use stackflow::dist::{predict, DistPrediction, Strategy, System};
-use stackflow::generator::generate;
 use stackflow::workload::Workload;
 
 use super::table::{bytes, si};
@@ -28,11 +27,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let workload = Workload::load(source, &workload_file)?;
     let system = System::load(Source::Disk, args.system)?;
     let design = system.design()?;
-    let arch = generate(&design);
-    let devices = args
-        .devices
-        .or(system.devices)
-        .unwrap_or_else(|| system.devices_per_node());
+    let arch = system.accelerator()?;
+    let devices = args.devices.unwrap_or_else(|| system.default_devices());
     let network = system.network(&arch, devices)?;
     let strategy = match args.strategy {
         None => Strategy {

@@ -516,6 +516,10 @@ pub struct SystemFile {
     pub accelerator: String,
     /// Device count used when the command line gives none.
     pub devices: Option<u64>,
+    /// Fraction of peak compute training kernels reach in this software stack (caps the
+    /// template's microbenchmark ceiling), and of main-memory bandwidth.
+    pub compute_utilization: Option<f64>,
+    pub memory_utilization: Option<f64>,
     /// Fabrics from the innermost (inside a node) to the outermost (between nodes).
     pub fabrics: Vec<FabricRaw>,
 }

@@ -465,13 +465,20 @@ fn direct_adjacency(dims: &[u64], wrap: bool, twisted: bool) -> Vec<Vec<(usize, 
                 }
                 let nx = nx.rem_euclid(size as i64) as u64;
                 let mut w = v - x * scale + nx * scale;
-                // Twisted n x n x 2n torus (Camarero et al. 2014): the wraparound links of
-                // the two short dimensions also advance the long one by n.
-                if twisted && crosses && j < 2 {
-                    let zs = dims[0] * dims[1];
-                    let z = (w / zs) % dims[2];
-                    let nz = (z as i64 + dir * dims[0] as i64).rem_euclid(dims[2] as i64) as u64;
-                    w = w - z * zs + nz * zs;
+                // Twisted torus (Camarero et al. 2014; TPU v4 n x n x 2n and n x 2n x 2n):
+                // the wraparound links of a dimension shorter than the longest also advance
+                // every longer dimension by half its length.
+                if twisted && crosses {
+                    let mut below = 1;
+                    for &other in dims {
+                        if other > size {
+                            let o = (w / below) % other;
+                            let shift = (other / 2) as i64;
+                            let no = (o as i64 + dir * shift).rem_euclid(other as i64) as u64;
+                            w = w - o * below + no * below;
+                        }
+                        below *= other;
+                    }
                 }
                 adjacency[v as usize].push((w as usize, port));
             }

@@ -45,6 +45,8 @@ pub struct System {
     pub description: Option<String>,
     pub accelerator: PathBuf,
     pub devices: Option<u64>,
+    pub compute_utilization: Option<f64>,
+    pub memory_utilization: Option<f64>,
     pub fabrics: Vec<FabricSpec>,
     #[serde(skip)]
     source: Source,
@@ -92,13 +94,15 @@ impl System {
                         ));
                     }
                     if matches!(f.topology, Topology::TwistedTorus { .. })
-                        && !(dims.len() == 3 && dims[0] == dims[1] && dims[2] == 2 * dims[0])
+                        && !(dims.len() == 3
+                            && dims[2] == 2 * dims[0]
+                            && (dims[1] == dims[0] || dims[1] == dims[2]))
                     {
                         return Err(ConfigError::invalid(
                             file,
                             path("topology.dims"),
                             format!("{dims:?}"),
-                            "a twisted torus has shape [n, n, 2n]",
+                            "a twisted torus has shape [n, n, 2n] or [n, 2n, 2n]",
                         ));
                     }
                     Some(dims.iter().product::<u64>())
@@ -191,6 +195,14 @@ impl System {
             description: raw.description,
             accelerator: PathBuf::from(raw.accelerator),
             devices: raw.devices,
+            compute_utilization: raw
+                .compute_utilization
+                .map(|u| check.within("compute_utilization", u, 1e-3, 1.0))
+                .transpose()?,
+            memory_utilization: raw
+                .memory_utilization
+                .map(|u| check.within("memory_utilization", u, 1e-3, 1.0))
+                .transpose()?,
             fabrics,
             source: Source::Disk,
         })
@@ -203,6 +215,26 @@ impl System {
             budget: &self.accelerator,
             template: None,
             tech: None,
+        })
+    }
+
+    /// Generates the accelerator and applies the system's achieved-utilization caps.
+    pub fn accelerator(&self) -> Result<Architecture, ConfigError> {
+        let mut arch = crate::generator::generate(&self.design()?);
+        if let Some(u) = self.compute_utilization {
+            arch.core.max_utilization = arch.core.max_utilization.min(u);
+        }
+        if let Some(u) = self.memory_utilization {
+            arch.main_memory.bandwidth_bytes_per_s *= u;
+        }
+        Ok(arch)
+    }
+
+    /// The device count to use when none is asked for: the file's `devices`, else every
+    /// device the fabrics join (one node when the outermost fabric has no size).
+    pub fn default_devices(&self) -> u64 {
+        self.devices.unwrap_or_else(|| {
+            self.devices_per_node() * self.fabrics.last().and_then(|f| f.size).unwrap_or(1)
         })
     }
 

@@ -1,0 +1,419 @@
+//! Distributed performance: collectives, mapping, schedules, and validation against
+//! published measurements (../shared/reference/published-measurements.md).
+
+mod common;
+
+use common::{assert_close, rel_err, root};
+use serde::Deserialize;
+use stackflow::config::Source;
+use stackflow::dist::{predict, DistPrediction, Strategy, System};
+use stackflow::generator::Architecture;
+use stackflow::workload::Workload;
+
+fn system(file: &str) -> (System, Architecture) {
+    let s = System::load(Source::Disk, &root().join(file)).unwrap();
+    let a = s.accelerator().unwrap();
+    (s, a)
+}
+
+/// A GPT-style transformer (Megatron: 4h FFN, GELU, vocabulary 51200, sequence 2048).
+fn gpt(heads: u64, hidden: u64, layers: u64, batch: u64, recompute: &str) -> Workload {
+    let text = format!(
+        "version: 1\nkind: transformer\nname: gpt-{hidden}x{layers}\nhidden: {hidden}\nlayers: {layers}\n\
+         heads: {heads}\nffn_hidden: {}\nsequence: 2048\nvocab: 51200\nglobal_batch: {batch}\n\
+         precision: bf16\nrecompute: {recompute}\n",
+        4 * hidden
+    );
+    Workload::from_yaml("test.yaml", &text).unwrap()
+}
+
+#[derive(Deserialize)]
+struct MegatronRows {
+    rows: Vec<MegatronRow>,
+}
+
+#[derive(Deserialize)]
+struct MegatronRow {
+    params_b: f64,
+    heads: u64,
+    hidden: u64,
+    layers: u64,
+    t: u64,
+    p: u64,
+    gpus: u64,
+    batch: u64,
+    tflops: f64,
+}
+
+fn megatron_strategy(r: &MegatronRow) -> Strategy {
+    let d = r.gpus / (r.t * r.p);
+    let chunks = if r.p > 1 && (r.layers / r.p) % 2 == 0 {
+        2
+    } else {
+        1
+    };
+    let mb = 1;
+    let mut s = Strategy::parse(&format!("t{}-p{}-d{d}-mb{mb}", r.t, r.p)).unwrap();
+    if r.p > 1 && (r.batch / d / mb) % r.p == 0 {
+        s.interleave = chunks;
+    }
+    s
+}
+
+fn megatron_prediction(r: &MegatronRow) -> DistPrediction {
+    let (sys, arch) = system("templates/dgx-a100.yaml");
+    let net = sys.network(&arch, r.gpus).unwrap();
+    let w = gpt(r.heads, r.hidden, r.layers, r.batch, "full");
+    predict(&w, &arch, &net, &megatron_strategy(r)).unwrap()
+}
+
+/// Narayanan Eq. 3: FLOPs per iteration with full recomputation.
+fn narayanan_flops(r: &MegatronRow) -> f64 {
+    let (b, s, l, h, v) = (
+        r.batch as f64,
+        2048.0,
+        r.layers as f64,
+        r.hidden as f64,
+        51200.0,
+    );
+    96.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h))
+}
+
+#[test]
+fn megatron_weak_scaling_per_gpu_throughput() {
+    let text = std::fs::read_to_string(root().join("validation/megatron.yaml")).unwrap();
+    let rows: MegatronRows = serde_yaml::from_str(&text).unwrap();
+    let mut within = 0;
+    let mut report = String::new();
+    for r in &rows.rows {
+        let pr = megatron_prediction(r);
+        let tflops = narayanan_flops(r) / pr.time_per_iteration_s / r.gpus as f64 / 1e12;
+        let e = rel_err(tflops, r.tflops);
+        report += &format!(
+            "{:>7}B {}: predicted {tflops:.1} measured {} error {:+.1}% (feasible {})\n",
+            r.params_b,
+            pr.strategy,
+            r.tflops,
+            100.0 * (tflops / r.tflops - 1.0),
+            pr.feasible
+        );
+        if e <= 0.15 {
+            within += 1;
+        }
+    }
+    println!("{report}");
+    assert!(
+        within >= 6,
+        "only {within} of 10 rows within 15%:\n{report}"
+    );
+}
+
+// ------------------------------------------------------------------ collectives
+
+use stackflow::config::raw::Topology;
+use stackflow::dist::collective::Collective;
+use stackflow::dist::mapping::{self, Axis};
+use stackflow::dist::network::{Fabric, Network};
+
+fn one_fabric(topology: Topology, size: u64, egress: f64, hop: f64) -> Network {
+    Network::new(vec![Fabric::new("f", &topology, size, egress, hop)])
+}
+
+fn everyone(net: &Network) -> Vec<Vec<u64>> {
+    vec![(0..net.devices).collect()]
+}
+
+/// Zion Eq. 1-4 at p = 8, equal per-node bandwidth B.
+#[test]
+fn zion_ring_versus_fully_connected() {
+    let (b, alpha) = (100e9, 1e-6);
+    let ring = one_fabric(Topology::Ring, 8, b, alpha).group_link(&everyone(&one_fabric(
+        Topology::Ring,
+        8,
+        b,
+        alpha,
+    )));
+    let fc_net = one_fabric(Topology::FullyConnected, 8, b, alpha);
+    let fc = fc_net.group_link(&everyone(&fc_net));
+    let m = 1e9;
+    // Exact equations.
+    assert_close(
+        "Eq. 1",
+        ring.time(Collective::AllReduce, m),
+        2.0 * m / b * 7.0 / 8.0 + 14.0 * alpha,
+        1e-12,
+    );
+    assert_close(
+        "Eq. 2",
+        fc.time(Collective::AllReduce, m),
+        2.0 * m / (b / 7.0) / 8.0 + 2.0 * alpha,
+        1e-12,
+    );
+    assert_close(
+        "Eq. 3",
+        ring.time(Collective::AllToAll, m),
+        16.0 * (m / b / 8.0 + alpha),
+        1e-12,
+    );
+    assert_close(
+        "Eq. 4",
+        fc.time(Collective::AllToAll, m),
+        m / b * 7.0 / 8.0 + alpha,
+        1e-12,
+    );
+    // Large messages: all-to-all ratio 16/7, all-reduce equal.
+    let ratio = |c, m| ring.time(c, m) / fc.time(c, m);
+    assert_close(
+        "all-to-all, large",
+        ratio(Collective::AllToAll, 1e12),
+        16.0 / 7.0,
+        0.01,
+    );
+    assert_close(
+        "all-reduce, large",
+        ratio(Collective::AllReduce, 1e12),
+        1.0,
+        0.01,
+    );
+    // Small messages: the latency terms, 16 alpha / alpha and 14 alpha / 2 alpha.
+    assert_close(
+        "all-to-all, small",
+        ratio(Collective::AllToAll, 1.0),
+        16.0,
+        0.01,
+    );
+    assert_close(
+        "all-reduce, small",
+        ratio(Collective::AllReduce, 1.0),
+        7.0,
+        0.01,
+    );
+}
+
+/// A contention-free ring pays 2(p-1)/p M/B + 2(p-1) alpha; when the mapping makes two
+/// logical rings share every link, each gets half the bandwidth.
+#[test]
+fn ring_all_reduce_and_link_sharing_derate() {
+    let (b, alpha, m) = (50e9, 2e-6, 256e6);
+    let net = one_fabric(Topology::Torus { dims: vec![8] }, 8, b, alpha);
+    let free = net.group_link(&everyone(&net));
+    assert_close(
+        "contention-free ring",
+        free.time(Collective::AllReduce, m),
+        2.0 * 7.0 / 8.0 * m / b + 14.0 * alpha,
+        1e-12,
+    );
+    assert_close(
+        "contention-free ring bandwidth",
+        free.ring_bytes_per_s,
+        b,
+        1e-12,
+    );
+    // t2-d4 on the same 8-device ring with tensor parallelism innermost: each data group
+    // sits on every other device, so the two data rings share every link.
+    let s = Strategy::parse("t2-d4").unwrap();
+    let shared = mapping::place(&net, &s, &[Axis::Tensor, Axis::Data]);
+    let sh = shared.link(Axis::Data);
+    assert_close(
+        "two rings share each link",
+        sh.ring_bytes_per_s,
+        b / 2.0,
+        1e-12,
+    );
+    let p4 = 4.0;
+    assert_close(
+        "derated all-reduce",
+        sh.time(Collective::AllReduce, m),
+        2.0 * (p4 - 1.0) / p4 * m / (b / 2.0) + 2.0 * (p4 - 1.0) * 2.0 * alpha,
+        1e-12,
+    );
+}
+
+/// TPU v4 Fig. 6: all-to-all is faster on the twisted torus (measured 1.63x at 4x4x8 and
+/// 1.31x at 4x8x8).
+#[test]
+fn twisted_torus_all_to_all_beats_the_regular_torus() {
+    for dims in [vec![4, 4, 8], vec![4, 8, 8]] {
+        let n: u64 = dims.iter().product();
+        let regular = one_fabric(Topology::Torus { dims: dims.clone() }, n, 150e9, 1e-6);
+        let twisted = one_fabric(
+            Topology::TwistedTorus { dims: dims.clone() },
+            n,
+            150e9,
+            1e-6,
+        );
+        let m = 64e9;
+        let r = regular
+            .group_link(&everyone(&regular))
+            .time(Collective::AllToAll, m);
+        let t = twisted
+            .group_link(&everyone(&twisted))
+            .time(Collective::AllToAll, m);
+        println!("{dims:?}: twisted speed-up {:.2}", r / t);
+        assert!(r / t > 1.1, "{dims:?}: regular {r} s, twisted {t} s");
+    }
+}
+
+// ------------------------------------------------------------------ validation
+
+/// LLaMA-65B: 1.4T tokens on 2048 A100-80GB in 20.83 days (MAD Max Table 1, V1), with
+/// 8-way tensor and sequence parallelism, 4 pipeline stages, 64 replicas, micro-batch 1,
+/// selective recomputation.
+#[test]
+fn llama_65b_days_to_train() {
+    let (sys, arch) = system("templates/dgx-a100.yaml");
+    let net = sys.network(&arch, 2048).unwrap();
+    let w = Workload::load(Source::Disk, &root().join("workloads/llama-65b.yaml")).unwrap();
+    let s = Strategy::parse("t8-p4-d64-mb1-sp-rc=selective").unwrap();
+    let p = predict(&w, &arch, &net, &s).unwrap();
+    assert!(p.feasible, "{:?}", p.violations);
+    let days = 1.4e12 / p.tokens_per_s / 86400.0;
+    println!(
+        "LLaMA-65B: {days:.2} days, {:.0} tokens/s/GPU",
+        p.tokens_per_s / 2048.0
+    );
+    assert_close("LLaMA-65B days", days, 20.83, 0.15);
+}
+
+#[test]
+fn mapping_tries_every_ordering_and_reports_the_breakdown() {
+    let (sys, arch) = system("templates/dgx-a100.yaml");
+    let net = sys.network(&arch, 64).unwrap();
+    let w = gpt(32, 4096, 32, 64, "full");
+    let p = predict(&w, &arch, &net, &Strategy::parse("t4-p2-d8-mb1").unwrap()).unwrap();
+    assert_eq!(p.mappings_tried, 6);
+    // The best mapping keeps tensor parallelism inside the NVLink node.
+    let tensor = p
+        .mapping
+        .spans
+        .iter()
+        .find(|(a, _)| *a == Axis::Tensor)
+        .unwrap();
+    assert_eq!(tensor.1, vec!["nvlink".to_string()]);
+    assert!(p.pipeline_bubble_s > 0.0 && p.exposed_communication_s > 0.0);
+    assert!(p
+        .communication
+        .iter()
+        .any(|c| c.collective == Collective::AllReduce && c.blocking));
+    assert!(p.model_flops_utilization > 0.2 && p.model_flops_utilization < 0.7);
+}
+
+#[test]
+fn a_model_too_big_for_memory_is_infeasible_with_reasons() {
+    let (sys, arch) = system("templates/dgx-a100.yaml");
+    let net = sys.network(&arch, 8).unwrap();
+    let w = Workload::load(Source::Disk, &root().join("workloads/gpt3-175b.yaml")).unwrap();
+    let mut s = Strategy::parse("t8").unwrap();
+    s.micro_batch = 1;
+    let w = match w {
+        Workload::Transformer(mut t) => {
+            t.global_batch = 8;
+            Workload::Transformer(t)
+        }
+        _ => unreachable!(),
+    };
+    let p = predict(&w, &arch, &net, &s).unwrap();
+    assert!(!p.feasible);
+    assert!(
+        p.violations[0].starts_with("out of memory"),
+        "{:?}",
+        p.violations
+    );
+}
+
+// ------------------------------------------------------------------ bad input
+
+#[test]
+fn bad_strategies_and_systems_fail_with_exit_2_and_a_clear_message() {
+    use common::stackflow;
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "16",
+        "--strategy",
+        "t8-d4",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("must multiply to the device count"), "{err}");
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--strategy",
+        "t8-q2",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("expected a string such as RC-4-2-d8-p2"),
+        "{err}"
+    );
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/tpu-v4-pod.yaml",
+        "--devices",
+        "256",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("a topology matching the 256 devices"), "{err}");
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "12",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("multiple of the 8 devices per node"), "{err}");
+}
+
+#[test]
+fn strategy_files_match_strings() {
+    let s = Strategy::from_yaml(
+        "s.yaml",
+        "data: 16\ntensor: 8\npipeline: 8\nmicro_batch: 1\ninterleave: 3\nsequence_parallel: true\nrecompute: selective\n",
+    )
+    .unwrap();
+    assert_eq!(
+        s,
+        Strategy::parse("t8-p8-d16-mb1-i3-sp-rc=selective").unwrap()
+    );
+    let rc = Strategy::from_yaml(
+        "s.yaml",
+        "kernel: {type: rc, kp1: 4, kp2: 2}\ndata: 8\npipeline: 2\n",
+    )
+    .unwrap();
+    assert_eq!(rc, Strategy::parse("RC-4-2-d8-p2").unwrap());
+    let e = Strategy::from_yaml("s.yaml", "data: 0\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("s.yaml: data = 0"), "{e}");
+}
+
+#[test]
+fn the_cli_prints_mapping_and_breakdown() {
+    let (code, out, err) = common::stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "16",
+        "--workload",
+        "workloads/gpt-1.7b.yaml",
+        "--strategy",
+        "t2-p2-d4-mb1",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for key in [
+        "mapping",
+        "exposed_communication_s",
+        "pipeline_bubble_s",
+        "model_flops_utilization",
+    ] {
+        assert!(v.get(key).is_some(), "{key} missing");
+    }
+}
