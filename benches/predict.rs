@@ -113,6 +113,23 @@ fn bench(c: &mut Criterion) {
             ev.predict(std::hint::black_box(&full), &[])
         })
     });
+    // Distributed: GPT-3 175B on 1024 A100s, tensor x pipeline x data = 8 x 8 x 16, every
+    // mapping ordering tried, interleaved 1F1B schedule simulated.
+    let system = stackflow::dist::System::load(
+        Source::Disk,
+        &std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("templates/dgx-a100.yaml"),
+    )
+    .unwrap();
+    let a100 = system.accelerator().unwrap();
+    let net = system.network(&a100, 1024).unwrap();
+    let gpt3 = workload("workloads/gpt3-175b.yaml", |t| t);
+    let strategy = stackflow::dist::Strategy::parse("t8-p8-d16-mb1-i2").unwrap();
+    c.bench_function(
+        "predict gpt3-175b on 1024 a100 (t8-p8-d16, 6 mappings)",
+        |b| {
+            b.iter(|| stackflow::dist::predict(std::hint::black_box(&gpt3), &a100, &net, &strategy))
+        },
+    );
 }
 
 criterion_group!(benches, bench);

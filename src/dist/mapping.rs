@@ -97,6 +97,17 @@ fn permute(v: &mut Vec<Axis>, i: usize, out: &mut Vec<Vec<Axis>>) {
 
 /// Places the strategy's axes in `order` onto the network and measures every axis's groups.
 pub fn place(net: &Network, s: &Strategy, order: &[Axis]) -> Mapping {
+    place_cached(net, s, order, &mut Vec::new())
+}
+
+/// [`place`], reusing group measurements across orderings: an axis's groups depend only on
+/// its degree and stride.
+pub fn place_cached(
+    net: &Network,
+    s: &Strategy,
+    order: &[Axis],
+    cache: &mut Vec<((u64, u64), GroupLink, Vec<String>)>,
+) -> Mapping {
     let d = degrees(s);
     let mut stride = [0u64; 5];
     let mut next = 1;
@@ -112,12 +123,20 @@ pub fn place(net: &Network, s: &Strategy, order: &[Axis]) -> Mapping {
             links.push(GroupLink::single());
             continue;
         }
+        if let Some((_, link, span)) = cache.iter().find(|(key, ..)| *key == (deg, st)) {
+            spans.push((a, span.clone()));
+            links.push(link.clone());
+            continue;
+        }
         let groups: Vec<Vec<u64>> = (0..net.devices)
             .filter(|dev| (dev / st) % deg == 0)
             .map(|base| (0..deg).map(|c| base + c * st).collect())
             .collect();
-        spans.push((a, net.spanned(&groups[0])));
-        links.push(net.group_link(&groups));
+        let span = net.spanned(&groups[0]);
+        let link = net.group_link(&groups);
+        cache.push(((deg, st), link.clone(), span.clone()));
+        spans.push((a, span));
+        links.push(link);
     }
     Mapping {
         order: order.to_vec(),

@@ -269,9 +269,11 @@ pub fn predict(
     // Every mapping; keep the fastest.
     let orders = mapping::orderings(s);
     let mut best: Option<(f64, Mapping, Eval)> = None;
+    let mut cache = Vec::new();
+    let free_end = free_schedule_end(s, &stages, m);
     for order in &orders {
-        let map = mapping::place(net, s, order);
-        let eval = evaluate(
+        let map = mapping::place_cached(net, s, order, &mut cache);
+        let mut eval = evaluate(
             &graph,
             s,
             &stages,
@@ -280,7 +282,9 @@ pub fn predict(
             f_tok,
             max_params * bytes,
             bytes,
+            free_end,
         );
+        eval.exposed_s = (eval.time_s - free_end).max(0.0);
         if best.as_ref().map_or(true, |b| eval.time_s < b.0) {
             best = Some((eval.time_s, map, eval));
         }
@@ -599,6 +603,7 @@ fn evaluate(
     f_tok: f64,
     stage_param_bytes: f64,
     bytes: f64,
+    free_end: f64,
 ) -> Eval {
     let p = s.pipeline as usize;
     let v = s.interleave as usize;
@@ -761,7 +766,19 @@ fn evaluate(
         compute_end = compute_end.max(timeline.end_s[i] + st.update_s);
         end = end.max(timeline.end_s[i].max(comm_free) + after);
     }
-    // The same schedule with free communication.
+    let busiest_update = stages.iter().map(|st| st.update_s).fold(0.0, f64::max);
+    let _ = compute_end;
+    Eval {
+        time_s: end,
+        exposed_s: 0.0,
+        bubble_s: (free_end - busiest_compute - busiest_update).max(0.0),
+        comms,
+    }
+}
+
+/// End of the iteration with every communication free: the schedule's compute alone.
+fn free_schedule_end(s: &Strategy, stages: &[StageWork], m: u64) -> f64 {
+    let v = s.interleave as usize;
     let free_steps: Vec<Vec<StageSteps>> = stages
         .iter()
         .map(|st| {
@@ -775,17 +792,9 @@ fn evaluate(
         })
         .collect();
     let free = schedule::simulate(&free_steps, m as usize, 0.0, s.gpipe);
-    let free_end = stages
+    stages
         .iter()
         .zip(&free.end_s)
         .map(|(st, e)| e + st.update_s)
-        .fold(0.0, f64::max);
-    let busiest_update = stages.iter().map(|st| st.update_s).fold(0.0, f64::max);
-    let _ = compute_end;
-    Eval {
-        time_s: end,
-        exposed_s: (end - free_end).max(0.0),
-        bubble_s: (free_end - busiest_compute - busiest_update).max(0.0),
-        comms,
-    }
+        .fold(0.0, f64::max)
 }
