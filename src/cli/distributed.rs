@@ -8,6 +8,7 @@ use stackflow::config::Source;
 use stackflow::dist::{predict, DistPrediction, Strategy, System};
 use stackflow::workload::Workload;
 
+use super::predict::seconds;
 use super::table::{bytes, si};
 use super::DEFAULT_WORKLOAD;
 
@@ -63,16 +64,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bail!("infeasible prediction without reasons");
     }
     Ok(())
-}
-
-fn seconds(t: f64) -> String {
-    if t >= 1.0 {
-        format!("{t:.3} s")
-    } else if t >= 1e-3 {
-        format!("{:.3} ms", t * 1e3)
-    } else {
-        format!("{:.3} us", t * 1e6)
-    }
 }
 
 fn render(p: &DistPrediction, peak: f64) -> String {

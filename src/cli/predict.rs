@@ -6,7 +6,7 @@ use stackflow::perf::Prediction;
 
 use super::table::{bytes, si};
 
-fn seconds(t: f64) -> String {
+pub(super) fn seconds(t: f64) -> String {
     if !t.is_finite() {
         "inf".into()
     } else if t >= 1.0 {
