@@ -244,39 +244,47 @@ impl Template {
 }
 
 fn network(check: &Checker, path: &str, raw: raw::NetworkRaw) -> Result<Network, ConfigError> {
-    let dims = match &raw.topology {
-        Topology::Mesh { dims } | Topology::Torus { dims } | Topology::TwistedTorus { dims } => {
-            Some(dims)
-        }
-        _ => None,
-    };
-    if let Some(dims) = dims {
-        if dims.is_empty() || dims.contains(&0) {
-            return Err(ConfigError::invalid(
-                check.file,
-                format!("{path}.topology.dims"),
-                format!("{dims:?}"),
-                "expected a non-empty list of sizes >= 1",
-            ));
-        }
-    }
-    if let Topology::TwistedTorus { dims } = &raw.topology {
-        let ok =
-            dims.len() == 3 && dims[2] == 2 * dims[0] && (dims[1] == dims[0] || dims[1] == dims[2]);
-        if !ok {
-            return Err(ConfigError::invalid(
-                check.file,
-                format!("{path}.topology.dims"),
-                format!("{dims:?}"),
-                "a twisted torus has shape [n, n, 2n] or [n, 2n, 2n]",
-            ));
-        }
-    }
-    if let Topology::FatTree { levels } = raw.topology {
-        check.positive_count(&format!("{path}.topology.levels"), levels)?;
-    }
+    check_topology(check, &format!("{path}.topology"), &raw.topology)?;
     Ok(Network {
         technology: raw.technology,
         topology: raw.topology,
     })
+}
+
+/// Checks a topology at `path` (grid sizes, twisted-torus shape, fat-tree levels) and
+/// returns the members a grid topology joins.
+pub(crate) fn check_topology(
+    check: &Checker,
+    path: &str,
+    topology: &Topology,
+) -> Result<Option<u64>, ConfigError> {
+    match topology {
+        Topology::Mesh { dims } | Topology::Torus { dims } | Topology::TwistedTorus { dims } => {
+            if dims.is_empty() || dims.contains(&0) {
+                return Err(ConfigError::invalid(
+                    check.file,
+                    format!("{path}.dims"),
+                    format!("{dims:?}"),
+                    "expected a non-empty list of sizes >= 1",
+                ));
+            }
+            let twisted_shape = dims.len() == 3
+                && dims[2] == 2 * dims[0]
+                && (dims[1] == dims[0] || dims[1] == dims[2]);
+            if matches!(topology, Topology::TwistedTorus { .. }) && !twisted_shape {
+                return Err(ConfigError::invalid(
+                    check.file,
+                    format!("{path}.dims"),
+                    format!("{dims:?}"),
+                    "a twisted torus has shape [n, n, 2n] or [n, 2n, 2n]",
+                ));
+            }
+            Ok(Some(dims.iter().product()))
+        }
+        Topology::FatTree { levels } => {
+            check.positive_count(&format!("{path}.levels"), *levels)?;
+            Ok(None)
+        }
+        _ => Ok(None),
+    }
 }

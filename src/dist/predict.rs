@@ -359,23 +359,7 @@ fn scale_tokens(k: &mut Kernel, f: f64) {
                 *m = shrink(*m);
             }
         }
-        Op::Stream {
-            read_bytes,
-            write_bytes,
-            flops,
-        } => {
-            *read_bytes *= f;
-            *write_bytes *= f;
-            *flops *= f;
-        }
-        Op::Gather {
-            read_bytes,
-            write_bytes,
-            ..
-        } => {
-            *read_bytes *= f;
-            *write_bytes *= f;
-        }
+        op => scale_stream(op, f),
     }
 }
 
@@ -383,27 +367,35 @@ fn div(x: &mut u64, d: u64) {
     *x = x.div_ceil(d).max(1);
 }
 
-/// Scales a streaming or gather kernel's work by `1 / d`.
-fn divide_stream(op: &mut Op, d: f64) {
+/// Multiplies a streaming or gather kernel's traffic and work by `factor`.
+fn scale_stream(op: &mut Op, factor: f64) {
     match op {
         Op::Stream {
             read_bytes,
             write_bytes,
             flops,
         } => {
-            *read_bytes /= d;
-            *write_bytes /= d;
-            *flops /= d;
+            *read_bytes *= factor;
+            *write_bytes *= factor;
+            *flops *= factor;
         }
         Op::Gather {
             read_bytes,
             write_bytes,
             ..
         } => {
-            *read_bytes /= d;
-            *write_bytes /= d;
+            *read_bytes *= factor;
+            *write_bytes *= factor;
         }
+        Op::Gemm { .. } => {}
+    }
+}
+
+/// Splits a kernel's work `d` ways: batched products by their batch, streams by bytes.
+fn divide_stream(op: &mut Op, d: f64) {
+    match op {
         Op::Gemm { batch, .. } => div(batch, d as u64),
+        op => scale_stream(op, 1.0 / d),
     }
 }
 
@@ -558,8 +550,7 @@ fn stage_work(
                 0.0
             };
             let zero = if s.zero >= 1 { s.data as f64 } else { 1.0 };
-            divide_stream(&mut k.op, 1.0 / share.max(1e-30));
-            divide_stream(&mut k.op, model_shard * zero);
+            scale_stream(&mut k.op, share / (model_shard * zero));
             w.update_s += evaluator.kernel(&k).time_s;
             continue;
         }
@@ -585,6 +576,54 @@ fn stage_work(
     w
 }
 
+/// Prices collectives under one mapping and lists those of the reported stage.
+struct Ledger<'a> {
+    map: &'a Mapping,
+    comms: Vec<CommReport>,
+}
+
+impl Ledger<'_> {
+    /// Time of `calls` calls of `need`; with `report = Some(r)` they are also listed, as
+    /// `calls x r` calls per iteration.
+    fn charge(
+        &mut self,
+        name: &str,
+        need: &Need,
+        calls: f64,
+        blocking: bool,
+        report: Option<f64>,
+    ) -> f64 {
+        let link = self.map.link(need.axis);
+        let t = link.time(need.collective, need.bytes) * calls;
+        let Some(r) = report else { return t };
+        if link.p <= 1 || calls <= 0.0 {
+            return t;
+        }
+        let (calls, time_s) = (calls * r, t * r);
+        match self
+            .comms
+            .iter_mut()
+            .find(|c| c.name == name && c.collective == need.collective)
+        {
+            Some(c) => {
+                c.calls += calls;
+                c.time_s += time_s;
+            }
+            None => self.comms.push(CommReport {
+                name: name.to_string(),
+                collective: need.collective,
+                axis: need.axis,
+                group: link.p,
+                bytes: need.bytes,
+                calls,
+                time_s,
+                blocking,
+            }),
+        }
+        t
+    }
+}
+
 struct Eval {
     time_s: f64,
     exposed_s: f64,
@@ -607,57 +646,24 @@ fn evaluate(
 ) -> Eval {
     let p = s.pipeline as usize;
     let v = s.interleave as usize;
-    let mut comms: Vec<CommReport> = Vec::new();
-    let mut add =
-        |name: &str, c: Collective, axis: Axis, bytes: f64, calls: f64, blocking: bool| {
-            let link = map.link(axis);
-            let t = link.time(c, bytes) * calls;
-            if link.p > 1 && calls > 0.0 {
-                match comms
-                    .iter_mut()
-                    .find(|r| r.name == name && r.collective == c)
-                {
-                    Some(r) => {
-                        r.calls += calls;
-                        r.time_s += t;
-                    }
-                    None => comms.push(CommReport {
-                        name: name.to_string(),
-                        collective: c,
-                        axis,
-                        group: link.p,
-                        bytes,
-                        calls,
-                        time_s: t,
-                        blocking,
-                    }),
-                }
-            }
-            t
-        };
+    let mut ledger = Ledger {
+        map,
+        comms: Vec::new(),
+    };
     // Per stage and chunk: step durations with blocking collectives.
     let mut steps = Vec::with_capacity(p);
     let mut busiest_compute = 0.0f64;
     for (i, st) in stages.iter().enumerate() {
+        // The report lists the first stage's collectives, for all micro-batches.
+        let report = (i == 0).then_some(m as f64);
         let mut blocking = |needs: &[(f64, Need)]| -> f64 {
-            let mut total = 0.0;
-            for (count, n) in needs {
-                let t = map.link(n.axis).time(n.collective, n.bytes) * count;
-                if i == 0 {
-                    // The report lists the first stage's collectives, for all micro-batches.
+            needs
+                .iter()
+                .map(|(count, n)| {
                     let label = format!("{} {}", n.axis.name(), n.collective.name());
-                    add(
-                        &label,
-                        n.collective,
-                        n.axis,
-                        n.bytes,
-                        count * m as f64,
-                        true,
-                    );
-                }
-                total += t;
-            }
-            total
+                    ledger.charge(&label, n, *count, true, report)
+                })
+                .sum()
         };
         let fwd_comm = blocking(&st.forward_needs);
         let bwd_comm = blocking(&st.backward_needs);
@@ -696,14 +702,12 @@ fn evaluate(
         .time(Collective::PointToPoint, boundary);
     if p > 1 {
         let calls = 2.0 * (m as f64) * v as f64;
-        add(
-            "pipeline activations",
-            Collective::PointToPoint,
-            Axis::Pipeline,
-            boundary,
-            calls,
-            false,
-        );
+        let need = Need {
+            collective: Collective::PointToPoint,
+            axis: Axis::Pipeline,
+            bytes: boundary,
+        };
+        ledger.charge("pipeline activations", &need, calls, false, Some(1.0));
     }
     let timeline = schedule::simulate(&steps, m as usize, transfer, s.gpipe);
     // Gradient synchronisation per stage, bucket by bucket as the last backward step of
@@ -719,7 +723,6 @@ fn evaluate(
         Collective::AllReduce
     };
     let mut end = 0.0f64;
-    let mut compute_end = 0.0f64;
     for (i, st) in stages.iter().enumerate() {
         let stage_bytes = st.parameters / s.model_degree().max(1) as f64
             * bytes
@@ -727,6 +730,7 @@ fn evaluate(
                 Some(KernelSplit::Rc { kp1, .. }) => kp1 as f64,
                 _ => 1.0,
             };
+        let report = (i == 0).then_some(1.0);
         let mut comm_free = 0.0f64;
         let buckets = layers_per_chunk;
         for c in (0..v).rev() {
@@ -735,44 +739,34 @@ fn evaluate(
                 let ready = start + (stop - start) * (j + 1) as f64 / buckets as f64;
                 let bucket = stage_bytes / (v * buckets) as f64;
                 let mut t = 0.0;
-                for &a in &data_axes {
-                    let record = i == 0;
-                    t += if record {
-                        add("gradient sync", grad_collective, a, bucket, 1.0, false)
-                    } else {
-                        map.link(a).time(grad_collective, bucket)
+                for &axis in &data_axes {
+                    let need = Need {
+                        collective: grad_collective,
+                        axis,
+                        bytes: bucket,
                     };
+                    t += ledger.charge("gradient sync", &need, 1.0, false, report);
                 }
                 comm_free = comm_free.max(ready) + t;
             }
         }
         let mut after = st.update_s;
         if s.zero >= 1 && s.zero < 3 {
-            let t = if i == 0 {
-                add(
-                    "updated weights",
-                    Collective::AllGather,
-                    Axis::Data,
-                    stage_bytes,
-                    1.0,
-                    false,
-                )
-            } else {
-                map.link(Axis::Data)
-                    .time(Collective::AllGather, stage_bytes)
+            let need = Need {
+                collective: Collective::AllGather,
+                axis: Axis::Data,
+                bytes: stage_bytes,
             };
-            after += t;
+            after += ledger.charge("updated weights", &need, 1.0, false, report);
         }
-        compute_end = compute_end.max(timeline.end_s[i] + st.update_s);
         end = end.max(timeline.end_s[i].max(comm_free) + after);
     }
     let busiest_update = stages.iter().map(|st| st.update_s).fold(0.0, f64::max);
-    let _ = compute_end;
     Eval {
         time_s: end,
         exposed_s: 0.0,
         bubble_s: (free_end - busiest_compute - busiest_update).max(0.0),
-        comms,
+        comms: ledger.comms,
     }
 }
 

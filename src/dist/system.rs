@@ -15,6 +15,7 @@ use crate::config::{parse_yaml, Checker, ConfigError, Source};
 use crate::design::{Design, DesignFiles};
 use crate::generator::Architecture;
 use crate::tech::TechLibrary;
+use crate::template::check_topology;
 
 /// Where a fabric's bandwidth and latency come from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -81,38 +82,7 @@ impl System {
         let mut fabrics = Vec::new();
         for (i, f) in raw.fabrics.into_iter().enumerate() {
             let path = |key: &str| format!("fabrics[{i}].{key}");
-            let dims_size = match &f.topology {
-                Topology::Mesh { dims }
-                | Topology::Torus { dims }
-                | Topology::TwistedTorus { dims } => {
-                    if dims.is_empty() || dims.contains(&0) {
-                        return Err(ConfigError::invalid(
-                            file,
-                            path("topology.dims"),
-                            format!("{dims:?}"),
-                            "a non-empty list of sizes >= 1",
-                        ));
-                    }
-                    if matches!(f.topology, Topology::TwistedTorus { .. })
-                        && !(dims.len() == 3
-                            && dims[2] == 2 * dims[0]
-                            && (dims[1] == dims[0] || dims[1] == dims[2]))
-                    {
-                        return Err(ConfigError::invalid(
-                            file,
-                            path("topology.dims"),
-                            format!("{dims:?}"),
-                            "a twisted torus has shape [n, n, 2n] or [n, 2n, 2n]",
-                        ));
-                    }
-                    Some(dims.iter().product::<u64>())
-                }
-                Topology::FatTree { levels } => {
-                    check.positive_count(&path("topology.levels"), *levels)?;
-                    None
-                }
-                _ => None,
-            };
+            let dims_size = check_topology(&check, &path("topology"), &f.topology)?;
             let size = match (f.size, dims_size) {
                 (Some(s), Some(d)) if s != d => {
                     return Err(ConfigError::invalid(
