@@ -108,6 +108,80 @@ fn megatron_weak_scaling_per_gpu_throughput() {
     );
 }
 
+#[derive(Deserialize)]
+struct Table3 {
+    cases: Vec<Table3Case>,
+}
+
+#[derive(Deserialize)]
+struct Table3Case {
+    name: String,
+    baseline: Table3Run,
+    best: Table3Run,
+}
+
+#[derive(Deserialize)]
+struct Table3Run {
+    label: String,
+    topology: Vec<u64>,
+    strategy: String,
+    seqs_per_s: f64,
+}
+
+/// A TPU v4 slice of the given torus shape: the shipped 8x8x8 template, reshaped.
+fn tpu_v4_slice(dims: &[u64]) -> (System, Architecture) {
+    let path = root().join("templates/tpu-v4-pod.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let budget = root().join("budgets/tpu-v4.yaml");
+    let text = text
+        .replace("../budgets/tpu-v4.yaml", &budget.display().to_string())
+        .replace("dims: [8, 8, 8]", &format!("dims: {dims:?}"));
+    let s = System::from_yaml(&path.display().to_string(), &text).unwrap();
+    let a = s.accelerator().unwrap();
+    (s, a)
+}
+
+#[test]
+fn tpu_v4_table3_best_configurations_win_by_the_measured_margin() {
+    let text = std::fs::read_to_string(root().join("validation/tpu-v4-table3.yaml")).unwrap();
+    let table: Table3 = serde_yaml::from_str(&text).unwrap();
+    let gpt3 = Workload::load(Source::Disk, &root().join("workloads/gpt3-175b.yaml")).unwrap();
+    let batch = 1536.0;
+    let mut report = String::new();
+    let mut failures = Vec::new();
+    for case in &table.cases {
+        let mut rate = |run: &Table3Run| -> f64 {
+            let (system, tpu) = tpu_v4_slice(&run.topology);
+            let net = system.network(&tpu, 512).unwrap();
+            let strategy = Strategy::parse(&run.strategy).unwrap();
+            let pr = predict(&gpt3, &tpu, &net, &strategy).unwrap();
+            assert!(
+                pr.feasible,
+                "{} {}: {:?}",
+                case.name, run.label, pr.violations
+            );
+            let r = batch / pr.time_per_iteration_s;
+            report += &format!(
+                "{} {} {:?} {}: predicted {r:.1} seqs/s, measured {}\n",
+                case.name, run.label, run.topology, run.strategy, run.seqs_per_s
+            );
+            r
+        };
+        let (base, best) = (rate(&case.baseline), rate(&case.best));
+        let (predicted, measured) = (best / base, case.best.seqs_per_s / case.baseline.seqs_per_s);
+        report += &format!(
+            "{}: ratio predicted {predicted:.2} measured {measured:.2} ({:+.1}%)\n",
+            case.name,
+            100.0 * (predicted / measured - 1.0)
+        );
+        if predicted <= 1.0 || rel_err(predicted, measured) > 0.30 {
+            failures.push(case.name.clone());
+        }
+    }
+    println!("{report}");
+    assert!(failures.is_empty(), "{failures:?} off:\n{report}");
+}
+
 // ------------------------------------------------------------------ collectives
 
 use stackflow::config::raw::Topology;

@@ -501,6 +501,8 @@ pub struct StrategyRaw {
     pub recompute: Option<RecomputeMode>,
     pub zero: Option<u64>,
     pub expert: Option<u64>,
+    /// ZeRO-3: gather weights ahead of use (true, the default) or just in time.
+    pub weight_prefetch: Option<bool>,
 }
 
 // ---------------------------------------------------------------- systems

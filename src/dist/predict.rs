@@ -668,18 +668,41 @@ fn evaluate(
         let fwd_comm = blocking(&st.forward_needs);
         let bwd_comm = blocking(&st.backward_needs);
         // FSDP (ZeRO-3): gather this stage's weights before each forward and backward
-        // step, prefetched beside compute; reduce-scatter gradients after each backward.
+        // step and reduce-scatter its gradients after each backward. Prefetched gathers
+        // run beside compute; just-in-time ones sit on the critical path.
         let (mut fwd, mut bwd) = (st.forward_s + fwd_comm, st.backward_s + bwd_comm);
         if s.zero >= 3 {
-            let chunk_bytes = stage_param_bytes / v as f64;
-            let gather = map
-                .link(Axis::Data)
-                .time(Collective::AllGather, chunk_bytes);
-            let scatter = map
-                .link(Axis::Data)
-                .time(Collective::ReduceScatter, chunk_bytes);
-            fwd = fwd.max(gather);
-            bwd = bwd.max(gather + scatter);
+            let weights = |collective| Need {
+                collective,
+                axis: Axis::Data,
+                bytes: stage_param_bytes / v as f64,
+            };
+            let (gather, scatter) = (
+                weights(Collective::AllGather),
+                weights(Collective::ReduceScatter),
+            );
+            let steps = (m * v as u64) as f64;
+            let gather_s = ledger.charge(
+                "weight gather",
+                &gather,
+                2.0,
+                !s.prefetch,
+                report.map(|_| steps),
+            ) / 2.0;
+            let scatter_s = ledger.charge(
+                "gradient reduce-scatter",
+                &scatter,
+                1.0,
+                false,
+                report.map(|_| steps),
+            );
+            if s.prefetch {
+                fwd = fwd.max(gather_s);
+                bwd = bwd.max(gather_s + scatter_s);
+            } else {
+                fwd += gather_s;
+                bwd = (bwd + gather_s).max(gather_s + scatter_s);
+            }
         }
         busiest_compute = busiest_compute.max((st.forward_s + st.backward_s) * m as f64);
         steps.push(vec![
@@ -713,9 +736,12 @@ fn evaluate(
     // Gradient synchronisation per stage, bucket by bucket as the last backward step of
     // each chunk produces them (MAD Max Sec. 4.3: non-blocking, overlapped with backward).
     let layers_per_chunk = (graph.layers / (s.pipeline * s.interleave)).max(1) as usize;
-    let data_axes: Vec<Axis> = match s.kernel {
-        Some(KernelSplit::Rc { .. }) => vec![Axis::Kp1, Axis::Data],
-        _ => vec![Axis::Data],
+    // Under ZeRO-3 the data group already reduce-scattered every micro-batch's gradients.
+    let data_axes: Vec<Axis> = match (s.kernel, s.zero >= 3) {
+        (Some(KernelSplit::Rc { .. }), false) => vec![Axis::Kp1, Axis::Data],
+        (Some(KernelSplit::Rc { .. }), true) => vec![Axis::Kp1],
+        (_, false) => vec![Axis::Data],
+        (_, true) => vec![],
     };
     let grad_collective = if s.zero >= 2 {
         Collective::ReduceScatter

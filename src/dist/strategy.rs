@@ -64,6 +64,10 @@ pub struct Strategy {
     pub zero: u8,
     /// Expert-parallel degree (inside the data-parallel group).
     pub expert: u64,
+    /// ZeRO-3 only: whether a stage's weights are gathered ahead of its compute, beside the
+    /// previous step (PyTorch FSDP's prefetching), or just in time, on the critical path
+    /// (a compiler that cannot hoist the gather out of the layer loop).
+    pub prefetch: bool,
 }
 
 impl Default for Strategy {
@@ -80,6 +84,7 @@ impl Default for Strategy {
             recompute: None,
             zero: 0,
             expert: 1,
+            prefetch: true,
         }
     }
 }
@@ -153,6 +158,13 @@ impl Strategy {
                     s.zero = z.ok_or_else(|| fail(format!("z{value}: ZeRO stage must be 0-3")))?;
                 }
                 "sp" if value.is_empty() => s.sequence_parallel = true,
+                "prefetch=" => {
+                    s.prefetch = match value {
+                        "on" => true,
+                        "off" => false,
+                        _ => return Err(fail(format!("prefetch={value}: must be on or off"))),
+                    }
+                }
                 "gpipe" if value.is_empty() => s.gpipe = true,
                 "rc=" => {
                     s.recompute = Some(match value {
@@ -180,7 +192,8 @@ impl Strategy {
     }
 
     /// Reads a strategy file (keys `data`, `tensor`, `pipeline`, `kernel`, `micro_batch`,
-    /// `interleave`, `sequence_parallel`, `recompute`, `zero`, `expert`).
+    /// `interleave`, `schedule`, `sequence_parallel`, `recompute`, `zero`, `expert`,
+    /// `weight_prefetch`).
     pub fn from_yaml(file: &str, text: &str) -> Result<Strategy, ConfigError> {
         let raw: StrategyRaw = parse_yaml(file, text)?;
         let check = Checker { file };
@@ -261,6 +274,7 @@ impl Strategy {
             recompute: raw.recompute,
             zero: zero as u8,
             expert: count("expert", raw.expert)?,
+            prefetch: raw.weight_prefetch.unwrap_or(true),
         })
     }
 
@@ -298,6 +312,11 @@ impl Strategy {
                 "interleaving (i > 1) is a 1F1B schedule, not GPipe".into(),
             ));
         }
+        if !self.prefetch && self.zero < 3 {
+            return Err(fail(
+                "prefetch=off concerns the weight gathers of ZeRO-3; it needs z3".into(),
+            ));
+        }
         if self.interleave > 1 && self.pipeline == 1 {
             return Err(fail(
                 "an interleaved schedule (i > 1) needs pipeline parallelism (p > 1)".into(),
@@ -309,8 +328,10 @@ impl Strategy {
 
 /// `mb4` -> ("mb", "4"), `rc=full` -> ("rc=", "full"), `sp` -> ("sp", "").
 fn split_key(token: &str) -> (&str, &str) {
-    if let Some(rest) = token.strip_prefix("rc=") {
-        return ("rc=", rest);
+    for key in ["rc=", "prefetch="] {
+        if let Some(rest) = token.strip_prefix(key) {
+            return (key, rest);
+        }
     }
     let cut = token
         .find(|c: char| c.is_ascii_digit())
@@ -355,6 +376,9 @@ impl fmt::Display for Strategy {
         if self.expert > 1 {
             parts.push(format!("e{}", self.expert));
         }
+        if !self.prefetch {
+            parts.push("prefetch=off".into());
+        }
         write!(f, "{}", parts.join("-"))
     }
 }
@@ -378,12 +402,29 @@ mod tests {
         assert_eq!(s.recompute, Some(RecomputeMode::Selective));
         assert_eq!(Strategy::parse(&s.to_string()).unwrap(), s);
         assert_eq!(Strategy::parse(&rc.to_string()).unwrap(), rc);
+        let jit = Strategy::parse("d16-t32-sp-z3-prefetch=off").unwrap();
+        assert!(!jit.prefetch && jit.zero == 3);
+        assert_eq!(Strategy::parse(&jit.to_string()).unwrap(), jit);
+        let e = Strategy::parse("d16-prefetch=off")
+            .unwrap()
+            .check_devices(16)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("it needs z3"), "{e}");
     }
 
     #[test]
     fn bad_strings_say_what_is_expected() {
         for bad in [
-            "t8-x3", "t0", "RC-4", "t8--d2", "t2-t4", "z7", "rc=some", "CR-2-t2",
+            "t8-x3",
+            "t0",
+            "RC-4",
+            "t8--d2",
+            "t2-t4",
+            "z7",
+            "rc=some",
+            "CR-2-t2",
+            "prefetch=no",
         ] {
             let e = Strategy::parse(bad).unwrap_err().to_string();
             assert!(
