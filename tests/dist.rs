@@ -467,6 +467,58 @@ fn strategy_files_match_strings() {
 }
 
 #[test]
+fn mad_max_hierarchical_strategies_place_their_levels() {
+    // The 1.7B GPT of Narayanan Table 1 at its batch of 512.
+    let dir = common::Scratch::new("madmax");
+    let text = std::fs::read_to_string(root().join("workloads/gpt-1.7b.yaml")).unwrap();
+    let workload = dir.write(
+        "gpt.yaml",
+        &text.replace("global_batch: 4 ", "global_batch: 512 "),
+    );
+    let span = |strategy: &str| -> serde_json::Value {
+        let (code, out, err) = common::stackflow(&[
+            "predict",
+            "--system",
+            "templates/dgx-a100.yaml",
+            "--devices",
+            "32",
+            "--workload",
+            &workload,
+            "--strategy",
+            strategy,
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v
+    };
+    // (TP, DDP): tensor parallelism on the NVSwitch, data parallelism over InfiniBand;
+    // (DDP, TP) the other way round, and slower: per-layer all-reduces cross the slow fabric.
+    let tp_ddp = span("(TP, DDP)");
+    let ddp_tp = span("(DDP, TP)");
+    let spans = |v: &serde_json::Value| v["mapping"]["spans"].to_string();
+    assert_eq!(
+        spans(&tp_ddp),
+        r#"[["tensor",["nvlink"]],["data",["infiniband"]]]"#
+    );
+    assert_eq!(
+        spans(&ddp_tp),
+        r#"[["tensor",["infiniband"]],["data",["nvlink"]]]"#
+    );
+    let time = |v: &serde_json::Value| v["time_per_iteration_s"].as_f64().unwrap();
+    assert!(time(&tp_ddp) < time(&ddp_tp));
+    let (code, _, err) = common::stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--strategy",
+        "(FSDP, DDP)",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("expected MAD Max's (INTRA, INTER)"), "{err}");
+}
+
+#[test]
 fn the_cli_prints_mapping_and_breakdown() {
     let (code, out, err) = common::stackflow(&[
         "predict",

@@ -41,6 +41,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             if path.extension().is_some_and(|e| e == "yaml" || e == "yml") || path.is_file() {
                 let file = path.display().to_string();
                 Strategy::from_yaml(&file, &Source::Disk.read(path)?)?
+            } else if text.trim_start().starts_with('(') {
+                Strategy::from_madmax(text, system.devices_per_node(), devices)?
             } else {
                 Strategy::parse(text)?
             }

@@ -31,6 +31,21 @@ impl Axis {
         Axis::Pipeline,
     ];
 
+    /// The short-form letter (`order=t.d.p`).
+    pub fn letter(self) -> &'static str {
+        match self {
+            Axis::Tensor => "t",
+            Axis::Kp1 => "k1",
+            Axis::Kp2 => "k2",
+            Axis::Data => "d",
+            Axis::Pipeline => "p",
+        }
+    }
+
+    pub fn from_letter(letter: &str) -> Option<Axis> {
+        Axis::ALL.into_iter().find(|a| a.letter() == letter)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Axis::Tensor => "tensor",
@@ -78,6 +93,17 @@ pub fn orderings(s: &Strategy) -> Vec<Vec<Axis>> {
         .copied()
         .filter(|&a| d[a as usize] > 1)
         .collect();
+    if let Some(pinned) = &s.placement {
+        // The pinned axes innermost, in their order; any other used axis outside them.
+        let pinned = pinned.axes();
+        let mut order: Vec<Axis> = pinned
+            .iter()
+            .copied()
+            .filter(|a| used.contains(a))
+            .collect();
+        order.extend(used.iter().filter(|a| !pinned.contains(a)));
+        return vec![order];
+    }
     let mut out = Vec::new();
     permute(&mut used.clone(), 0, &mut out);
     out

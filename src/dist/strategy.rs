@@ -10,6 +10,7 @@ use std::fmt;
 
 use serde::Serialize;
 
+use super::mapping::Axis;
 pub use crate::config::raw::RecomputeMode;
 use crate::config::raw::{KernelSplitKind, StrategyRaw};
 use crate::config::{parse_yaml, Checker, ConfigError};
@@ -68,6 +69,42 @@ pub struct Strategy {
     /// previous step (PyTorch FSDP's prefetching), or just in time, on the critical path
     /// (a compiler that cannot hoist the gather out of the layer loop).
     pub prefetch: bool,
+    /// A pinned placement of the parallel dimensions, innermost (nearest devices) first;
+    /// `None` tries every ordering and keeps the best.
+    pub placement: Option<Placement>,
+}
+
+/// Parallel dimensions in placement order, innermost first (at most the five axes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    axes: [Axis; 5],
+    len: usize,
+}
+
+impl Placement {
+    /// `None` when an axis repeats or the list is empty.
+    pub fn new(axes: &[Axis]) -> Option<Placement> {
+        let repeats = axes.iter().enumerate().any(|(i, a)| axes[..i].contains(a));
+        if axes.is_empty() || repeats {
+            return None;
+        }
+        let mut all = Axis::ALL;
+        all[..axes.len()].copy_from_slice(axes);
+        Some(Placement {
+            axes: all,
+            len: axes.len(),
+        })
+    }
+
+    pub fn axes(&self) -> &[Axis] {
+        &self.axes[..self.len]
+    }
+}
+
+impl Serialize for Placement {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.axes().serialize(serializer)
+    }
 }
 
 impl Default for Strategy {
@@ -85,6 +122,7 @@ impl Default for Strategy {
             zero: 0,
             expert: 1,
             prefetch: true,
+            placement: None,
         }
     }
 }
@@ -158,6 +196,18 @@ impl Strategy {
                     s.zero = z.ok_or_else(|| fail(format!("z{value}: ZeRO stage must be 0-3")))?;
                 }
                 "sp" if value.is_empty() => s.sequence_parallel = true,
+                "order=" => {
+                    let axes: Option<Vec<Axis>> = value.split('.').map(Axis::from_letter).collect();
+                    match axes.as_deref().and_then(Placement::new) {
+                        Some(p) => s.placement = Some(p),
+                        _ => {
+                            return Err(fail(format!(
+                                "order={value}: list distinct axes innermost first from t, k1, \
+                                 k2, d, p, joined by dots (order=t.d)"
+                            )))
+                        }
+                    }
+                }
                 "prefetch=" => {
                     s.prefetch = match value {
                         "on" => true,
@@ -275,7 +325,69 @@ impl Strategy {
             zero: zero as u8,
             expert: count("expert", raw.expert)?,
             prefetch: raw.weight_prefetch.unwrap_or(true),
+            placement: None,
         })
+    }
+
+    /// MAD Max's hierarchical notation `(INTRA, INTER)`: how the devices inside a node and
+    /// the nodes are used, each one of `TP` (tensor parallelism), `DDP` (data parallelism)
+    /// or `FSDP` (data parallelism with ZeRO-3), e.g. `(TP, DDP)`. The placement is pinned:
+    /// the intra-node dimension on the devices of a node.
+    pub fn from_madmax(
+        text: &str,
+        devices_per_node: u64,
+        devices: u64,
+    ) -> Result<Strategy, StrategyError> {
+        let fail = |message: String| StrategyError {
+            input: text.to_string(),
+            message: format!(
+                "{message}; expected MAD Max's (INTRA, INTER) with each of TP, DDP or FSDP, \
+                 such as (TP, DDP)"
+            ),
+        };
+        let cleaned: String = text
+            .chars()
+            .filter(|c| !c.is_whitespace() && *c != '(' && *c != ')')
+            .collect();
+        let levels: Vec<&str> = cleaned.split(',').collect();
+        let [intra, inter] = levels[..] else {
+            return Err(fail(format!("{} levels given", levels.len())));
+        };
+        let per_node = devices_per_node.max(1);
+        let sizes = [per_node, (devices / per_node).max(1)];
+        let mut s = Strategy::default();
+        let mut order = Vec::new();
+        let mut kinds = Vec::new();
+        for (name, size) in [intra, inter].into_iter().zip(sizes) {
+            let kind = name.to_ascii_uppercase();
+            let axis = match kind.as_str() {
+                "TP" => {
+                    s.tensor *= size;
+                    Axis::Tensor
+                }
+                "DDP" | "FSDP" => {
+                    s.data *= size;
+                    Axis::Data
+                }
+                _ => return Err(fail(format!("unknown level {name:?}"))),
+            };
+            if !order.contains(&axis) {
+                order.push(axis);
+            }
+            kinds.push(kind);
+        }
+        if kinds.iter().any(|k| k == "FSDP") {
+            if kinds.iter().any(|k| k == "DDP") {
+                return Err(fail(
+                    "sharding over only part of the data-parallel group (hybrid FSDP) is not \
+                     modelled; use (FSDP, FSDP) or DDP at both levels"
+                        .into(),
+                ));
+            }
+            s.zero = 3;
+        }
+        s.placement = Placement::new(&order);
+        Ok(s)
     }
 
     /// Checks the strategy against a device count: degrees multiply to it, expert divides
@@ -328,7 +440,7 @@ impl Strategy {
 
 /// `mb4` -> ("mb", "4"), `rc=full` -> ("rc=", "full"), `sp` -> ("sp", "").
 fn split_key(token: &str) -> (&str, &str) {
-    for key in ["rc=", "prefetch="] {
+    for key in ["rc=", "prefetch=", "order="] {
         if let Some(rest) = token.strip_prefix(key) {
             return (key, rest);
         }
@@ -379,6 +491,10 @@ impl fmt::Display for Strategy {
         if !self.prefetch {
             parts.push("prefetch=off".into());
         }
+        if let Some(order) = &self.placement {
+            let letters: Vec<&str> = order.axes().iter().map(|a| a.letter()).collect();
+            parts.push(format!("order={}", letters.join(".")));
+        }
         write!(f, "{}", parts.join("-"))
     }
 }
@@ -411,6 +527,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("it needs z3"), "{e}");
+    }
+
+    #[test]
+    fn mad_max_notation_pins_the_placement() {
+        let s = Strategy::from_madmax("(TP, DDP)", 8, 128).unwrap();
+        assert_eq!((s.tensor, s.data, s.zero), (8, 16, 0));
+        assert_eq!(s.placement.unwrap().axes(), &[Axis::Tensor, Axis::Data]);
+        assert_eq!(Strategy::parse(&s.to_string()).unwrap(), s);
+        let f = Strategy::from_madmax("((FSDP), (FSDP))", 8, 128).unwrap();
+        assert_eq!((f.tensor, f.data, f.zero), (1, 128, 3));
+        let swapped = Strategy::from_madmax("(DDP,TP)", 8, 128).unwrap();
+        assert_eq!(
+            swapped.placement.unwrap().axes(),
+            &[Axis::Data, Axis::Tensor]
+        );
+        for (bad, says) in [
+            ("(FSDP, DDP)", "hybrid FSDP"),
+            ("(TP, XP)", "unknown level"),
+            ("(TP)", "1 levels given"),
+        ] {
+            let e = Strategy::from_madmax(bad, 8, 128).unwrap_err().to_string();
+            assert!(
+                e.contains(says) && e.contains("such as (TP, DDP)"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(Strategy::parse("t8-d2-order=t.t").is_err());
     }
 
     #[test]
