@@ -8,7 +8,8 @@
 //! fabric (ring, mesh, torus) the local index splits into coordinates, first dimension
 //! fastest.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
@@ -126,6 +127,49 @@ pub struct Network {
     /// Coordinate of every device in every fabric, device-major.
     #[serde(skip)]
     locals: Vec<u32>,
+    /// Group shapes already computed, shared by networks of the same topology.
+    #[serde(skip)]
+    memo: Memo,
+}
+
+/// What a set of simultaneous groups loads, independent of bandwidth: the peak load on each
+/// kind of port for ring, chain and all-pairs traffic, and the latencies.
+#[derive(Debug, Default)]
+struct GroupShape {
+    p: u64,
+    ring: Vec<f64>,
+    ring_step_s: f64,
+    pair: Vec<f64>,
+    pair_step_s: f64,
+    all_to_all_s: f64,
+    next: Vec<f64>,
+    next_s: f64,
+    hierarchy: Option<Box<(Arc<GroupShape>, Arc<GroupShape>)>>,
+}
+
+/// Group shapes by group set. Clones share it; it never changes a result, so networks
+/// compare equal whatever it holds.
+#[derive(Debug, Clone, Default)]
+struct Memo(Arc<Mutex<HashMap<Vec<Vec<u64>>, Arc<GroupShape>>>>);
+
+impl Memo {
+    fn get(&self, groups: &[Vec<u64>]) -> Option<Arc<GroupShape>> {
+        self.0.lock().ok()?.get(groups).cloned()
+    }
+
+    fn insert(&self, groups: &[Vec<u64>], shape: GroupShape) -> Arc<GroupShape> {
+        let shape = Arc::new(shape);
+        if let Ok(mut map) = self.0.lock() {
+            map.insert(groups.to_vec(), shape.clone());
+        }
+        shape
+    }
+}
+
+impl PartialEq for Memo {
+    fn eq(&self, _: &Memo) -> bool {
+        true
+    }
 }
 
 impl Network {
@@ -158,7 +202,24 @@ impl Network {
             ports,
             port_bw,
             locals,
+            memo: Memo::default(),
         }
+    }
+
+    /// Takes over `other`'s computed group shapes when both networks have the same
+    /// topology and latencies (only bandwidths differ), so that a search over designs
+    /// routes each group set once. Returns whether it did.
+    pub fn share_shapes(&mut self, other: &Network) -> bool {
+        let same = self.fabrics.len() == other.fabrics.len()
+            && self
+                .fabrics
+                .iter()
+                .zip(&other.fabrics)
+                .all(|(a, b)| a.shape == b.shape && a.size == b.size && a.hop_s == b.hop_s);
+        if same {
+            self.memo = other.memo.clone();
+        }
+        same
     }
 
     fn local(&self, device: u64, f: usize) -> u64 {
@@ -245,10 +306,21 @@ impl Network {
         longest
     }
 
-    fn share(&self, loads: &[f64]) -> f64 {
-        loads
-            .chunks_exact(self.ports)
-            .flat_map(|device| device.iter().zip(&self.port_bw))
+    /// The highest load on each kind of port (a device's ports are numbered alike).
+    fn peak(&self, loads: &[f64]) -> Vec<f64> {
+        let mut peak = vec![0.0_f64; self.ports];
+        for device in loads.chunks_exact(self.ports) {
+            for (p, &l) in peak.iter_mut().zip(device) {
+                *p = p.max(l);
+            }
+        }
+        peak
+    }
+
+    /// Bandwidth each unit of load gets on the most loaded port.
+    fn share_of(&self, peak: &[f64]) -> f64 {
+        peak.iter()
+            .zip(&self.port_bw)
             .filter(|(&l, _)| l > 0.0)
             .map(|(&l, &bw)| bw / l)
             .fold(f64::INFINITY, f64::min)
@@ -269,48 +341,83 @@ impl Network {
     /// What the groups (each listed in ring order; all the same size) get from the
     /// network when they communicate at the same time.
     pub fn group_link(&self, groups: &[Vec<u64>]) -> GroupLink {
-        let p = groups.first().map_or(1, |g| g.len() as u64);
-        if p <= 1 {
+        self.link_of(&self.group_shape(groups))
+    }
+
+    /// Prices a group shape with this network's port bandwidths.
+    fn link_of(&self, shape: &GroupShape) -> GroupLink {
+        if shape.p <= 1 {
             return GroupLink::single();
         }
-        let mut loads = vec![0.0; self.devices as usize * self.ports];
-        // Bidirectional ring: half the message each way.
-        let ring_step = self.load(
-            groups.iter().flat_map(|g| {
-                let n = g.len();
-                (0..n).flat_map(move |i| [(g[i], g[(i + 1) % n]), (g[(i + 1) % n], g[i])])
-            }),
-            &mut loads,
-        );
-        let ring = 2.0 * self.share(&loads);
-        // Pipeline successor: the open chain.
-        loads.iter_mut().for_each(|l| *l = 0.0);
-        let next_s = self.load(
-            groups
-                .iter()
-                .flat_map(|g| g.windows(2).map(|w| (w[0], w[1]))),
-            &mut loads,
-        );
-        let next = self.share(&loads);
-        let (pair, pair_step, all_to_all) = self.all_pairs(groups, &mut loads);
         GroupLink {
-            p,
-            ring_bytes_per_s: ring,
-            ring_step_s: ring_step,
-            pair_bytes_per_s: pair,
-            pair_step_s: pair_step,
-            all_to_all_s: all_to_all,
-            next_bytes_per_s: next,
-            next_s,
-            hierarchy: self.hierarchy(groups),
+            p: shape.p,
+            // Bidirectional ring: half the message each way.
+            ring_bytes_per_s: 2.0 * self.share_of(&shape.ring),
+            ring_step_s: shape.ring_step_s,
+            pair_bytes_per_s: self.share_of(&shape.pair),
+            pair_step_s: shape.pair_step_s,
+            all_to_all_s: shape.all_to_all_s,
+            next_bytes_per_s: self.share_of(&shape.next),
+            next_s: shape.next_s,
+            hierarchy: shape
+                .hierarchy
+                .as_ref()
+                .map(|h| (Box::new(self.link_of(&h.0)), Box::new(self.link_of(&h.1)))),
         }
+    }
+
+    /// Port loads and latencies of the groups communicating at once: what does not depend
+    /// on bandwidth, computed once per group set and network topology.
+    fn group_shape(&self, groups: &[Vec<u64>]) -> Arc<GroupShape> {
+        if let Some(shape) = self.memo.get(groups) {
+            return shape;
+        }
+        let p = groups.first().map_or(1, |g| g.len() as u64);
+        let shape = if p <= 1 {
+            GroupShape {
+                p,
+                ..GroupShape::default()
+            }
+        } else {
+            let mut loads = vec![0.0; self.devices as usize * self.ports];
+            let ring_step_s = self.load(
+                groups.iter().flat_map(|g| {
+                    let n = g.len();
+                    (0..n).flat_map(move |i| [(g[i], g[(i + 1) % n]), (g[(i + 1) % n], g[i])])
+                }),
+                &mut loads,
+            );
+            let ring = self.peak(&loads);
+            // Pipeline successor: the open chain.
+            loads.iter_mut().for_each(|l| *l = 0.0);
+            let next_s = self.load(
+                groups
+                    .iter()
+                    .flat_map(|g| g.windows(2).map(|w| (w[0], w[1]))),
+                &mut loads,
+            );
+            let next = self.peak(&loads);
+            let (pair, pair_step_s, all_to_all_s) = self.all_pairs(groups, &mut loads);
+            GroupShape {
+                p,
+                ring,
+                ring_step_s,
+                pair,
+                pair_step_s,
+                all_to_all_s,
+                next,
+                next_s,
+                hierarchy: self.hierarchy(groups),
+            }
+        };
+        self.memo.insert(groups, shape)
     }
 
     /// Bandwidth per pair, the longest pair latency and the latency of one all-pairs
     /// exchange. Groups inside one direct fabric spread each pair's traffic evenly over all
     /// its shortest paths (minimal adaptive routing; this is where a twisted torus gains);
     /// elsewhere pairs follow the dimension-order route.
-    fn all_pairs(&self, groups: &[Vec<u64>], loads: &mut [f64]) -> (f64, f64, f64) {
+    fn all_pairs(&self, groups: &[Vec<u64>], loads: &mut [f64]) -> (Vec<f64>, f64, f64) {
         loads.iter_mut().for_each(|l| *l = 0.0);
         let g0 = &groups[0];
         let spanned: Vec<usize> = (0..self.fabrics.len())
@@ -334,7 +441,7 @@ impl Network {
         } else {
             longest * (g0.len() as f64 - 1.0)
         };
-        (self.share(loads), longest, a2a)
+        (self.peak(loads), longest, a2a)
     }
 
     /// All-pairs loads by routing every pair.
@@ -454,7 +561,7 @@ impl Network {
         f: usize,
         groups: &[Vec<u64>],
         loads: &mut [f64],
-    ) -> (f64, f64, f64) {
+    ) -> (Vec<f64>, f64, f64) {
         let fabric = &self.fabrics[f];
         let Shape::Direct {
             dims,
@@ -518,7 +625,7 @@ impl Network {
             }
         }
         (
-            self.share(loads),
+            self.peak(loads),
             f64::from(diameter) * fabric.hop_s,
             f64::from(sum_worst) * fabric.hop_s,
         )
@@ -527,7 +634,7 @@ impl Network {
     /// Splits groups that span more than one fabric into an inner part (members sharing
     /// the outermost spanned fabric's coordinate) and an outer part, when that split is
     /// regular.
-    fn hierarchy(&self, groups: &[Vec<u64>]) -> Option<(Box<GroupLink>, Box<GroupLink>)> {
+    fn hierarchy(&self, groups: &[Vec<u64>]) -> Option<Box<(Arc<GroupShape>, Arc<GroupShape>)>> {
         let g0 = &groups[0];
         let outermost = (0..self.fabrics.len())
             .rev()
@@ -552,10 +659,10 @@ impl Network {
             }
             inner_groups.extend(inner);
         }
-        Some((
-            Box::new(self.group_link(&inner_groups)),
-            Box::new(self.group_link(&outer_groups)),
-        ))
+        Some(Box::new((
+            self.group_shape(&inner_groups),
+            self.group_shape(&outer_groups),
+        )))
     }
 }
 
