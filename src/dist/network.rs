@@ -150,7 +150,10 @@ struct GroupShape {
 /// Group shapes by group set. Clones share it; it never changes a result, so networks
 /// compare equal whatever it holds.
 #[derive(Debug, Clone, Default)]
-struct Memo(Arc<Mutex<HashMap<Vec<Vec<u64>>, Arc<GroupShape>>>>);
+struct Memo(Arc<Mutex<HashMap<Groups, Arc<GroupShape>>>>);
+
+/// Groups of devices communicating at once, each in ring order.
+type Groups = Vec<Vec<u64>>;
 
 impl Memo {
     fn get(&self, groups: &[Vec<u64>]) -> Option<Arc<GroupShape>> {
