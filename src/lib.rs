@@ -40,6 +40,7 @@ pub mod config;
 pub mod design;
 pub mod dist;
 pub mod generator;
+pub mod opt;
 pub mod perf;
 pub mod tech;
 pub mod template;

@@ -138,6 +138,32 @@ impl Checker<'_> {
     }
 }
 
+/// YAML text of `value`: the writing half of this module (optimized budgets).
+pub fn to_yaml<T: serde::Serialize>(value: &T) -> String {
+    serde_yaml::to_string(value).expect("plain data serialises to YAML")
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file beside it, then a rename, so a
+/// reader never sees a half-written file.
+pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    let name = path
+        .file_name()
+        .map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = dir
+        .map_or_else(std::path::PathBuf::new, |d| d.to_path_buf())
+        .join(format!(".{name}.tmp-{}", std::process::id()));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -190,14 +190,18 @@ impl System {
 
     /// Generates the accelerator and applies the system's achieved-utilization caps.
     pub fn accelerator(&self) -> Result<Architecture, ConfigError> {
-        let mut arch = crate::generator::generate(&self.design()?);
+        Ok(self.apply_caps(crate::generator::generate(&self.design()?)))
+    }
+
+    /// Applies the system's achieved-utilization caps to a generated accelerator.
+    pub fn apply_caps(&self, mut arch: Architecture) -> Architecture {
         if let Some(u) = self.compute_utilization {
             arch.core.max_utilization = arch.core.max_utilization.min(u);
         }
         if let Some(u) = self.memory_utilization {
             arch.main_memory.bandwidth_bytes_per_s *= u;
         }
-        Ok(arch)
+        arch
     }
 
     /// The device count to use when none is asked for: the file's `devices`, else every

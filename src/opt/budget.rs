@@ -1,0 +1,349 @@
+//! Budget optimization: S restarts of T projected-gradient steps (DeepFlow Sec. 7), run in
+//! parallel, and the sensitivities of the optimum.
+
+use std::sync::{Arc, Mutex};
+
+use argmin::core::observers::{Observe, ObserverMode};
+use argmin::core::{Error, Executor, IterState, State, KV};
+use indicatif::ProgressBar;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::problem::{with_shares, BudgetProblem, Evaluation, Resource, Share};
+use super::solver::ProjectedGradient;
+use crate::generator::generate;
+
+/// Search settings; defaults are DeepFlow's (T = 100, S = 10).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Settings {
+    pub restarts: usize,
+    pub steps: u64,
+    pub seed: u64,
+    pub eta: f64,
+    pub beta: f64,
+    pub tolerance: f64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            restarts: 10,
+            steps: 100,
+            seed: 0,
+            eta: 0.05,
+            beta: 0.5,
+            tolerance: 1e-6,
+        }
+    }
+}
+
+/// One point of the convergence trace.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TracePoint {
+    pub restart: usize,
+    pub step: u64,
+    /// The objective: ln(time) plus penalties.
+    pub objective: f64,
+}
+
+/// The outcome of one restart.
+#[derive(Debug, Clone, Serialize)]
+pub struct Restart {
+    pub restart: usize,
+    pub start: Vec<f64>,
+    pub best: Vec<f64>,
+    pub objective: f64,
+    pub steps: u64,
+}
+
+/// The outcome of a budget optimization.
+#[derive(Debug, Clone, Serialize)]
+pub struct BudgetResult {
+    pub initial: Vec<f64>,
+    pub initial_objective: f64,
+    pub best: Vec<f64>,
+    pub best_objective: f64,
+    pub restarts: Vec<Restart>,
+    pub trace: Vec<TracePoint>,
+}
+
+/// Counts steps on the progress bar and records the trace of one restart.
+struct Recorder {
+    restart: usize,
+    bar: ProgressBar,
+    trace: Arc<Mutex<Vec<TracePoint>>>,
+}
+
+type PgState = IterState<Vec<f64>, Vec<f64>, (), (), (), f64>;
+
+impl Observe<PgState> for Recorder {
+    fn observe_init(&mut self, _: &str, state: &PgState, _: &KV) -> Result<(), Error> {
+        self.push(0, state.get_cost());
+        Ok(())
+    }
+
+    fn observe_iter(&mut self, state: &PgState, _: &KV) -> Result<(), Error> {
+        self.push(state.get_iter(), state.get_cost());
+        self.bar.inc(1);
+        Ok(())
+    }
+}
+
+impl Recorder {
+    fn push(&self, step: u64, objective: f64) {
+        if let Ok(mut t) = self.trace.lock() {
+            t.push(TracePoint {
+                restart: self.restart,
+                step,
+                objective,
+            });
+        }
+    }
+}
+
+/// A seeded random point of the feasible set: per resource, uniform over the shares that
+/// sum to at most one (exponential spacings with a slack share), then fitted to the bounds.
+pub fn random_start(problem: &BudgetProblem, rng: &mut StdRng) -> Vec<f64> {
+    let mut w = vec![0.0; problem.layout.len()];
+    for g in &problem.set.groups {
+        let draws: Vec<f64> = (0..=g.indices.len())
+            .map(|_| -(1.0 - rng.gen::<f64>()).ln())
+            .collect();
+        let sum: f64 = draws.iter().sum();
+        for (k, &i) in g.indices.iter().enumerate() {
+            w[i] = draws[k] / sum * g.total;
+        }
+    }
+    problem.set.project(&w)
+}
+
+/// Runs restart 0 from the problem's own shares and restarts 1.. from seeded random starts,
+/// in parallel; keeps the best. Same inputs and seed give the same result, bit for bit.
+pub fn optimize_budgets(
+    problem: &BudgetProblem,
+    settings: &Settings,
+    bar: &ProgressBar,
+) -> anyhow::Result<BudgetResult> {
+    anyhow::ensure!(settings.restarts > 0, "restarts must be at least 1");
+    anyhow::ensure!(settings.steps > 0, "steps must be at least 1");
+    let initial = problem.initial();
+    let initial_objective = problem.evaluate(&initial).objective;
+    let starts: Vec<Vec<f64>> = (0..settings.restarts)
+        .map(|r| {
+            if r == 0 {
+                initial.clone()
+            } else {
+                let mut rng = StdRng::seed_from_u64(
+                    settings.seed ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                );
+                let mut w = random_start(problem, &mut rng);
+                // A start that starves a component the workload needs (no bandwidth at all)
+                // has no slope to follow: pull it toward the given design until it runs.
+                for _ in 0..20 {
+                    if problem.evaluate(&w).objective.is_finite() {
+                        break;
+                    }
+                    w = problem.set.project(
+                        &w.iter()
+                            .zip(&initial)
+                            .map(|(a, b)| 0.5 * (a + b))
+                            .collect::<Vec<_>>(),
+                    );
+                }
+                w
+            }
+        })
+        .collect();
+    let runs: Vec<anyhow::Result<(Restart, Vec<TracePoint>)>> = starts
+        .into_par_iter()
+        .enumerate()
+        .map(|(r, start)| {
+            let trace = Arc::new(Mutex::new(Vec::new()));
+            let solver = ProjectedGradient::new(problem.set.clone())
+                .with_eta(settings.eta)
+                .with_beta(settings.beta)
+                .with_tolerance(settings.tolerance);
+            let recorder = Recorder {
+                restart: r,
+                bar: bar.clone(),
+                trace: trace.clone(),
+            };
+            let result = Executor::new(Shared(problem), solver)
+                .configure(|s| s.param(start.clone()).max_iters(settings.steps))
+                .add_observer(recorder, ObserverMode::Always)
+                .run()
+                .map_err(|e| anyhow::anyhow!("restart {r}: {e}"))?;
+            let state = result.state();
+            // Steps the early stop saved still count on the bar.
+            bar.inc(settings.steps.saturating_sub(state.get_iter()));
+            let best = state
+                .get_best_param()
+                .cloned()
+                .unwrap_or_else(|| start.clone());
+            let objective = state.get_best_cost();
+            let trace = trace.lock().map(|t| t.clone()).unwrap_or_default();
+            Ok((
+                Restart {
+                    restart: r,
+                    start,
+                    best,
+                    objective,
+                    steps: state.get_iter(),
+                },
+                trace,
+            ))
+        })
+        .collect();
+    let mut restarts = Vec::new();
+    let mut trace = Vec::new();
+    for run in runs {
+        let (r, t) = run?;
+        restarts.push(r);
+        trace.extend(t);
+    }
+    let best = restarts
+        .iter()
+        .min_by(|a, b| a.objective.total_cmp(&b.objective))
+        .expect("at least one restart");
+    Ok(BudgetResult {
+        initial,
+        initial_objective,
+        best: best.best.clone(),
+        best_objective: best.objective,
+        restarts: restarts.clone(),
+        trace,
+    })
+}
+
+/// The problem behind a shared reference, so parallel restarts need no copies.
+struct Shared<'a>(&'a BudgetProblem);
+
+impl argmin::core::CostFunction for Shared<'_> {
+    type Param = Vec<f64>;
+    type Output = f64;
+    fn cost(&self, w: &Vec<f64>) -> Result<f64, Error> {
+        self.0.cost(w)
+    }
+}
+
+impl argmin::core::Gradient for Shared<'_> {
+    type Param = Vec<f64>;
+    type Gradient = Vec<f64>;
+    fn gradient(&self, w: &Vec<f64>) -> Result<Vec<f64>, Error> {
+        self.0.gradient(w)
+    }
+}
+
+/// Marginal value of one more unit of a resource for one component at a design point.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sensitivity {
+    pub component: String,
+    pub resource: Resource,
+    pub unit: &'static str,
+    /// Change of the time per iteration per extra unit (negative: the unit helps).
+    pub seconds_per_unit: f64,
+    /// Relative change of the time per extra 1% of the resource's whole budget.
+    pub percent_time_per_percent_budget: f64,
+    /// What limits the component in the generated design (the generator's bounds).
+    pub bound_by: Vec<String>,
+}
+
+/// Shadow prices at shares `w`: for each component and resource, the change in time per
+/// iteration when the component gets one more mm2 / W / mm and every other component keeps
+/// its absolute amount (the budget grows by that unit). Central differences of 1% of the
+/// resource's budget.
+pub fn sensitivities(problem: &BudgetProblem, w: &[f64]) -> Vec<Sensitivity> {
+    let base = problem.evaluate(w);
+    let arch = &base.architecture;
+    let design = with_shares(&problem.design, &problem.layout, w);
+    let total = |r: Resource| match r {
+        Resource::Area => design.chip_area_mm2,
+        Resource::Power => design.tdp_w,
+        Resource::Perimeter => design.perimeter_mm,
+    };
+    problem
+        .layout
+        .par_iter()
+        .enumerate()
+        .map(|(i, share)| {
+            let t = total(share.resource);
+            let delta = 0.01 * t;
+            let time_with = |extra: f64| -> f64 {
+                let mut d = design.clone();
+                let grown = t + extra;
+                match share.resource {
+                    Resource::Area => d.chip_area_mm2 = grown,
+                    Resource::Power => d.tdp_w = grown,
+                    Resource::Perimeter => d.perimeter_mm = grown,
+                }
+                let w2: Vec<f64> = problem
+                    .layout
+                    .iter()
+                    .enumerate()
+                    .map(|(j, s)| {
+                        if s.resource != share.resource {
+                            w[j]
+                        } else if j == i {
+                            (w[j] * t + extra) / grown
+                        } else {
+                            w[j] * t / grown
+                        }
+                    })
+                    .collect();
+                let d = with_shares(&d, &problem.layout, &w2);
+                time_of(problem, &d)
+            };
+            let (up, down) = (time_with(delta), time_with(-delta));
+            let slope = (up - down) / (2.0 * delta);
+            Sensitivity {
+                component: share.component.clone(),
+                resource: share.resource,
+                unit: share.resource.unit(),
+                seconds_per_unit: slope,
+                percent_time_per_percent_budget: 100.0 * (up - down)
+                    / (2.0 * base.time_per_iteration_s),
+                bound_by: bound_by(arch, share),
+            }
+        })
+        .collect()
+}
+
+fn time_of(problem: &BudgetProblem, design: &crate::design::Design) -> f64 {
+    problem
+        .evaluate_design(design, &problem.strategy)
+        .time_per_iteration_s
+}
+
+/// The generator's binding limits of a component, as "quantity: limit".
+fn bound_by(arch: &crate::generator::Architecture, share: &Share) -> Vec<String> {
+    let bounds = match share.component.as_str() {
+        "core" => Some(&arch.core.bounds),
+        "intra_package" => arch.intra_package.as_ref().map(|n| &n.bounds),
+        "inter_package" => arch.inter_package.as_ref().map(|n| &n.bounds),
+        name if name == arch.main_memory.name => Some(&arch.main_memory.bounds),
+        name => arch
+            .on_chip
+            .iter()
+            .find(|l| l.name == name)
+            .map(|l| &l.bounds),
+    };
+    bounds
+        .map(|b| {
+            b.iter()
+                .map(|b| format!("{}: {}", b.quantity, b.limit))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Evaluation of the best design, for reports.
+pub fn evaluate_best(problem: &BudgetProblem, result: &BudgetResult) -> Evaluation {
+    problem.evaluate(&result.best)
+}
+
+/// Whether the design regenerated with shares `w` stays within every budget.
+pub fn within_budgets(problem: &BudgetProblem, w: &[f64]) -> bool {
+    generate(&with_shares(&problem.design, &problem.layout, w)).feasible()
+}

@@ -1,0 +1,468 @@
+//! The budget problem (DeepFlow Sec. 7): parameters are the shares of area, power and
+//! perimeter given to each component of the accelerator; the objective is the log of the
+//! predicted time per iteration of a fixed workload and strategy on a fixed system.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use argmin::core::{CostFunction, Error, Gradient};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::simplex::{SimplexGroup, Simplices};
+use crate::config::{parse_yaml, Checker, ConfigError};
+use crate::design::Design;
+use crate::dist::network::Network;
+use crate::dist::{predict, DistPrediction, Strategy, System};
+use crate::generator::{generate, Architecture};
+use crate::workload::Workload;
+
+/// The three budgets a design splits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resource {
+    Area,
+    Power,
+    Perimeter,
+}
+
+impl Resource {
+    pub const ALL: [Resource; 3] = [Resource::Area, Resource::Power, Resource::Perimeter];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Resource::Area => "area",
+            Resource::Power => "power",
+            Resource::Perimeter => "perimeter",
+        }
+    }
+
+    /// The unit one share of the resource is measured in.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Resource::Area => "mm2",
+            Resource::Power => "W",
+            Resource::Perimeter => "mm",
+        }
+    }
+}
+
+impl fmt::Display for Resource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One parameter: the share of `resource` given to `component`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Share {
+    pub resource: Resource,
+    pub component: String,
+}
+
+/// The components of a design that take a share of each resource, in parameter order.
+pub fn layout(design: &Design) -> Vec<Share> {
+    let mut out = Vec::new();
+    let networks: Vec<&str> = [
+        design.intra_package.as_ref().map(|_| "intra_package"),
+        design.inter_package.as_ref().map(|_| "inter_package"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for resource in [Resource::Area, Resource::Power] {
+        out.push(Share {
+            resource,
+            component: "core".into(),
+        });
+        for l in &design.levels {
+            out.push(Share {
+                resource,
+                component: l.name.clone(),
+            });
+        }
+        for n in &networks {
+            out.push(Share {
+                resource,
+                component: n.to_string(),
+            });
+        }
+    }
+    if let Some(main) = design.levels.last() {
+        out.push(Share {
+            resource: Resource::Perimeter,
+            component: main.name.clone(),
+        });
+    }
+    for n in &networks {
+        out.push(Share {
+            resource: Resource::Perimeter,
+            component: n.to_string(),
+        });
+    }
+    out
+}
+
+/// The design's current shares, in `layout` order.
+pub fn shares_of(design: &Design, layout: &[Share]) -> Vec<f64> {
+    layout.iter().map(|s| get_share(design, s)).collect()
+}
+
+/// A copy of `design` with the shares `w` (in `layout` order).
+pub fn with_shares(design: &Design, layout: &[Share], w: &[f64]) -> Design {
+    let mut d = design.clone();
+    for (s, &v) in layout.iter().zip(w) {
+        *share_mut(&mut d, s) = v;
+    }
+    d
+}
+
+fn get_share(design: &Design, s: &Share) -> f64 {
+    let mut d = design.clone();
+    *share_mut(&mut d, s)
+}
+
+fn share_mut<'a>(d: &'a mut Design, s: &Share) -> &'a mut f64 {
+    let pick = |area: &'a mut f64, power: &'a mut f64, perimeter: &'a mut f64| match s.resource {
+        Resource::Area => area,
+        Resource::Power => power,
+        Resource::Perimeter => perimeter,
+    };
+    match s.component.as_str() {
+        "core" => match s.resource {
+            Resource::Area => &mut d.core.area_share,
+            _ => &mut d.core.power_share,
+        },
+        "intra_package" | "inter_package" => {
+            let n = if s.component == "intra_package" {
+                d.intra_package.as_mut()
+            } else {
+                d.inter_package.as_mut()
+            }
+            .expect("layout lists only networks the design has");
+            pick(
+                &mut n.area_share,
+                &mut n.power_share,
+                &mut n.perimeter_share,
+            )
+        }
+        name => {
+            let l = d
+                .levels
+                .iter_mut()
+                .find(|l| l.name == name)
+                .expect("layout lists only the design's levels");
+            pick(
+                &mut l.area_share,
+                &mut l.power_share,
+                &mut l.perimeter_share,
+            )
+        }
+    }
+}
+
+/// User bounds on shares: `area: {core: {min: 0.2, max: 0.5}, dram: {fixed: 0.05}}`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoundsFile {
+    pub version: Option<u32>,
+    #[serde(default)]
+    pub area: BTreeMap<String, BoundRaw>,
+    #[serde(default)]
+    pub power: BTreeMap<String, BoundRaw>,
+    #[serde(default)]
+    pub perimeter: BTreeMap<String, BoundRaw>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoundRaw {
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub fixed: Option<f64>,
+}
+
+impl BoundsFile {
+    pub fn from_yaml(file: &str, text: &str) -> Result<BoundsFile, ConfigError> {
+        parse_yaml(file, text)
+    }
+}
+
+/// Builds the feasible set for `layout` from optional user bounds; errors name the file,
+/// the field and what was wrong (conflicting bounds, fixed parts above the whole budget).
+pub fn feasible_set(
+    layout: &[Share],
+    bounds: Option<(&str, &BoundsFile)>,
+) -> Result<Simplices, ConfigError> {
+    let empty = BoundsFile::default();
+    let (file, b) = bounds.unwrap_or(("(no bounds file)", &empty));
+    let check = Checker { file };
+    if let Some(v) = b.version {
+        check.version(v)?;
+    }
+    let mut groups = Vec::new();
+    for resource in Resource::ALL {
+        let given = match resource {
+            Resource::Area => &b.area,
+            Resource::Power => &b.power,
+            Resource::Perimeter => &b.perimeter,
+        };
+        let indices: Vec<usize> = (0..layout.len())
+            .filter(|&i| layout[i].resource == resource)
+            .collect();
+        for name in given.keys() {
+            if !indices.iter().any(|&i| &layout[i].component == name) {
+                let valid: Vec<&str> = indices
+                    .iter()
+                    .map(|&i| layout[i].component.as_str())
+                    .collect();
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("{resource}.{name}"),
+                    name,
+                    format!(
+                        "a component with a {resource} share: one of [{}]",
+                        valid.join(", ")
+                    ),
+                ));
+            }
+        }
+        let (mut lower, mut upper) = (Vec::new(), Vec::new());
+        for &i in &indices {
+            let name = &layout[i].component;
+            let path = |k: &str| format!("{resource}.{name}.{k}");
+            let (lo, hi) = match given.get(name) {
+                None => (0.0, 1.0),
+                Some(r) => {
+                    if let Some(f) = r.fixed {
+                        if r.min.is_some() || r.max.is_some() {
+                            return Err(ConfigError::invalid(
+                                file,
+                                path("fixed"),
+                                f,
+                                "either fixed or min/max, not both",
+                            ));
+                        }
+                        let f = check.within(&path("fixed"), f, 0.0, 1.0)?;
+                        (f, f)
+                    } else {
+                        let lo = match r.min {
+                            Some(v) => check.within(&path("min"), v, 0.0, 1.0)?,
+                            None => 0.0,
+                        };
+                        let hi = match r.max {
+                            Some(v) => check.within(&path("max"), v, 0.0, 1.0)?,
+                            None => 1.0,
+                        };
+                        if lo > hi {
+                            return Err(ConfigError::invalid(
+                                file,
+                                path("min"),
+                                lo,
+                                format!("at most max = {hi} (conflicting bounds)"),
+                            ));
+                        }
+                        (lo, hi)
+                    }
+                }
+            };
+            lower.push(lo);
+            upper.push(hi);
+        }
+        let least: f64 = lower.iter().sum();
+        if least > 1.0 + 1e-12 {
+            return Err(ConfigError::invalid(
+                file,
+                resource.name(),
+                format!("{least:.4}"),
+                "fixed and minimum shares that sum to at most 1 (the whole budget)",
+            ));
+        }
+        if !indices.is_empty() {
+            groups.push(SimplexGroup {
+                name: resource.name().to_string(),
+                indices,
+                lower,
+                upper,
+                total: 1.0,
+            });
+        }
+    }
+    Simplices::new(groups, layout.len()).map_err(|e| ConfigError::invalid(file, "(bounds)", "", e))
+}
+
+/// One design evaluated.
+#[derive(Debug, Clone, Serialize)]
+pub struct Evaluation {
+    pub time_per_iteration_s: f64,
+    /// `ln(time)` plus the penalties: what the optimizer minimises.
+    pub objective: f64,
+    pub feasible: bool,
+    pub violations: Vec<String>,
+    #[serde(skip)]
+    pub architecture: Architecture,
+    /// `None` when the strategy cannot run on the design at all.
+    #[serde(skip)]
+    pub prediction: Option<DistPrediction>,
+}
+
+/// Time per iteration of a fixed workload and strategy as a function of the shares.
+pub struct BudgetProblem {
+    pub system: System,
+    pub design: Design,
+    pub devices: u64,
+    pub workload: Workload,
+    pub strategy: Strategy,
+    pub layout: Vec<Share>,
+    pub set: Simplices,
+    /// Finite-difference step (share units). The generator counts whole compute units,
+    /// banks and lanes, so the objective is a staircase at fine scales; half a percent of a
+    /// budget spans several steps and gives a useful slope.
+    pub step: f64,
+    base_network: Network,
+}
+
+/// Weight of the squared distance outside the feasible set, for solvers that leave it.
+const OUTSIDE_WEIGHT: f64 = 1e3;
+
+impl BudgetProblem {
+    /// Errors when the strategy cannot run the workload at all (not a budget question).
+    pub fn new(
+        system: System,
+        design: Design,
+        devices: u64,
+        workload: Workload,
+        strategy: Strategy,
+        set: Simplices,
+    ) -> anyhow::Result<BudgetProblem> {
+        let layout = layout(&design);
+        let arch = system.apply_caps(generate(&design));
+        let base_network = system.network(&arch, devices)?;
+        strategy.check_devices(devices)?;
+        predict(&workload, &arch, &base_network, &strategy)?;
+        Ok(BudgetProblem {
+            system,
+            design,
+            devices,
+            workload,
+            strategy,
+            layout,
+            set,
+            step: 5e-3,
+            base_network,
+        })
+    }
+
+    /// The starting shares: the design's own, projected onto the feasible set.
+    pub fn initial(&self) -> Vec<f64> {
+        self.set.project(&shares_of(&self.design, &self.layout))
+    }
+
+    /// Evaluates the design with shares `w` (taken as they are; see `cost` for points
+    /// outside the feasible set).
+    pub fn evaluate(&self, w: &[f64]) -> Evaluation {
+        self.evaluate_with(w, &self.strategy)
+    }
+
+    /// As `evaluate`, under another strategy.
+    pub fn evaluate_with(&self, w: &[f64], strategy: &Strategy) -> Evaluation {
+        self.evaluate_design(&with_shares(&self.design, &self.layout, w), strategy)
+    }
+
+    /// Evaluates any variant of the problem's design (other totals, other shares).
+    pub fn evaluate_design(&self, design: &Design, strategy: &Strategy) -> Evaluation {
+        let arch = self.system.apply_caps(generate(design));
+        let prediction = self
+            .system
+            .network(&arch, self.devices)
+            .map_err(|e| e.to_string())
+            .and_then(|mut net| {
+                net.share_shapes(&self.base_network);
+                predict(&self.workload, &arch, &net, strategy).map_err(|e| e.to_string())
+            });
+        let prediction = match prediction {
+            Ok(p) => p,
+            Err(e) => {
+                return Evaluation {
+                    time_per_iteration_s: f64::INFINITY,
+                    objective: f64::INFINITY,
+                    feasible: false,
+                    violations: vec![e],
+                    architecture: arch,
+                    prediction: None,
+                }
+            }
+        };
+        let time = prediction.time_per_iteration_s;
+        // Out of memory: a smooth penalty in the excess ratio, so the search can leave.
+        let excess =
+            (prediction.memory_per_device_bytes / prediction.memory_capacity_bytes - 1.0).max(0.0);
+        let others = prediction
+            .violations
+            .iter()
+            .filter(|v| !v.starts_with("out of memory"))
+            .count();
+        let objective = if time.is_finite() && time > 0.0 {
+            time.ln() + 5.0 * excess + 25.0 * excess * excess + others as f64
+        } else {
+            f64::INFINITY
+        };
+        Evaluation {
+            time_per_iteration_s: time,
+            objective,
+            feasible: prediction.feasible && time.is_finite(),
+            violations: prediction.violations.clone(),
+            architecture: arch,
+            prediction: Some(prediction),
+        }
+    }
+
+    /// The objective at a point of the feasible set.
+    fn objective(&self, w: &[f64]) -> f64 {
+        self.evaluate(w).objective
+    }
+}
+
+impl CostFunction for BudgetProblem {
+    type Param = Vec<f64>;
+    type Output = f64;
+
+    /// The objective at the nearest feasible point, plus the squared distance to it: defined
+    /// everywhere, so any argmin solver can run on the problem.
+    fn cost(&self, w: &Self::Param) -> Result<f64, Error> {
+        let p = self.set.project(w);
+        let outside: f64 = p.iter().zip(w).map(|(a, b)| (a - b) * (a - b)).sum();
+        Ok(self.objective(&p) + OUTSIDE_WEIGHT * outside)
+    }
+}
+
+impl Gradient for BudgetProblem {
+    type Param = Vec<f64>;
+    type Gradient = Vec<f64>;
+
+    /// Central finite differences, evaluated in parallel; one-sided where a neighbour is
+    /// infeasible (a zero share that leaves the workload without bandwidth).
+    fn gradient(&self, w: &Self::Param) -> Result<Vec<f64>, Error> {
+        let h = self.step;
+        let g = (0..w.len())
+            .into_par_iter()
+            .map(|i| {
+                let at = |d: f64| {
+                    let mut x = w.clone();
+                    x[i] += d;
+                    self.cost(&x).unwrap_or(f64::INFINITY)
+                };
+                let (up, down) = (at(h), at(-h));
+                match (up.is_finite(), down.is_finite()) {
+                    (true, true) => (up - down) / (2.0 * h),
+                    (true, false) => (up - self.cost(w).unwrap_or(f64::INFINITY)) / h,
+                    (false, true) => (self.cost(w).unwrap_or(f64::INFINITY) - down) / h,
+                    (false, false) => 0.0,
+                }
+            })
+            .collect::<Vec<f64>>();
+        Ok(g.into_iter()
+            .map(|x| if x.is_finite() { x } else { 0.0 })
+            .collect())
+    }
+}
