@@ -31,23 +31,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let arch = system.accelerator()?;
     let devices = args.devices.unwrap_or_else(|| system.default_devices());
     let network = system.network(&arch, devices)?;
-    let strategy = match args.strategy {
-        None => Strategy {
-            data: devices,
-            ..Strategy::default()
-        },
-        Some(text) => {
-            let path = Path::new(text);
-            if path.extension().is_some_and(|e| e == "yaml" || e == "yml") || path.is_file() {
-                let file = path.display().to_string();
-                Strategy::from_yaml(&file, &Source::Disk.read(path)?)?
-            } else if text.trim_start().starts_with('(') {
-                Strategy::from_madmax(text, system.devices_per_node(), devices)?
-            } else {
-                Strategy::parse(text)?
-            }
-        }
-    };
+    let strategy = load_strategy(args.strategy, &system, devices)?;
     let prediction = predict(&workload, &arch, &network, &strategy)?;
     if args.json {
         let text = serde_json::to_string_pretty(&prediction).context("writing the prediction")?;
@@ -68,7 +52,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn render(p: &DistPrediction, peak: f64) -> String {
+/// A strategy from `--strategy`: a YAML file, MAD Max's `(INTRA, INTER)`, the paper's
+/// notation or the short form; pure data parallelism when absent.
+pub fn load_strategy(
+    text: Option<&str>,
+    system: &System,
+    devices: u64,
+) -> anyhow::Result<Strategy> {
+    Ok(match text {
+        None => Strategy {
+            data: devices,
+            ..Strategy::default()
+        },
+        Some(text) => {
+            let path = Path::new(text);
+            if path.extension().is_some_and(|e| e == "yaml" || e == "yml") || path.is_file() {
+                let file = path.display().to_string();
+                Strategy::from_yaml(&file, &Source::Disk.read(path)?)?
+            } else if text.trim_start().starts_with('(') {
+                Strategy::from_madmax(text, system.devices_per_node(), devices)?
+            } else {
+                Strategy::parse(text)?
+            }
+        }
+    })
+}
+
+pub fn render(p: &DistPrediction, peak: f64) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "workload          {}", p.workload);
     let _ = writeln!(

@@ -2,6 +2,7 @@
 //! The only place that uses `anyhow`; any error prints its chain and exits with code 2.
 
 mod distributed;
+mod optimize;
 mod predict;
 mod table;
 
@@ -47,6 +48,53 @@ enum Command {
         #[arg(long)]
         tech: Option<PathBuf>,
         /// Print JSON (a stable interface for scripts) instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reallocate area, power and perimeter budgets (DeepFlow Sec. 7) and search
+    /// parallelism strategies to minimise the time per iteration of a workload on a system.
+    /// With no arguments: DeepFlow Sec. 9's LSTM on 512 N7 / HBM2e / 200 GB/s nodes.
+    Optimize {
+        /// Workload file (default: the embedded workloads/lstm-sec9.yaml).
+        #[arg(long)]
+        workload: Option<PathBuf>,
+        /// System file (default: the embedded templates/deepflow-sec9.yaml).
+        #[arg(long)]
+        system: Option<PathBuf>,
+        /// Accelerator budget to start from (default: the system's).
+        #[arg(long)]
+        budget: Option<PathBuf>,
+        /// Architecture template overriding the budget's.
+        #[arg(long)]
+        template: Option<PathBuf>,
+        /// Technology library overriding the budget's.
+        #[arg(long)]
+        tech: Option<PathBuf>,
+        /// Total devices (default: the system's).
+        #[arg(long)]
+        devices: Option<u64>,
+        /// Fixed strategy (file or string): budgets only. Without it, or with
+        /// --search-strategy, strategies are searched too (from pure data parallelism).
+        #[arg(long, conflicts_with = "search_strategy")]
+        strategy: Option<String>,
+        /// Search strategies as well as budgets (DeepFlow Fig. 10).
+        #[arg(long)]
+        search_strategy: bool,
+        /// Per-component share bounds: `area: {core: {min: 0.2, max: 0.5}, dram: {fixed: 0.05}}`.
+        #[arg(long)]
+        bounds: Option<PathBuf>,
+        /// Restarts (S): the budget's own split, then seeded random starts.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+        restarts: u64,
+        /// Steps per restart (T).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+        steps: u64,
+        /// Seed of the random starts.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Directory for budget.yaml, report.json, trace.csv and convergence.svg.
+        #[arg(long)]
+        out: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -128,6 +176,40 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Optimize {
+            workload,
+            system,
+            budget,
+            template,
+            tech,
+            devices,
+            strategy,
+            search_strategy,
+            bounds,
+            restarts,
+            steps,
+            seed,
+            out,
+            json,
+        } => optimize::run(optimize::Args {
+            workload,
+            system,
+            budget,
+            template,
+            tech,
+            devices,
+            strategy,
+            search_strategy,
+            bounds,
+            settings: stackflow::opt::budget::Settings {
+                restarts: restarts as usize,
+                steps,
+                seed,
+                ..Default::default()
+            },
+            out,
+            json,
+        }),
         Command::Predict {
             workload,
             budget,

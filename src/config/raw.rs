@@ -264,7 +264,7 @@ pub enum Topology {
 
 // ---------------------------------------------------------------- budgets
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetFile {
     pub version: u32,
@@ -280,7 +280,7 @@ pub struct BudgetFile {
     pub perimeter: PerimeterBudgetRaw,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AreaBudgetRaw {
     /// Node (package share per accelerator: die plus memory devices) area.
@@ -290,18 +290,18 @@ pub struct AreaBudgetRaw {
     pub breakdown: BTreeMap<String, f64>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PowerBudgetRaw {
     pub tdp_w: f64,
     pub breakdown: BTreeMap<String, f64>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PerimeterBudgetRaw {
     /// Usable die shoreline; 4 * sqrt(chip area) when absent.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_mm: Option<f64>,
     pub breakdown: BTreeMap<String, f64>,
 }

@@ -65,6 +65,18 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../templates/mcm.yaml"),
     ),
     (
+        "templates/deepflow-node.yaml",
+        include_str!("../../templates/deepflow-node.yaml"),
+    ),
+    (
+        "templates/deepflow-sec9.yaml",
+        include_str!("../../templates/deepflow-sec9.yaml"),
+    ),
+    (
+        "budgets/deepflow-sec9.yaml",
+        include_str!("../../budgets/deepflow-sec9.yaml"),
+    ),
+    (
         "budgets/fig4-example.yaml",
         include_str!("../../budgets/fig4-example.yaml"),
     ),

@@ -178,6 +178,11 @@ impl System {
         })
     }
 
+    /// Where the system's files are read from.
+    pub fn source(&self) -> Source {
+        self.source
+    }
+
     /// Loads the accelerator design the system names.
     pub fn design(&self) -> Result<Design, ConfigError> {
         Design::load(DesignFiles {

@@ -252,8 +252,8 @@ pub struct Sensitivity {
 
 /// Shadow prices at shares `w`: for each component and resource, the change in time per
 /// iteration when the component gets one more mm2 / W / mm and every other component keeps
-/// its absolute amount (the budget grows by that unit). Central differences of 1% of the
-/// resource's budget.
+/// its absolute amount (the budget grows by that unit). Forward differences of 1% of the
+/// resource's budget: the generator counts whole units, so finer steps see a staircase.
 pub fn sensitivities(problem: &BudgetProblem, w: &[f64]) -> Vec<Sensitivity> {
     let base = problem.evaluate(w);
     let arch = &base.architecture;
@@ -295,15 +295,16 @@ pub fn sensitivities(problem: &BudgetProblem, w: &[f64]) -> Vec<Sensitivity> {
                 let d = with_shares(&d, &problem.layout, &w2);
                 time_of(problem, &d)
             };
-            let (up, down) = (time_with(delta), time_with(-delta));
-            let slope = (up - down) / (2.0 * delta);
+            // Forward: the question is what the next unit buys.
+            let up = time_with(delta);
+            let slope = (up - base.time_per_iteration_s) / delta;
             Sensitivity {
                 component: share.component.clone(),
                 resource: share.resource,
                 unit: share.resource.unit(),
                 seconds_per_unit: slope,
-                percent_time_per_percent_budget: 100.0 * (up - down)
-                    / (2.0 * base.time_per_iteration_s),
+                percent_time_per_percent_budget: 100.0 * (up - base.time_per_iteration_s)
+                    / base.time_per_iteration_s,
                 bound_by: bound_by(arch, share),
             }
         })

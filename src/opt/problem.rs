@@ -417,6 +417,16 @@ impl BudgetProblem {
         }
     }
 
+    /// The accelerator and network at shares `w`, for a strategy search on that design.
+    pub fn machine(&self, w: &[f64]) -> anyhow::Result<(Architecture, Network)> {
+        let arch = self
+            .system
+            .apply_caps(generate(&with_shares(&self.design, &self.layout, w)));
+        let mut net = self.system.network(&arch, self.devices)?;
+        net.share_shapes(&self.base_network);
+        Ok((arch, net))
+    }
+
     /// The objective at a point of the feasible set.
     fn objective(&self, w: &[f64]) -> f64 {
         self.evaluate(w).objective

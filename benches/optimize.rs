@@ -1,0 +1,40 @@
+//! Optimizer speed. Run with `cargo bench --bench optimize`.
+//! - a full S = 10 x T = 100 budget optimization of the embedded default (DeepFlow Sec. 9's
+//!   LSTM on 512 nodes) under a fixed strategy, restarts in parallel;
+//! - the full strategy enumeration for 512 devices on it.
+
+use std::path::Path;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use stackflow::config::Source;
+use stackflow::dist::{Strategy, System};
+use stackflow::opt::budget::{optimize_budgets, Settings};
+use stackflow::opt::problem::{feasible_set, layout};
+use stackflow::opt::search::{enumerate, search};
+use stackflow::opt::BudgetProblem;
+use stackflow::workload::Workload;
+
+fn bench(c: &mut Criterion) {
+    let system = System::load(Source::Embedded, Path::new("templates/deepflow-sec9.yaml")).unwrap();
+    let design = system.design().unwrap();
+    let lstm = Workload::load(Source::Embedded, Path::new("workloads/lstm-sec9.yaml")).unwrap();
+    let set = feasible_set(&layout(&design), None).unwrap();
+    let strategy = Strategy::parse("CR-16-d32").unwrap();
+    let problem =
+        BudgetProblem::new(system.clone(), design, 512, lstm.clone(), strategy, set).unwrap();
+    let bar = indicatif::ProgressBar::hidden();
+    let mut g = c.benchmark_group("optimize");
+    g.sample_size(10);
+    g.bench_function("budgets S=10 x T=100, lstm-sec9 on 512 nodes", |b| {
+        b.iter(|| optimize_budgets(&problem, &Settings::default(), &bar).unwrap())
+    });
+    let arch = system.accelerator().unwrap();
+    let net = system.network(&arch, 512).unwrap();
+    g.bench_function("strategy enumeration, lstm-sec9 on 512 nodes", |b| {
+        b.iter(|| search(&lstm, &arch, &net, &enumerate(&lstm, 512)))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,567 @@
+//! `stackflow optimize`: budget reallocation (DeepFlow Sec. 7) and strategy search
+//! (Sec. 9.2) for a fixed workload on a system; writes the optimized budget, a JSON report,
+//! the convergence trace and its plot.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use plotters::prelude::*;
+use serde::Serialize;
+use stackflow::config::raw::{AreaBudgetRaw, BudgetFile, PerimeterBudgetRaw, PowerBudgetRaw};
+use stackflow::config::{to_yaml, write_atomic, Source, SHIPPED};
+use stackflow::design::{Design, DesignFiles};
+use stackflow::dist::System;
+use stackflow::opt::budget::{self, BudgetResult, Sensitivity, Settings, TracePoint};
+use stackflow::opt::problem::{feasible_set, with_shares, BoundsFile, Evaluation};
+use stackflow::opt::{co_optimize, BudgetProblem, CoOptimization, Resource};
+use stackflow::workload::Workload;
+
+use super::distributed::{load_strategy, render};
+use super::table;
+
+/// The embedded default: DeepFlow Sec. 9's LSTM on 512 N7 / HBM2e / 200 GB/s nodes.
+pub const DEFAULT_SYSTEM: &str = "templates/deepflow-sec9.yaml";
+pub const DEFAULT_WORKLOAD: &str = "workloads/lstm-sec9.yaml";
+
+pub struct Args {
+    pub workload: Option<PathBuf>,
+    pub system: Option<PathBuf>,
+    pub budget: Option<PathBuf>,
+    pub template: Option<PathBuf>,
+    pub tech: Option<PathBuf>,
+    pub devices: Option<u64>,
+    pub strategy: Option<String>,
+    pub search_strategy: bool,
+    pub bounds: Option<PathBuf>,
+    pub settings: Settings,
+    pub out: Option<PathBuf>,
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct ShareReport {
+    resource: Resource,
+    component: String,
+    initial: f64,
+    best: f64,
+    best_amount: f64,
+    unit: &'static str,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    workload: String,
+    system: String,
+    devices: u64,
+    mode: &'static str,
+    settings: &'a Settings,
+    initial_strategy: String,
+    strategy: String,
+    initial_time_per_iteration_s: f64,
+    best_time_per_iteration_s: f64,
+    speedup: f64,
+    feasible: bool,
+    violations: &'a [String],
+    shares: Vec<ShareReport>,
+    sensitivities: &'a [Sensitivity],
+    /// Share of each whole budget the best design uses; a class at 100% binds.
+    budget_use: Vec<(Resource, f64)>,
+    binding: Vec<Resource>,
+    co_optimization: Option<&'a CoOptimization>,
+    restarts: Vec<(usize, u64, f64)>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let defaults = args.workload.is_none() && args.system.is_none() && args.budget.is_none();
+    let (wsource, wfile) = match &args.workload {
+        Some(p) => (Source::Disk, p.clone()),
+        None => (Source::Embedded, PathBuf::from(DEFAULT_WORKLOAD)),
+    };
+    let workload = Workload::load(wsource, &wfile)?;
+    let system = match &args.system {
+        Some(p) => System::load(Source::Disk, p)?,
+        None => System::load(Source::Embedded, Path::new(DEFAULT_SYSTEM))?,
+    };
+    let design = match &args.budget {
+        Some(b) => Design::load(DesignFiles {
+            source: Source::Disk,
+            budget: b,
+            template: args.template.as_deref(),
+            tech: args.tech.as_deref(),
+        })?,
+        None => Design::load(DesignFiles {
+            source: system.source(),
+            budget: &system.accelerator,
+            template: args.template.as_deref(),
+            tech: args.tech.as_deref(),
+        })?,
+    };
+    let devices = args.devices.unwrap_or_else(|| system.default_devices());
+    let bounds = match &args.bounds {
+        Some(p) => {
+            let file = p.display().to_string();
+            Some((
+                file.clone(),
+                BoundsFile::from_yaml(&file, &Source::Disk.read(p)?)?,
+            ))
+        }
+        None => None,
+    };
+    let layout = stackflow::opt::problem::layout(&design);
+    let set = feasible_set(&layout, bounds.as_ref().map(|(f, b)| (f.as_str(), b)))?;
+    let search = args.search_strategy || args.strategy.is_none();
+    let baseline = load_strategy(args.strategy.as_deref(), &system, devices)?;
+    let mut problem = BudgetProblem::new(system.clone(), design, devices, workload, baseline, set)
+        .with_context(|| {
+            format!(
+                "the strategy {baseline} cannot run {} on {devices} devices",
+                wfile.display()
+            )
+        })?;
+    if defaults && !args.json {
+        println!(
+            "No inputs given: optimizing the embedded default, DeepFlow Sec. 9's LSTM \
+             ({DEFAULT_WORKLOAD}) on {DEFAULT_SYSTEM} (512 nodes, N7, HBM2e, 200 GB/s \
+             InfiniBand XDR), from DeepFlow Fig. 4's budget split.\n"
+        );
+    }
+    let per_run = args.settings.restarts as u64 * args.settings.steps;
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(per_run)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} steps {elapsed} {msg}")
+            .expect("static template"),
+    );
+    let initial = problem.initial();
+    let initial_eval = problem.evaluate(&initial);
+    let (result, co) = if search {
+        bar.set_length(per_run * 3);
+        bar.set_message("strategy search and budget optimization");
+        let co = co_optimize(&mut problem, &args.settings, &bar)?;
+        (co.budgets.clone(), Some(co))
+    } else {
+        bar.set_message("budget optimization");
+        (
+            budget::optimize_budgets(&problem, &args.settings, &bar)?,
+            None,
+        )
+    };
+    bar.finish_and_clear();
+    let best = problem.evaluate(&result.best);
+    let sens = budget::sensitivities(&problem, &result.best);
+    let best_design = with_shares(&problem.design, &problem.layout, &result.best);
+    let shares: Vec<ShareReport> = problem
+        .layout
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ShareReport {
+            resource: s.resource,
+            component: s.component.clone(),
+            initial: initial[i],
+            best: result.best[i],
+            best_amount: result.best[i]
+                * match s.resource {
+                    Resource::Area => best_design.chip_area_mm2,
+                    Resource::Power => best_design.tdp_w,
+                    Resource::Perimeter => best_design.perimeter_mm,
+                },
+            unit: s.resource.unit(),
+        })
+        .collect();
+    let a = &best.architecture;
+    let budget_use = vec![
+        (
+            Resource::Area,
+            a.chip_area_mm2.used / a.chip_area_mm2.allocated,
+        ),
+        (Resource::Power, a.power_w.used / a.power_w.allocated),
+        (
+            Resource::Perimeter,
+            a.perimeter_mm.used / a.perimeter_mm.allocated,
+        ),
+    ];
+    let binding = budget_use
+        .iter()
+        .filter(|(_, u)| *u > 0.99)
+        .map(|(r, _)| *r)
+        .collect();
+    let report = Report {
+        workload: problem.workload.name(),
+        system: system.name.clone(),
+        devices,
+        mode: if search {
+            "strategy search and budget optimization"
+        } else {
+            "budget optimization"
+        },
+        settings: &args.settings,
+        initial_strategy: baseline.to_string(),
+        strategy: problem.strategy.to_string(),
+        initial_time_per_iteration_s: initial_eval.time_per_iteration_s,
+        best_time_per_iteration_s: best.time_per_iteration_s,
+        speedup: initial_eval.time_per_iteration_s / best.time_per_iteration_s,
+        feasible: best.feasible,
+        violations: &best.violations,
+        shares,
+        sensitivities: &sens,
+        budget_use,
+        binding,
+        co_optimization: co.as_ref(),
+        restarts: result
+            .restarts
+            .iter()
+            .map(|r| (r.restart, r.steps, r.objective.exp()))
+            .collect(),
+    };
+    if let Some(dir) = &args.out {
+        write_outputs(dir, &problem, &best_design, &report, &result)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    print!(
+        "{}",
+        render_report(&report, &best, &best_design, &problem, co.as_ref())
+    );
+    match &args.out {
+        Some(dir) => println!(
+            "\nwrote {0}/budget.yaml, {0}/report.json, {0}/trace.csv, {0}/convergence.svg",
+            dir.display()
+        ),
+        None => {
+            println!("\n(--out DIR writes budget.yaml, report.json, trace.csv and convergence.svg)")
+        }
+    }
+    Ok(())
+}
+
+fn render_report(
+    r: &Report,
+    best: &Evaluation,
+    design: &Design,
+    problem: &BudgetProblem,
+    co: Option<&CoOptimization>,
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} of {} on {} x {} ({}), {} restarts x {} steps, seed {}",
+        r.mode,
+        r.workload,
+        r.devices,
+        design.budget_name,
+        r.system,
+        r.settings.restarts,
+        r.settings.steps,
+        r.settings.seed
+    );
+    let _ = writeln!(
+        s,
+        "time / iteration  {:.4} s -> {:.4} s ({:.2}x); strategy {} -> {}",
+        r.initial_time_per_iteration_s,
+        r.best_time_per_iteration_s,
+        r.speedup,
+        r.initial_strategy,
+        r.strategy
+    );
+    if let Some(co) = co {
+        let _ = writeln!(
+            s,
+            "\nco-optimization (DeepFlow Fig. 10)      time/iter  speedup  strategy"
+        );
+        for p in [&co.baseline, &co.strategy_only, &co.budgets_only, &co.both] {
+            let _ = writeln!(
+                s,
+                "  {:<36} {:>9.4} s {:>7.2}x  {}{}",
+                match p.label {
+                    "baseline" => "baseline (given budget, strategy)",
+                    "strategy" => "(a) strategy search only",
+                    "budgets" => "(b) budget optimization only",
+                    _ => "(c) both",
+                },
+                p.time_per_iteration_s,
+                p.speedup,
+                p.strategy,
+                if p.feasible { "" } else { "  (infeasible)" }
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  strategies: {} enumerated, {} cannot run the workload; Pareto front (time vs memory):",
+            co.search.enumerated, co.search.rejected
+        );
+        for c in co.search.pareto.iter().take(6) {
+            let _ = writeln!(
+                s,
+                "    {:<28} {:>9.4} s {:>10}{}",
+                c.strategy,
+                c.time_per_iteration_s,
+                table::bytes(c.memory_per_device_bytes),
+                if c.feasible { "" } else { "  (out of memory)" }
+            );
+        }
+    }
+    let _ = writeln!(s, "\nbudget split        initial     best   amount");
+    for sh in &r.shares {
+        let _ = writeln!(
+            s,
+            "  {:<9} {:<14} {:>6.3} {:>8.3} {:>8.2} {}",
+            sh.resource.name(),
+            sh.component,
+            sh.initial,
+            sh.best,
+            sh.best_amount,
+            sh.unit
+        );
+    }
+    let uses: Vec<String> = r
+        .budget_use
+        .iter()
+        .map(|(res, u)| format!("{res} {:.1}%", 100.0 * u))
+        .collect();
+    let _ = writeln!(
+        s,
+        "  whole budgets used: {}; binding: {}",
+        uses.join(", "),
+        if r.binding.is_empty() {
+            "none".to_string()
+        } else {
+            r.binding
+                .iter()
+                .map(|b| b.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+    let _ = writeln!(
+        s,
+        "\nsensitivities at the optimum: time change per extra unit (and % time per +1% of the budget)"
+    );
+    for x in r.sensitivities {
+        let _ = writeln!(
+            s,
+            "  {:<14} {:<9} {:>+12.3e} s/{:<3} {:>+8.3}%   bound by {}",
+            x.component,
+            x.resource.name(),
+            x.seconds_per_unit,
+            x.unit,
+            x.percent_time_per_percent_budget,
+            if x.bound_by.is_empty() {
+                "-".to_string()
+            } else {
+                x.bound_by.join("; ")
+            }
+        );
+    }
+    if let Some(most) = r.sensitivities.iter().min_by(|a, b| {
+        a.percent_time_per_percent_budget
+            .total_cmp(&b.percent_time_per_percent_budget)
+    }) {
+        let _ = writeln!(
+            s,
+            "  the next 1% of budget is worth most as {} {} ({:+.3}% time)",
+            most.component,
+            most.resource.name(),
+            most.percent_time_per_percent_budget
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nbest design\n{}",
+        table::render(design, &best.architecture)
+    );
+    if let Some(p) = &best.prediction {
+        let _ = write!(s, "{}", render(p, best.architecture.peak_flops_per_s));
+    }
+    let _ = problem;
+    s
+}
+
+fn write_outputs(
+    dir: &Path,
+    problem: &BudgetProblem,
+    design: &Design,
+    report: &Report,
+    result: &BudgetResult,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let write = |name: &str, bytes: &[u8]| -> anyhow::Result<()> {
+        let path = dir.join(name);
+        write_atomic(&path, bytes).with_context(|| format!("writing {}", path.display()))
+    };
+    let budget = budget_file(dir, problem, design)?;
+    write(
+        "budget.yaml",
+        format!(
+            "# Optimized by `stackflow optimize` from {} (time per iteration {:.6} s -> {:.6} s).\n{}",
+            design.budget_file,
+            report.initial_time_per_iteration_s,
+            report.best_time_per_iteration_s,
+            to_yaml(&budget)
+        )
+        .as_bytes(),
+    )?;
+    write(
+        "report.json",
+        serde_json::to_string_pretty(report)?.as_bytes(),
+    )?;
+    let mut csv = csv::Writer::from_writer(Vec::new());
+    csv.write_record(["restart", "step", "objective", "time_s"])?;
+    for t in &result.trace {
+        csv.write_record([
+            t.restart.to_string(),
+            t.step.to_string(),
+            format!("{}", t.objective),
+            format!("{}", t.objective.exp()),
+        ])?;
+    }
+    write("trace.csv", &csv.into_inner()?)?;
+    write(
+        "convergence.svg",
+        convergence_svg(&result.trace)?.as_bytes(),
+    )?;
+    Ok(())
+}
+
+/// The optimized budget as a budget file `generate` and `predict` accept.
+fn budget_file(dir: &Path, problem: &BudgetProblem, design: &Design) -> anyhow::Result<BudgetFile> {
+    let mut area = BTreeMap::new();
+    let mut power = BTreeMap::new();
+    let mut perimeter = BTreeMap::new();
+    let shares = stackflow::opt::problem::shares_of(design, &problem.layout);
+    for (s, v) in problem.layout.iter().zip(shares) {
+        let map = match s.resource {
+            Resource::Area => &mut area,
+            Resource::Power => &mut power,
+            Resource::Perimeter => &mut perimeter,
+        };
+        map.insert(s.component.clone(), v);
+    }
+    Ok(BudgetFile {
+        version: 1,
+        name: format!("{}-optimized", design.budget_name),
+        description: Some(format!(
+            "{} with its shares reallocated by stackflow optimize",
+            design.budget_name
+        )),
+        template: portable(dir, &design.template_file)?,
+        technology: portable(dir, &design.tech_file)?,
+        area: AreaBudgetRaw {
+            node_mm2: design.node_area_mm2,
+            chip_mm2: design.chip_area_mm2,
+            breakdown: area,
+        },
+        power: PowerBudgetRaw {
+            tdp_w: design.tdp_w,
+            breakdown: power,
+        },
+        perimeter: PerimeterBudgetRaw {
+            total_mm: Some(design.perimeter_mm),
+            breakdown: perimeter,
+        },
+    })
+}
+
+/// A path the written budget can use for `file`: absolute when the file is on disk, else
+/// the embedded copy (with its siblings, for technology includes) written under `dir`.
+fn portable(dir: &Path, file: &str) -> anyhow::Result<String> {
+    let path = Path::new(file);
+    if path.is_file() {
+        let abs = std::fs::canonicalize(path)?;
+        return Ok(abs.display().to_string());
+    }
+    let normal = normalize(path);
+    let folder = normal.parent().unwrap_or_else(|| Path::new(""));
+    let mut found = false;
+    for (name, text) in SHIPPED {
+        let shipped = Path::new(name);
+        if shipped.parent() == Some(folder) {
+            let target = dir.join(shipped);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            write_atomic(&target, text.as_bytes())?;
+            found |= shipped == normal;
+        }
+    }
+    anyhow::ensure!(found, "{file}: neither on disk nor shipped");
+    Ok(normal.display().to_string())
+}
+
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Time per iteration against step, one line per restart.
+fn convergence_svg(trace: &[TracePoint]) -> anyhow::Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (800, 500)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let finite: Vec<&TracePoint> = trace.iter().filter(|t| t.objective.is_finite()).collect();
+        let steps = finite.iter().map(|t| t.step).max().unwrap_or(1).max(1);
+        let (lo, hi) = finite
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), t| {
+                let y = t.objective.exp();
+                (a.min(y), b.max(y))
+            });
+        let (lo, hi) = if lo.is_finite() && hi > lo {
+            (lo * 0.95, hi * 1.05)
+        } else {
+            (0.0, 1.0)
+        };
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "Budget optimization: time per iteration by restart",
+                ("sans-serif", 20),
+            )
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0u64..steps, lo..hi)?;
+        chart
+            .configure_mesh()
+            .x_desc("step")
+            .y_desc("time per iteration (s, penalised when infeasible)")
+            .draw()?;
+        let restarts = finite.iter().map(|t| t.restart).max().map_or(0, |r| r + 1);
+        for r in 0..restarts {
+            let color = Palette99::pick(r).to_rgba();
+            chart
+                .draw_series(LineSeries::new(
+                    finite
+                        .iter()
+                        .filter(|t| t.restart == r)
+                        .map(|t| (t.step, t.objective.exp())),
+                    color.stroke_width(2),
+                ))?
+                .label(format!("restart {r}"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
+}

@@ -1,0 +1,373 @@
+//! Search and optimization: the projected-gradient solver on problems with a known optimum,
+//! the projection's properties, determinism, the embedded default and strategy search.
+
+mod common;
+
+use std::path::Path;
+
+use argmin::core::observers::{Observe, ObserverMode};
+use argmin::core::{CostFunction, Error, Executor, Gradient, IterState, State, KV};
+use common::{root, stackflow, Scratch};
+use proptest::prelude::*;
+use stackflow::config::Source;
+use stackflow::dist::{Strategy as DistStrategy, System};
+use stackflow::opt::budget::{optimize_budgets, Settings};
+use stackflow::opt::problem::{feasible_set, layout};
+use stackflow::opt::simplex::project_capped;
+use stackflow::opt::{BudgetProblem, ProjectedGradient, SimplexGroup, Simplices};
+use stackflow::workload::Workload;
+
+fn one_group(n: usize, lower: Vec<f64>, upper: Vec<f64>) -> Simplices {
+    Simplices::new(
+        vec![SimplexGroup {
+            name: "area".into(),
+            indices: (0..n).collect(),
+            lower,
+            upper,
+            total: 1.0,
+        }],
+        n,
+    )
+    .unwrap()
+}
+
+/// f(x) = sum (x_i - a_i)^2: on the simplex the optimum is the projection of `a`.
+struct Quadratic {
+    a: Vec<f64>,
+}
+
+impl CostFunction for Quadratic {
+    type Param = Vec<f64>;
+    type Output = f64;
+    fn cost(&self, x: &Vec<f64>) -> Result<f64, Error> {
+        Ok(x.iter().zip(&self.a).map(|(x, a)| (x - a).powi(2)).sum())
+    }
+}
+
+impl Gradient for Quadratic {
+    type Param = Vec<f64>;
+    type Gradient = Vec<f64>;
+    fn gradient(&self, x: &Vec<f64>) -> Result<Vec<f64>, Error> {
+        Ok(x.iter().zip(&self.a).map(|(x, a)| 2.0 * (x - a)).collect())
+    }
+}
+
+/// Rosenbrock's valley, f = (0.5 - x)^2 + 100 (y - x^2)^2, with the box x <= 0.4: the
+/// optimum is on the bound, (0.4, 0.16).
+struct BoxedRosenbrock;
+
+impl CostFunction for BoxedRosenbrock {
+    type Param = Vec<f64>;
+    type Output = f64;
+    fn cost(&self, p: &Vec<f64>) -> Result<f64, Error> {
+        let (x, y) = (p[0], p[1]);
+        Ok((0.5 - x).powi(2) + 100.0 * (y - x * x).powi(2))
+    }
+}
+
+impl Gradient for BoxedRosenbrock {
+    type Param = Vec<f64>;
+    type Gradient = Vec<f64>;
+    fn gradient(&self, p: &Vec<f64>) -> Result<Vec<f64>, Error> {
+        let (x, y) = (p[0], p[1]);
+        Ok(vec![
+            -2.0 * (0.5 - x) - 400.0 * x * (y - x * x),
+            200.0 * (y - x * x),
+        ])
+    }
+}
+
+type PgState = IterState<Vec<f64>, Vec<f64>, (), (), (), f64>;
+
+/// Fails the run if any iterate leaves the feasible set.
+struct Feasible(Simplices);
+
+impl Observe<PgState> for Feasible {
+    fn observe_iter(&mut self, state: &PgState, _: &KV) -> Result<(), Error> {
+        let p = state.get_param().expect("an iterate");
+        if self.0.contains(p, 1e-12) {
+            Ok(())
+        } else {
+            Err(Error::msg(format!("infeasible iterate {p:?}")))
+        }
+    }
+}
+
+fn solve<O>(problem: O, set: Simplices, start: Vec<f64>, iters: u64) -> Vec<f64>
+where
+    O: CostFunction<Param = Vec<f64>, Output = f64>
+        + Gradient<Param = Vec<f64>, Gradient = Vec<f64>>
+        + 'static,
+{
+    let solver = ProjectedGradient::new(set.clone()).with_tolerance(1e-10);
+    let r = Executor::new(problem, solver)
+        .configure(|s| s.param(start).max_iters(iters))
+        .add_observer(Feasible(set), ObserverMode::Always)
+        .run()
+        .unwrap();
+    r.state().get_best_param().unwrap().clone()
+}
+
+#[test]
+fn solver_finds_the_projection_of_a_quadratic_minimum() {
+    let a = vec![0.6, 0.5, 0.3];
+    let set = one_group(3, vec![0.0; 3], vec![1.0; 3]);
+    let x = solve(Quadratic { a: a.clone() }, set, vec![0.1, 0.1, 0.1], 5000);
+    // KKT: subtract (1.4 - 1) / 3 from each coordinate.
+    let expected = [0.6 - 0.4 / 3.0, 0.5 - 0.4 / 3.0, 0.3 - 0.4 / 3.0];
+    for (x, e) in x.iter().zip(expected) {
+        assert!((x - e).abs() < 1e-6, "{x} vs {e}");
+    }
+}
+
+#[test]
+fn solver_finds_the_box_constrained_rosenbrock_minimum() {
+    let set = one_group(2, vec![0.0, 0.0], vec![0.4, 1.0]);
+    let x = solve(BoxedRosenbrock, set, vec![0.05, 0.6], 20000);
+    assert!((x[0] - 0.4).abs() < 1e-6, "{x:?}");
+    assert!((x[1] - 0.16).abs() < 1e-6, "{x:?}");
+}
+
+/// Brute force: every choice of each coordinate at its lower bound, upper bound or free,
+/// with the sum constraint active or not; the nearest feasible candidate.
+fn brute_projection(v: &[f64], lo: &[f64], hi: &[f64], total: f64) -> Vec<f64> {
+    let n = v.len();
+    let mut best: Option<(f64, Vec<f64>)> = None;
+    for code in 0..3usize.pow(n as u32) {
+        let state: Vec<usize> = (0..n).map(|i| code / 3usize.pow(i as u32) % 3).collect();
+        for face in [false, true] {
+            let fixed: f64 = (0..n)
+                .filter(|&i| state[i] != 2)
+                .map(|i| if state[i] == 0 { lo[i] } else { hi[i] })
+                .sum();
+            let free: Vec<usize> = (0..n).filter(|&i| state[i] == 2).collect();
+            let lambda = if face {
+                if free.is_empty() {
+                    continue;
+                }
+                (free.iter().map(|&i| v[i]).sum::<f64>() + fixed - total) / free.len() as f64
+            } else {
+                0.0
+            };
+            let w: Vec<f64> = (0..n)
+                .map(|i| match state[i] {
+                    0 => lo[i],
+                    1 => hi[i],
+                    _ => v[i] - lambda,
+                })
+                .collect();
+            let ok = w.iter().sum::<f64>() <= total + 1e-12
+                && (0..n).all(|i| w[i] >= lo[i] - 1e-12 && w[i] <= hi[i] + 1e-12);
+            if ok {
+                let d: f64 = w.iter().zip(v).map(|(a, b)| (a - b).powi(2)).sum();
+                if best.as_ref().map_or(true, |b| d < b.0 - 1e-15) {
+                    best = Some((d, w));
+                }
+            }
+        }
+    }
+    best.unwrap().1
+}
+
+fn bounded_point() -> impl Strategy<Value = (Vec<f64>, Vec<f64>, Vec<f64>)> {
+    (1usize..=4).prop_flat_map(|n| {
+        (
+            prop::collection::vec(-0.5f64..1.5, n),
+            prop::collection::vec(0.0f64..0.2, n),
+            prop::collection::vec(0.2f64..1.0, n),
+        )
+    })
+}
+
+proptest! {
+    #[test]
+    fn projection_is_exact_idempotent_and_non_expansive(
+        (v, lo, hi) in bounded_point(),
+        shift in prop::collection::vec(-0.3f64..0.3, 4),
+    ) {
+        let total = 1.0f64.max(lo.iter().sum::<f64>());
+        let p = project_capped(&v, &lo, &hi, total);
+        let brute = brute_projection(&v, &lo, &hi, total);
+        for (a, b) in p.iter().zip(&brute) {
+            prop_assert!((a - b).abs() < 1e-9, "{p:?} vs brute {brute:?}");
+        }
+        let pp = project_capped(&p, &lo, &hi, total);
+        for (a, b) in p.iter().zip(&pp) {
+            prop_assert!((a - b).abs() < 1e-12);
+        }
+        let u: Vec<f64> = v.iter().zip(&shift).map(|(a, b)| a + b).collect();
+        let pu = project_capped(&u, &lo, &hi, total);
+        let d = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum::<f64>().sqrt();
+        prop_assert!(d(&p, &pu) <= d(&v, &u) + 1e-12);
+    }
+
+    #[test]
+    fn every_solver_iterate_is_feasible(
+        a in prop::collection::vec(-0.5f64..1.5, 3),
+        start in prop::collection::vec(-1.0f64..2.0, 3),
+    ) {
+        // The observer fails the run on any infeasible iterate.
+        let set = one_group(3, vec![0.0, 0.05, 0.0], vec![0.7, 1.0, 0.5]);
+        let x = solve(Quadratic { a }, set.clone(), start, 200);
+        prop_assert!(set.contains(&x, 1e-12));
+    }
+}
+
+fn default_problem(strategy: &str) -> BudgetProblem {
+    let system = System::load(Source::Embedded, Path::new("templates/deepflow-sec9.yaml")).unwrap();
+    let design = system.design().unwrap();
+    let workload = Workload::load(Source::Embedded, Path::new("workloads/lstm-sec9.yaml")).unwrap();
+    let set = feasible_set(&layout(&design), None).unwrap();
+    BudgetProblem::new(
+        system,
+        design,
+        512,
+        workload,
+        DistStrategy::parse(strategy).unwrap(),
+        set,
+    )
+    .unwrap()
+}
+
+#[test]
+fn same_seed_same_result_bit_for_bit() {
+    let problem = default_problem("CR-16-d32");
+    let settings = |seed| Settings {
+        restarts: 3,
+        steps: 15,
+        seed,
+        ..Settings::default()
+    };
+    let bar = indicatif::ProgressBar::hidden();
+    let a = optimize_budgets(&problem, &settings(7), &bar).unwrap();
+    let b = optimize_budgets(&problem, &settings(7), &bar).unwrap();
+    assert_eq!(a.best, b.best);
+    assert_eq!(a.best_objective.to_bits(), b.best_objective.to_bits());
+    assert_eq!(
+        a.trace
+            .iter()
+            .map(|t| t.objective.to_bits())
+            .collect::<Vec<_>>(),
+        b.trace
+            .iter()
+            .map(|t| t.objective.to_bits())
+            .collect::<Vec<_>>()
+    );
+    let c = optimize_budgets(&problem, &settings(8), &bar).unwrap();
+    // Restart 0 starts from the budget itself; the random starts follow the seed.
+    assert_eq!(a.restarts[0].start, c.restarts[0].start);
+    assert_ne!(a.restarts[1].start, c.restarts[1].start);
+}
+
+#[test]
+fn optimize_improves_the_default_and_stays_within_every_budget() {
+    let dir = Scratch::new("optimize-default");
+    let out = dir.write(".keep", "");
+    let out = Path::new(&out).parent().unwrap().join("out");
+    let out_s = out.display().to_string();
+    let (code, stdout, err) = stackflow(&[
+        "optimize",
+        "--restarts",
+        "4",
+        "--steps",
+        "40",
+        "--out",
+        &out_s,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains("No inputs given: optimizing the embedded default"),
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let initial = report["initial_time_per_iteration_s"].as_f64().unwrap();
+    let best = report["best_time_per_iteration_s"].as_f64().unwrap();
+    assert!(best < initial, "{best} !< {initial}");
+    for key in ["strategy", "sensitivities"] {
+        assert!(report.get(key).is_some(), "{key} missing");
+    }
+    assert!(report["feasible"].as_bool().unwrap());
+    // The written budget regenerates a design within every budget.
+    let budget = out.join("budget.yaml").display().to_string();
+    let (code, json, err) = stackflow(&["generate", "--budget", &budget, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let arch: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(arch["violations"].as_array().unwrap().len(), 0, "{json}");
+    for total in ["chip_area_mm2", "power_w", "perimeter_mm"] {
+        let used = arch[total]["used"].as_f64().unwrap();
+        let allocated = arch[total]["allocated"].as_f64().unwrap();
+        assert!(
+            used <= allocated * (1.0 + 1e-9),
+            "{total}: {used} > {allocated}"
+        );
+    }
+    let trace = std::fs::read_to_string(out.join("trace.csv")).unwrap();
+    assert!(trace.starts_with("restart,step,objective,time_s"));
+    assert!(std::fs::read_to_string(out.join("convergence.svg"))
+        .unwrap()
+        .contains("<svg"));
+}
+
+#[test]
+fn strategy_search_beats_pure_data_parallelism() {
+    let system = System::load(Source::Embedded, Path::new("templates/deepflow-sec9.yaml")).unwrap();
+    let arch = system.accelerator().unwrap();
+    let net = system.network(&arch, 512).unwrap();
+    let lstm = Workload::load(Source::Embedded, Path::new("workloads/lstm-sec9.yaml")).unwrap();
+    let all = stackflow::opt::search::enumerate(&lstm, 512);
+    let r = stackflow::opt::search::search(&lstm, &arch, &net, &all);
+    let dp = r
+        .candidates
+        .iter()
+        .find(|c| c.strategy == "t1-d512-p1")
+        .unwrap();
+    let best = r.best.as_ref().unwrap();
+    let speedup = dp.time_per_iteration_s / best.time_per_iteration_s;
+    println!(
+        "best {} {:.3} s vs data parallel {:.3} s: {speedup:.2}x",
+        best.strategy, best.time_per_iteration_s, dp.time_per_iteration_s
+    );
+    assert!(speedup >= 1.5, "{speedup}");
+    // The Pareto front trades time for memory: faster entries hold more per device.
+    for w in r.pareto.windows(2) {
+        assert!(w[0].time_per_iteration_s <= w[1].time_per_iteration_s);
+        assert!(w[0].memory_per_device_bytes > w[1].memory_per_device_bytes);
+    }
+}
+
+#[test]
+fn bad_optimizer_input_exits_2_with_a_clear_message() {
+    let dir = Scratch::new("optimize-bad");
+    let conflicting = dir.write("b1.yaml", "area: {core: {min: 0.6, max: 0.4}}\n");
+    let (code, _, err) = stackflow(&[
+        "optimize",
+        "--bounds",
+        &conflicting,
+        "--strategy",
+        "CR-16-d32",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("area.core.min") && err.contains("conflicting bounds"),
+        "{err}"
+    );
+    let over = dir.write("b2.yaml", "power: {core: {fixed: 0.7}, dram: {min: 0.5}}\n");
+    let (code, _, err) = stackflow(&["optimize", "--bounds", &over, "--strategy", "CR-16-d32"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("sum to at most 1"), "{err}");
+    let unknown = dir.write("b3.yaml", "area: {gpu: {max: 0.5}}\n");
+    let (code, _, err) = stackflow(&["optimize", "--bounds", &unknown, "--strategy", "CR-16-d32"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("one of [core, l0, l1, l2, dram, inter_package]"),
+        "{err}"
+    );
+    let (code, _, err) = stackflow(&["optimize", "--restarts", "0"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("restarts"), "{err}");
+    let (code, _, err) = stackflow(&["optimize", "--steps", "0"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("steps"), "{err}");
+    let _ = root();
+}
