@@ -371,3 +371,43 @@ fn bad_optimizer_input_exits_2_with_a_clear_message() {
     assert!(err.contains("steps"), "{err}");
     let _ = root();
 }
+
+#[test]
+fn other_argmin_solvers_run_on_the_budget_problem() {
+    use argmin::solver::neldermead::NelderMead;
+    let problem = default_problem("CR-16-d32");
+    let start = problem.initial();
+    let start_cost = problem.cost(&start).unwrap();
+    // A simplex of the start and the start with each share nudged.
+    let mut simplex = vec![start.clone()];
+    for i in 0..start.len() {
+        let mut p = start.clone();
+        p[i] *= 0.9;
+        simplex.push(p);
+    }
+    let r = Executor::new(problem, NelderMead::new(simplex))
+        .configure(|s| s.max_iters(20))
+        .run()
+        .unwrap();
+    assert!(r.state().get_best_cost() <= start_cost);
+}
+
+#[test]
+fn a_workload_that_fits_no_strategy_gets_an_infeasible_report() {
+    let (code, out, err) = stackflow(&[
+        "optimize",
+        "--workload",
+        "workloads/gpt3-175b.yaml",
+        "--devices",
+        "4",
+        "--restarts",
+        "1",
+        "--steps",
+        "2",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("INFEASIBLE") && out.contains("out of memory"),
+        "{out}"
+    );
+}
