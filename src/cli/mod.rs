@@ -33,20 +33,28 @@ struct Cli {
     command: Command,
 }
 
+/// An accelerator design: a budget, which names its template and technology file, and
+/// optional overrides of those two.
+#[derive(clap::Args, Debug)]
+struct DesignArgs {
+    /// Budget file; it names its template and technology file.
+    #[arg(long)]
+    budget: Option<PathBuf>,
+    /// Template file overriding the one the budget names.
+    #[arg(long)]
+    template: Option<PathBuf>,
+    /// Technology file overriding the one the budget names.
+    #[arg(long)]
+    tech: Option<PathBuf>,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Derive an accelerator (throughput, memories, networks) from a budget, template and
     /// technology library. With no arguments, uses the embedded budgets/h100.yaml.
     Generate {
-        /// Budget file; it names its template and technology file.
-        #[arg(long)]
-        budget: Option<PathBuf>,
-        /// Template file overriding the one the budget names.
-        #[arg(long)]
-        template: Option<PathBuf>,
-        /// Technology file overriding the one the budget names.
-        #[arg(long)]
-        tech: Option<PathBuf>,
+        #[command(flatten)]
+        design: DesignArgs,
         /// Print JSON (a stable interface for scripts) instead of tables.
         #[arg(long)]
         json: bool,
@@ -61,15 +69,9 @@ enum Command {
         /// System file (default: the embedded templates/deepflow-sec9.yaml).
         #[arg(long)]
         system: Option<PathBuf>,
-        /// Accelerator budget to start from (default: the system's).
-        #[arg(long)]
-        budget: Option<PathBuf>,
-        /// Architecture template overriding the budget's.
-        #[arg(long)]
-        template: Option<PathBuf>,
-        /// Technology library overriding the budget's.
-        #[arg(long)]
-        tech: Option<PathBuf>,
+        /// Accelerator budget to start from (default: the system's), and overrides.
+        #[command(flatten)]
+        design: DesignArgs,
         /// Total devices (default: the system's).
         #[arg(long)]
         devices: Option<u64>,
@@ -156,9 +158,12 @@ pub fn run() -> i32 {
 fn execute(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Generate {
-            budget,
-            template,
-            tech,
+            design:
+                DesignArgs {
+                    budget,
+                    template,
+                    tech,
+                },
             json,
         } => {
             let design = load_design(budget.as_deref(), template.as_deref(), tech.as_deref())?;
@@ -179,9 +184,12 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Optimize {
             workload,
             system,
-            budget,
-            template,
-            tech,
+            design:
+                DesignArgs {
+                    budget,
+                    template,
+                    tech,
+                },
             devices,
             strategy,
             search_strategy,

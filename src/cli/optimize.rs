@@ -228,7 +228,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     print!(
         "{}",
-        render_report(&report, &best, &best_design, &problem, co.as_ref())
+        render_report(&report, &best, &best_design, co.as_ref())
     );
     match &args.out {
         Some(dir) => println!(
@@ -246,7 +246,6 @@ fn render_report(
     r: &Report,
     best: &Evaluation,
     design: &Design,
-    problem: &BudgetProblem,
     co: Option<&CoOptimization>,
 ) -> String {
     let mut s = String::new();
@@ -380,7 +379,6 @@ fn render_report(
     if let Some(p) = &best.prediction {
         let _ = write!(s, "{}", render(p, best.architecture.peak_flops_per_s));
     }
-    let _ = problem;
     s
 }
 
