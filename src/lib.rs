@@ -42,6 +42,7 @@ pub mod dist;
 pub mod generator;
 pub mod opt;
 pub mod perf;
+pub mod study;
 pub mod tech;
 pub mod template;
 pub mod workload;

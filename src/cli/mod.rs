@@ -4,6 +4,7 @@
 mod distributed;
 mod optimize;
 mod predict;
+mod sweep;
 mod table;
 
 use std::path::PathBuf;
@@ -100,6 +101,33 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Evaluate a study (studies/*.yaml): the grid of its axes, in parallel, each point
+    /// predicted, budget-optimized, strategy-searched or both; CSV, JSON and SVG plots.
+    Sweep {
+        /// Study file.
+        study: PathBuf,
+        /// Output folder (default: sweep-<study name>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Worker threads (default: one per core).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Evaluate only shard K of N (points whose index is K-1 modulo N), e.g. 2/8.
+        #[arg(long)]
+        shard: Option<String>,
+        /// Keep the points the output folder already holds and evaluate the rest.
+        #[arg(long)]
+        resume: bool,
+    },
+    /// Join the output folders of sharded sweeps into one.
+    Merge {
+        /// Shard output folders.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Output folder of the merged results.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Predict one training iteration of a workload on one accelerator: time, achieved
     /// FLOP/s, memory footprint and a per-kernel-class breakdown with the bounding resource.
     /// With no arguments, runs the embedded workloads/gpt-1.7b.yaml on budgets/h100.yaml.
@@ -181,6 +209,20 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Sweep {
+            study,
+            out,
+            jobs,
+            shard,
+            resume,
+        } => sweep::run(sweep::Args {
+            study,
+            out,
+            jobs,
+            shard,
+            resume,
+        }),
+        Command::Merge { dirs, out } => sweep::merge(&dirs, &out),
         Command::Optimize {
             workload,
             system,

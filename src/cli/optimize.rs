@@ -4,14 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use serde::Serialize;
 use stackflow::config::raw::{AreaBudgetRaw, BudgetFile, PerimeterBudgetRaw, PowerBudgetRaw};
-use stackflow::config::{to_yaml, write_atomic, Source, SHIPPED};
+use stackflow::config::{normalize, to_yaml, write_atomic, Source, SHIPPED};
 use stackflow::design::{Design, DesignFiles};
 use stackflow::dist::System;
 use stackflow::opt::budget::{self, BudgetResult, Sensitivity, Settings, TracePoint};
@@ -491,20 +491,6 @@ fn portable(dir: &Path, file: &str) -> anyhow::Result<String> {
     }
     anyhow::ensure!(found, "{file}: neither on disk nor shipped");
     Ok(normal.display().to_string())
-}
-
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// Time per iteration against step, one line per restart.

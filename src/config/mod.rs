@@ -10,7 +10,7 @@ pub mod raw;
 mod source;
 
 pub use error::ConfigError;
-pub use source::{Source, SHIPPED};
+pub use source::{normalize, Source, SHIPPED};
 
 use serde::de::DeserializeOwned;
 
@@ -162,6 +162,111 @@ pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
     std::fs::rename(&tmp, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })
+}
+
+/// Sets the field at `path` (`a.b[2].c`) of YAML `text` to `value`, for sweeps over any
+/// field of an input file. Every step but the last must exist; the last may be new (the
+/// file's loader then rejects unknown fields by name). Errors name the file, the path and
+/// the keys that exist where it went wrong.
+pub fn edit_yaml(
+    file: &str,
+    text: &str,
+    path: &str,
+    value: &serde_json::Value,
+) -> Result<String, ConfigError> {
+    let mut root: serde_yaml::Value = parse_yaml(file, text)?;
+    let steps = parse_field_path(path).ok_or_else(|| {
+        ConfigError::invalid(
+            file,
+            path,
+            "",
+            "a field path such as area.breakdown.core or memory[3].technology",
+        )
+    })?;
+    let new: serde_yaml::Value = serde_yaml::to_value(value)
+        .map_err(|e| ConfigError::invalid(file, path, value, e.to_string()))?;
+    let mut here = &mut root;
+    let mut walked = String::new();
+    for (i, step) in steps.iter().enumerate() {
+        let last = i + 1 == steps.len();
+        here = match step {
+            FieldStep::Key(k) => {
+                let map = here.as_mapping_mut().ok_or_else(|| {
+                    ConfigError::invalid(file, path, k, format!("{walked} is not a mapping"))
+                })?;
+                let key = serde_yaml::Value::String(k.clone());
+                if !map.contains_key(&key) && !last {
+                    let keys: Vec<String> = map
+                        .keys()
+                        .filter_map(|k| k.as_str().map(str::to_string))
+                        .collect();
+                    return Err(ConfigError::invalid(
+                        file,
+                        path,
+                        k,
+                        format!(
+                            "a field of {}: one of [{}]",
+                            if walked.is_empty() {
+                                "the file"
+                            } else {
+                                &walked
+                            },
+                            keys.join(", ")
+                        ),
+                    ));
+                }
+                map.entry(key).or_insert(serde_yaml::Value::Null)
+            }
+            FieldStep::Index(n) => {
+                let seq = here.as_sequence_mut().ok_or_else(|| {
+                    ConfigError::invalid(file, path, n, format!("{walked} is not a list"))
+                })?;
+                let len = seq.len();
+                seq.get_mut(*n).ok_or_else(|| {
+                    ConfigError::invalid(
+                        file,
+                        path,
+                        n,
+                        format!("an index of {walked}, which has {len} entries"),
+                    )
+                })?
+            }
+        };
+        walked.push_str(&match step {
+            FieldStep::Key(k) if walked.is_empty() => k.clone(),
+            FieldStep::Key(k) => format!(".{k}"),
+            FieldStep::Index(n) => format!("[{n}]"),
+        });
+    }
+    *here = new;
+    Ok(serde_yaml::to_string(&root).expect("plain data serialises to YAML"))
+}
+
+enum FieldStep {
+    Key(String),
+    Index(usize),
+}
+
+/// `a.b[2].c` -> [Key a, Key b, Index 2, Key c].
+fn parse_field_path(path: &str) -> Option<Vec<FieldStep>> {
+    let mut out = Vec::new();
+    for part in path.split('.') {
+        let (name, rest) = part.split_once('[').map_or((part, ""), |(a, b)| (a, b));
+        if name.is_empty() {
+            return None;
+        }
+        out.push(FieldStep::Key(name.to_string()));
+        let mut rest = rest;
+        while !rest.is_empty() {
+            let (index, tail) = rest.split_once(']')?;
+            out.push(FieldStep::Index(index.parse().ok()?));
+            rest = tail.strip_prefix('[').unwrap_or(tail);
+            if !tail.is_empty() && !tail.starts_with('[') {
+                return None;
+            }
+        }
+    }
+    Some(out)
 }
 
 #[cfg(test)]

@@ -545,3 +545,92 @@ pub struct FabricRaw {
     pub bandwidth_gb_per_s: Option<f64>,
     pub latency_us: Option<f64>,
 }
+
+// ---------------------------------------------------------------- studies
+
+/// A study: a base design and the axes of a sweep over it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyFile {
+    pub version: u32,
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub base: StudyBase,
+    /// `predict`, `optimize` (budgets), `search` (strategy) or `both`.
+    pub action: StudyAction,
+    #[serde(default)]
+    pub optimizer: Option<StudyOptimizer>,
+    pub axes: Vec<StudyAxis>,
+    #[serde(default)]
+    pub plots: Vec<StudyPlot>,
+}
+
+/// The base point, files relative to the study file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyBase {
+    pub system: String,
+    pub workload: String,
+    /// Accelerator budget replacing the system's.
+    #[serde(default)]
+    pub budget: Option<String>,
+    #[serde(default)]
+    pub devices: Option<u64>,
+    /// Strategy string; pure data parallelism when absent.
+    #[serde(default)]
+    pub strategy: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StudyAction {
+    Predict,
+    Optimize,
+    Search,
+    Both,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyOptimizer {
+    pub restarts: Option<u64>,
+    pub steps: Option<u64>,
+    pub seed: Option<u64>,
+}
+
+/// One axis: a field (`system.`, `budget.`, `template.` or `workload.` then its path in
+/// that file) and the values it takes, with optional labels.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyAxis {
+    pub name: String,
+    pub field: String,
+    pub values: Vec<serde_json::Value>,
+    #[serde(default)]
+    pub labels: Option<Vec<String>>,
+}
+
+/// A plot of the results: `lines` (DeepFlow Fig. 9: performance against `x`, a line per
+/// `series` value, a panel per `panels` value), `grouped_bars` (Fig. 10: the co-optimization
+/// steps' speedups against `x`) or `bars` (Fig. 11: speedup against `x`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyPlot {
+    pub kind: StudyPlotKind,
+    pub x: String,
+    #[serde(default)]
+    pub series: Option<String>,
+    #[serde(default)]
+    pub panels: Option<String>,
+    #[serde(default)]
+    pub title: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StudyPlotKind {
+    Lines,
+    GroupedBars,
+    Bars,
+}

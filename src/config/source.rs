@@ -180,7 +180,8 @@ impl Source {
 }
 
 /// Removes `.` and resolves `..` lexically (embedded paths have no symlinks).
-fn normalize(path: &Path) -> PathBuf {
+/// `path` with `.` and `..` folded away (lexically).
+pub fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in path.components() {
         match part {

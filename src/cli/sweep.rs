@@ -1,0 +1,571 @@
+//! `stackflow sweep` and `stackflow merge`: evaluate a study's grid in parallel, a shard of
+//! it, or what an interrupted run left; write CSV, JSON and SVG plots.
+//!
+//! An output folder holds `study.yaml` (the study it belongs to), `points.jsonl` (one line
+//! per finished point, appended as points finish: the journal a resumed run reads), and the
+//! collected `results.json`, `results.csv` and plots, rewritten atomically at the end.
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::{bail, ensure, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use plotters::prelude::*;
+use rayon::prelude::*;
+use serde::Serialize;
+use stackflow::config::raw::{StudyPlot, StudyPlotKind};
+use stackflow::config::write_atomic;
+use stackflow::study::{PointResult, Study};
+
+pub struct Args {
+    pub study: PathBuf,
+    pub out: Option<PathBuf>,
+    pub jobs: Option<usize>,
+    pub shard: Option<String>,
+    pub resume: bool,
+}
+
+/// `K/N`: the points whose index is K-1 modulo N.
+fn parse_shard(text: &str) -> anyhow::Result<(usize, usize)> {
+    let parsed = text.split_once('/').and_then(|(k, n)| {
+        Some((
+            k.trim().parse::<usize>().ok()?,
+            n.trim().parse::<usize>().ok()?,
+        ))
+    });
+    match parsed {
+        Some((k, n)) if n >= 1 && (1..=n).contains(&k) => Ok((k, n)),
+        _ => bail!(
+            "--shard {text}: expected K/N with 1 <= K <= N (e.g. 1/4, 2/4, 3/4, 4/4 for four shards)"
+        ),
+    }
+}
+
+const JOURNAL: &str = "points.jsonl";
+
+/// Reads the finished points of a journal; a last line without its newline (a run killed
+/// mid-write) is dropped and the file cut back to the last whole line.
+fn read_journal(path: &Path) -> anyhow::Result<BTreeMap<usize, PointResult>> {
+    let mut out = BTreeMap::new();
+    if !path.exists() {
+        return Ok(out);
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let whole = text.rfind('\n').map_or(0, |i| i + 1);
+    if whole < text.len() {
+        let f = OpenOptions::new().write(true).open(path)?;
+        f.set_len(whole as u64)?;
+    }
+    for (n, line) in text[..whole].lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let p: PointResult = serde_json::from_str(line)
+            .with_context(|| format!("{}: line {} is not a point result", path.display(), n + 1))?;
+        out.insert(p.index, p);
+    }
+    Ok(out)
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let study = Study::load(&args.study)?;
+    let total = study.len();
+    let (k, n) = match &args.shard {
+        Some(s) => parse_shard(s)?,
+        None => (1, 1),
+    };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("sweep-{}", study.name)));
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let saved = out.join("study.yaml");
+    let journal = out.join(JOURNAL);
+    if saved.exists() {
+        let before = std::fs::read_to_string(&saved)?;
+        ensure!(
+            before == study.text,
+            "{} holds results of another study (its study.yaml differs from {}); use another --out",
+            out.display(),
+            args.study.display()
+        );
+    }
+    if journal.exists() && !args.resume {
+        bail!(
+            "{} already holds results ({JOURNAL}); add --resume to finish them or use another --out",
+            out.display()
+        );
+    }
+    write_atomic(&saved, study.text.as_bytes())?;
+    let origin = std::fs::canonicalize(&args.study)
+        .with_context(|| format!("resolving {}", args.study.display()))?;
+    write_atomic(
+        &out.join("origin.txt"),
+        origin.display().to_string().as_bytes(),
+    )?;
+    let done = read_journal(&journal)?;
+    let mine: Vec<usize> = (0..total).filter(|i| i % n == k - 1).collect();
+    let todo: Vec<usize> = mine
+        .iter()
+        .copied()
+        .filter(|i| !done.contains_key(i))
+        .collect();
+    println!(
+        "study {}: {} points{}, {} to evaluate{} ({:?}), results in {}",
+        study.name,
+        total,
+        if n > 1 {
+            format!(", shard {k}/{n} holds {}", mine.len())
+        } else {
+            String::new()
+        },
+        todo.len(),
+        if done.is_empty() {
+            String::new()
+        } else {
+            format!(", {} already done", done.len())
+        },
+        study.action,
+        out.display()
+    );
+    let bar = ProgressBar::new(todo.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} points {elapsed}/{duration}")
+            .expect("static template"),
+    );
+    let file = Mutex::new(
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&journal)
+            .with_context(|| format!("opening {}", journal.display()))?,
+    );
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.jobs.unwrap_or(0))
+        .build()
+        .context("starting the worker threads")?;
+    let failed: Vec<anyhow::Error> = pool.install(|| {
+        todo.par_iter()
+            .filter_map(|&i| {
+                let r = study.evaluate(i);
+                let line = match serde_json::to_string(&r) {
+                    Ok(l) => l + "\n",
+                    Err(e) => return Some(anyhow::anyhow!("point {i}: {e}")),
+                };
+                // One write per line, in append mode: a line is whole or absent.
+                let written = file
+                    .lock()
+                    .map_err(|_| anyhow::anyhow!("journal lock poisoned"))
+                    .and_then(|mut f| {
+                        f.write_all(line.as_bytes())?;
+                        f.flush()?;
+                        Ok(())
+                    });
+                bar.inc(1);
+                written.err()
+            })
+            .collect()
+    });
+    bar.finish_and_clear();
+    if let Some(e) = failed.into_iter().next() {
+        return Err(e.context(format!("writing {}", journal.display())));
+    }
+    let results: Vec<PointResult> = read_journal(&journal)?
+        .into_values()
+        .filter(|p| p.index % n == k - 1)
+        .collect();
+    write_results(&study, &out, &results)?;
+    summarize(&study, &results);
+    Ok(())
+}
+
+/// `stackflow merge`: joins the journals of shard folders into one result.
+pub fn merge(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
+    ensure!(!dirs.is_empty(), "merge needs at least one shard folder");
+    let first = dirs[0].join("study.yaml");
+    let text = std::fs::read_to_string(&first).with_context(|| {
+        format!(
+            "reading {} (is {} a sweep folder?)",
+            first.display(),
+            dirs[0].display()
+        )
+    })?;
+    let mut all: BTreeMap<usize, PointResult> = BTreeMap::new();
+    for d in dirs {
+        let t = std::fs::read_to_string(d.join("study.yaml"))
+            .with_context(|| format!("reading {}", d.join("study.yaml").display()))?;
+        ensure!(
+            t == text,
+            "{} holds another study than {}",
+            d.display(),
+            dirs[0].display()
+        );
+        for (i, p) in read_journal(&d.join(JOURNAL))? {
+            if let Some(q) = all.get(&i) {
+                ensure!(q == &p, "point {i} differs between shards");
+            }
+            all.insert(i, p);
+        }
+    }
+    std::fs::create_dir_all(out)?;
+    // The study's base files are found relative to where the study file lives.
+    let origin = study_origin(&dirs[0])?;
+    let study = Study::load(&origin)?;
+    ensure!(
+        study.text == text,
+        "{} changed since the shards ran; merge needs the study they ran",
+        origin.display()
+    );
+    write_atomic(&out.join("study.yaml"), text.as_bytes())?;
+    write_atomic(
+        &out.join("origin.txt"),
+        origin.display().to_string().as_bytes(),
+    )?;
+    let missing = study.len() - all.len();
+    let results: Vec<PointResult> = all.into_values().collect();
+    let journal: String = results
+        .iter()
+        .map(|r| serde_json::to_string(r).map(|l| l + "\n"))
+        .collect::<Result<_, _>>()?;
+    write_atomic(&out.join(JOURNAL), journal.as_bytes())?;
+    write_results(&study, out, &results)?;
+    println!(
+        "merged {} folders: {} of {} points{}, results in {}",
+        dirs.len(),
+        results.len(),
+        study.len(),
+        if missing > 0 {
+            format!(" ({missing} missing)")
+        } else {
+            String::new()
+        },
+        out.display()
+    );
+    Ok(())
+}
+
+/// Where the study file of a sweep folder came from (recorded in `origin.txt`).
+fn study_origin(dir: &Path) -> anyhow::Result<PathBuf> {
+    let origin = dir.join("origin.txt");
+    let p = std::fs::read_to_string(&origin)
+        .with_context(|| format!("reading {}", origin.display()))?;
+    Ok(PathBuf::from(p.trim()))
+}
+
+#[derive(Serialize)]
+struct ResultsFile<'a> {
+    study: &'a str,
+    description: Option<&'a str>,
+    action: String,
+    axes: Vec<(&'a str, &'a [String])>,
+    points: &'a [PointResult],
+}
+
+fn write_results(study: &Study, out: &Path, results: &[PointResult]) -> anyhow::Result<()> {
+    let file = ResultsFile {
+        study: &study.name,
+        description: study.description.as_deref(),
+        action: format!("{:?}", study.action).to_lowercase(),
+        axes: study
+            .axes
+            .iter()
+            .map(|a| (a.name.as_str(), a.labels.as_slice()))
+            .collect(),
+        points: results,
+    };
+    write_atomic(
+        &out.join("results.json"),
+        serde_json::to_string_pretty(&file)?.as_bytes(),
+    )?;
+    let mut csv = csv::Writer::from_writer(Vec::new());
+    let mut header: Vec<String> = vec!["index".into()];
+    header.extend(study.axes.iter().map(|a| a.name.clone()));
+    header.extend(
+        [
+            "strategy",
+            "initial_time_per_iteration_s",
+            "time_per_iteration_s",
+            "speedup",
+            "feasible",
+            "peak_flops_per_s",
+            "memory_bandwidth_bytes_per_s",
+            "memory_capacity_bytes",
+            "network_bandwidth_bytes_per_s",
+            "compute_s",
+            "exposed_communication_s",
+            "pipeline_bubble_s",
+            "bound_by",
+            "strategy_only_speedup",
+            "budgets_only_speedup",
+            "both_speedup",
+            "error",
+        ]
+        .map(String::from),
+    );
+    csv.write_record(&header)?;
+    let opt = |x: Option<f64>| x.map_or(String::new(), |v| v.to_string());
+    for r in results {
+        let mut row = vec![r.index.to_string()];
+        row.extend(r.labels.iter().cloned());
+        row.extend([
+            r.strategy.clone(),
+            opt(r.initial_time_per_iteration_s),
+            opt(r.time_per_iteration_s),
+            opt(r.speedup),
+            r.feasible.to_string(),
+            r.peak_flops_per_s.to_string(),
+            r.memory_bandwidth_bytes_per_s.to_string(),
+            r.memory_capacity_bytes.to_string(),
+            opt(r.network_bandwidth_bytes_per_s),
+            opt(r.compute_s),
+            opt(r.exposed_communication_s),
+            opt(r.pipeline_bubble_s),
+            r.bound_by.clone(),
+            opt(r.strategy_only_speedup),
+            opt(r.budgets_only_speedup),
+            opt(r.both_speedup),
+            r.error.clone().unwrap_or_default(),
+        ]);
+        csv.write_record(&row)?;
+    }
+    write_atomic(&out.join("results.csv"), &csv.into_inner()?)?;
+    for (i, p) in study.plots.iter().enumerate() {
+        let svg = plot(study, p, results)?;
+        let name = format!("plot-{}-{}.svg", i + 1, p.x);
+        write_atomic(&out.join(name), svg.as_bytes())?;
+    }
+    Ok(())
+}
+
+fn summarize(study: &Study, results: &[PointResult]) {
+    let errors = results.iter().filter(|r| r.error.is_some()).count();
+    let infeasible = results
+        .iter()
+        .filter(|r| r.error.is_none() && !r.feasible)
+        .count();
+    let best = results
+        .iter()
+        .filter(|r| r.feasible)
+        .filter_map(|r| r.time_per_iteration_s.map(|t| (t, r)))
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    println!(
+        "{} points evaluated: {} infeasible, {} could not run",
+        results.len(),
+        infeasible,
+        errors
+    );
+    if let Some((t, r)) = best {
+        let names: Vec<String> = study
+            .axes
+            .iter()
+            .zip(&r.labels)
+            .map(|(a, l)| format!("{}={l}", a.name))
+            .collect();
+        println!(
+            "fastest: {} with {}: {t:.4} s per iteration",
+            names.join(", "),
+            r.strategy
+        );
+    }
+}
+
+/// Points whose coordinates are the first value on every axis but `free`.
+fn slice<'a>(
+    study: &Study,
+    results: &'a [PointResult],
+    free: &[usize],
+) -> Vec<(Vec<usize>, &'a PointResult)> {
+    results
+        .iter()
+        .map(|r| (study.coords(r.index), r))
+        .filter(|(c, _)| {
+            c.iter()
+                .enumerate()
+                .all(|(i, &v)| free.contains(&i) || v == 0)
+        })
+        .collect()
+}
+
+fn axis_index(study: &Study, name: &str) -> usize {
+    study
+        .axes
+        .iter()
+        .position(|a| a.name == name)
+        .expect("checked when the study loaded")
+}
+
+/// What a bar shows of a point.
+type Measure = Box<dyn Fn(&PointResult) -> Option<f64>>;
+
+fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result<String> {
+    let x = axis_index(study, &p.x);
+    let series = p.series.as_deref().map(|s| axis_index(study, s));
+    let panels = p.panels.as_deref().map(|s| axis_index(study, s));
+    let free: Vec<usize> = [Some(x), series, panels].into_iter().flatten().collect();
+    let points = slice(study, results, &free);
+    let xs = &study.axes[x].labels;
+    let panel_count = panels.map_or(1, |i| study.axes[i].values.len());
+    let title = p.title.clone().unwrap_or_else(|| study.name.clone());
+    let mut svg = String::new();
+    {
+        let width = 420 * panel_count as u32 + 40;
+        let root = SVGBackend::with_string(&mut svg, (width.max(640), 460)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let root = root.titled(&title, ("sans-serif", 20))?;
+        let areas = root.split_evenly((1, panel_count));
+        for (pi, area) in areas.iter().enumerate() {
+            let in_panel: Vec<&(Vec<usize>, &PointResult)> = points
+                .iter()
+                .filter(|(c, _)| panels.map_or(true, |i| c[i] == pi))
+                .collect();
+            let caption = panels.map_or(String::new(), |i| {
+                format!("{} = {}", study.axes[i].name, study.axes[i].labels[pi])
+            });
+            match p.kind {
+                StudyPlotKind::Lines => {
+                    // Performance relative to the slowest point of the panel.
+                    let slowest = in_panel
+                        .iter()
+                        .filter_map(|(_, r)| r.time_per_iteration_s)
+                        .fold(0.0f64, f64::max);
+                    let lines: Vec<(String, Vec<(usize, f64)>)> = (0..series
+                        .map_or(1, |s| study.axes[s].values.len()))
+                        .map(|si| {
+                            let name =
+                                series.map_or(String::new(), |s| study.axes[s].labels[si].clone());
+                            let mut pts: Vec<(usize, f64)> = in_panel
+                                .iter()
+                                .filter(|(c, _)| series.map_or(true, |s| c[s] == si))
+                                .filter_map(|(c, r)| {
+                                    r.time_per_iteration_s.map(|t| (c[x], slowest / t))
+                                })
+                                .collect();
+                            pts.sort_by_key(|p| p.0);
+                            (name, pts)
+                        })
+                        .collect();
+                    let top = lines
+                        .iter()
+                        .flat_map(|(_, p)| p.iter().map(|q| q.1))
+                        .fold(1.0f64, f64::max)
+                        * 1.1;
+                    let mut chart = ChartBuilder::on(area)
+                        .caption(&caption, ("sans-serif", 15))
+                        .margin(10)
+                        .x_label_area_size(35)
+                        .y_label_area_size(50)
+                        .build_cartesian_2d((0..xs.len()).into_segmented(), 0.0..top)?;
+                    chart
+                        .configure_mesh()
+                        .x_desc(&study.axes[x].name)
+                        .y_desc("performance (x slowest)")
+                        .x_label_formatter(&|v| match v {
+                            SegmentValue::CenterOf(i) => xs.get(*i).cloned().unwrap_or_default(),
+                            _ => String::new(),
+                        })
+                        .draw()?;
+                    for (si, (name, pts)) in lines.into_iter().enumerate() {
+                        let color = Palette99::pick(si).to_rgba();
+                        chart
+                            .draw_series(LineSeries::new(
+                                pts.iter().map(|&(i, y)| (SegmentValue::CenterOf(i), y)),
+                                color.stroke_width(2),
+                            ))?
+                            .label(name)
+                            .legend(move |(a, b)| {
+                                PathElement::new(vec![(a, b), (a + 18, b)], color)
+                            });
+                    }
+                    if series.is_some() {
+                        chart
+                            .configure_series_labels()
+                            .background_style(WHITE.mix(0.8))
+                            .border_style(BLACK)
+                            .draw()?;
+                    }
+                }
+                StudyPlotKind::GroupedBars | StudyPlotKind::Bars => {
+                    let groups: Vec<(&str, Measure)> = if p.kind
+                        == StudyPlotKind::GroupedBars
+                    {
+                        vec![
+                            (
+                                "strategy search",
+                                Box::new(|r: &PointResult| r.strategy_only_speedup),
+                            ),
+                            (
+                                "budget optimization",
+                                Box::new(|r: &PointResult| r.budgets_only_speedup),
+                            ),
+                            ("both", Box::new(|r: &PointResult| r.both_speedup)),
+                        ]
+                    } else {
+                        let first = in_panel
+                            .iter()
+                            .find(|(c, _)| c[x] == 0)
+                            .and_then(|(_, r)| r.time_per_iteration_s);
+                        vec![(
+                            "speedup over the first",
+                            Box::new(move |r: &PointResult| Some(first? / r.time_per_iteration_s?)),
+                        )]
+                    };
+                    let width = groups.len();
+                    let bars: Vec<(usize, usize, f64)> = in_panel
+                        .iter()
+                        .flat_map(|(c, r)| {
+                            groups
+                                .iter()
+                                .enumerate()
+                                .filter_map(move |(g, (_, f))| f(r).map(|y| (c[x], g, y)))
+                        })
+                        .collect();
+                    let top = bars.iter().map(|b| b.2).fold(1.0f64, f64::max) * 1.15;
+                    let slots = xs.len() * (width + 1);
+                    let mut chart = ChartBuilder::on(area)
+                        .caption(&caption, ("sans-serif", 15))
+                        .margin(10)
+                        .x_label_area_size(35)
+                        .y_label_area_size(50)
+                        .build_cartesian_2d(0..slots, 0.0..top)?;
+                    chart
+                        .configure_mesh()
+                        .disable_x_mesh()
+                        .x_desc(&study.axes[x].name)
+                        .y_desc("speedup")
+                        .x_labels(slots)
+                        .x_label_formatter(&|v| {
+                            if v % (width + 1) == width / 2 {
+                                xs.get(v / (width + 1)).cloned().unwrap_or_default()
+                            } else {
+                                String::new()
+                            }
+                        })
+                        .draw()?;
+                    for (g, (name, _)) in groups.iter().enumerate() {
+                        let color = Palette99::pick(g).to_rgba();
+                        chart
+                            .draw_series(bars.iter().filter(|b| b.1 == g).map(|&(xi, _, y)| {
+                                let left = xi * (width + 1) + g;
+                                Rectangle::new([(left, 0.0), (left + 1, y)], color.filled())
+                            }))?
+                            .label(*name)
+                            .legend(move |(a, b)| {
+                                Rectangle::new([(a, b - 5), (a + 12, b + 5)], color.filled())
+                            });
+                    }
+                    chart
+                        .configure_series_labels()
+                        .background_style(WHITE.mix(0.8))
+                        .border_style(BLACK)
+                        .draw()?;
+                }
+            }
+        }
+        root.present()?;
+    }
+    Ok(svg)
+}

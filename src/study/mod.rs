@@ -1,0 +1,462 @@
+//! Pathfinding studies (DeepFlow Sec. 9): a base design, axes over any field of its input
+//! files, and per point a prediction, a budget optimization, a strategy search or both.
+//! The grid is the product of the axes; every point is evaluated on its own, so any subset
+//! (a shard, the points a resumed run still lacks) gives the same numbers.
+
+use std::path::{Path, PathBuf};
+
+use indicatif::ProgressBar;
+use serde::{Deserialize, Serialize};
+
+use crate::budget::Budget;
+use crate::config::raw::{StudyAction, StudyFile, StudyPlot};
+use crate::config::{edit_yaml, normalize, parse_yaml, Checker, ConfigError, Source};
+use crate::design::Design;
+use crate::dist::{Strategy, System};
+use crate::opt::budget::{optimize_budgets, sensitivities, Settings};
+use crate::opt::problem::{feasible_set, layout};
+use crate::opt::{co_optimize, search, BudgetProblem};
+use crate::tech::TechLibrary;
+use crate::template::Template;
+use crate::workload::Workload;
+
+/// The files an axis can edit.
+const TARGETS: [&str; 4] = ["system", "budget", "template", "workload"];
+
+/// One axis, checked.
+#[derive(Debug, Clone, Serialize)]
+pub struct Axis {
+    pub name: String,
+    /// `system`, `budget`, `template` or `workload`.
+    pub target: String,
+    /// Path inside that file.
+    pub path: String,
+    pub values: Vec<serde_json::Value>,
+    pub labels: Vec<String>,
+}
+
+/// A loaded, checked study.
+#[derive(Debug, Clone)]
+pub struct Study {
+    pub file: String,
+    pub name: String,
+    pub description: Option<String>,
+    pub action: StudyAction,
+    pub settings: Settings,
+    pub axes: Vec<Axis>,
+    pub plots: Vec<StudyPlot>,
+    pub devices: Option<u64>,
+    pub strategy: Option<String>,
+    /// The study file's text: shards of the same study must agree on it.
+    pub text: String,
+    system: (PathBuf, String),
+    workload: (PathBuf, String),
+    budget: Option<(PathBuf, String)>,
+}
+
+/// Everything recorded about one point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PointResult {
+    pub index: usize,
+    pub labels: Vec<String>,
+    pub strategy: String,
+    /// Time per iteration at the base budget and strategy of the point.
+    pub initial_time_per_iteration_s: Option<f64>,
+    /// After the point's action (equal to the initial time for `predict`).
+    pub time_per_iteration_s: Option<f64>,
+    pub speedup: Option<f64>,
+    pub feasible: bool,
+    pub violations: Vec<String>,
+    pub peak_flops_per_s: f64,
+    pub memory_bandwidth_bytes_per_s: f64,
+    pub memory_capacity_bytes: f64,
+    pub network_bandwidth_bytes_per_s: Option<f64>,
+    pub compute_s: Option<f64>,
+    pub exposed_communication_s: Option<f64>,
+    pub pipeline_bubble_s: Option<f64>,
+    /// The kernel class taking most compute time and the resource bounding it.
+    pub bound_by: String,
+    /// Budget shares after the action, in the design's layout order (`share_names`).
+    pub shares: Vec<f64>,
+    pub share_names: Vec<String>,
+    /// Co-optimization steps (action `both`): speedups over the baseline.
+    pub strategy_only_speedup: Option<f64>,
+    pub budgets_only_speedup: Option<f64>,
+    pub both_speedup: Option<f64>,
+    /// Sensitivities at the result (actions `optimize` and `both`): % time per +1% budget.
+    pub sensitivities: Vec<(String, Option<f64>)>,
+    /// Why the point could not be evaluated at all.
+    pub error: Option<String>,
+}
+
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
+impl Study {
+    /// Loads a study and checks every axis value against its file before anything runs:
+    /// unknown fields, wrong types or units, an empty grid are errors naming the field.
+    pub fn load(path: &Path) -> Result<Study, ConfigError> {
+        let file = path.display().to_string();
+        let text = Source::Disk.read(path)?;
+        let raw: StudyFile = parse_yaml(&file, &text)?;
+        let check = Checker { file: &file };
+        check.version(raw.version)?;
+        let read = |reference: &str| -> Result<(PathBuf, String), ConfigError> {
+            let p = normalize(&Source::Disk.resolve(path, reference));
+            let t = Source::Disk.read(&p)?;
+            Ok((p, t))
+        };
+        let system = read(&raw.base.system)?;
+        let workload = read(&raw.base.workload)?;
+        let budget = raw.base.budget.as_deref().map(read).transpose()?;
+        if raw.axes.is_empty() {
+            return Err(ConfigError::invalid(
+                &file,
+                "axes",
+                "[]",
+                "at least one axis with at least one value",
+            ));
+        }
+        let mut axes = Vec::new();
+        for (i, a) in raw.axes.iter().enumerate() {
+            let at = |k: &str| format!("axes[{i}].{k}");
+            let (target, rest) = a.field.split_once('.').unwrap_or((a.field.as_str(), ""));
+            if !TARGETS.contains(&target) || rest.is_empty() {
+                return Err(ConfigError::invalid(
+                    &file,
+                    at("field"),
+                    &a.field,
+                    format!(
+                        "a field of one of the base files: {}, then its path (e.g. budget.technology, template.memory[3].technology, system.fabrics[0].bandwidth_gb_per_s)",
+                        TARGETS.map(|t| format!("{t}.")).join(", ")
+                    ),
+                ));
+            }
+            if a.values.is_empty() {
+                return Err(ConfigError::invalid(
+                    &file,
+                    at("values"),
+                    "[]",
+                    "at least one value (an empty axis empties the grid)",
+                ));
+            }
+            let labels = match &a.labels {
+                Some(l) if l.len() != a.values.len() => {
+                    return Err(ConfigError::invalid(
+                        &file,
+                        at("labels"),
+                        l.len(),
+                        format!("one label per value ({})", a.values.len()),
+                    ))
+                }
+                Some(l) => l.clone(),
+                None => a.values.iter().map(label_of).collect(),
+            };
+            if axes.iter().any(|b: &Axis| b.name == a.name) {
+                return Err(ConfigError::invalid(
+                    &file,
+                    at("name"),
+                    &a.name,
+                    "a name no other axis has",
+                ));
+            }
+            axes.push(Axis {
+                name: a.name.clone(),
+                target: target.to_string(),
+                path: rest.to_string(),
+                values: a.values.clone(),
+                labels,
+            });
+        }
+        for (i, p) in raw.plots.iter().enumerate() {
+            for (k, name) in [
+                ("x", Some(&p.x)),
+                ("series", p.series.as_ref()),
+                ("panels", p.panels.as_ref()),
+            ] {
+                if let Some(name) = name {
+                    if !axes.iter().any(|a| &a.name == name) {
+                        return Err(ConfigError::invalid(
+                            &file,
+                            format!("plots[{i}].{k}"),
+                            name,
+                            format!(
+                                "an axis name: one of [{}]",
+                                axes.iter()
+                                    .map(|a| a.name.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        let defaults = Settings::default();
+        let settings = match &raw.optimizer {
+            None => defaults,
+            Some(o) => Settings {
+                restarts: o.restarts.map_or(Ok(defaults.restarts as u64), |v| {
+                    check.positive_count("optimizer.restarts", v)
+                })? as usize,
+                steps: o.steps.map_or(Ok(defaults.steps), |v| {
+                    check.positive_count("optimizer.steps", v)
+                })?,
+                seed: o.seed.unwrap_or(defaults.seed),
+                ..defaults
+            },
+        };
+        if let Some(s) = &raw.base.strategy {
+            Strategy::parse(s)
+                .map_err(|e| ConfigError::invalid(&file, "base.strategy", s, e.to_string()))?;
+        }
+        let study = Study {
+            file: file.clone(),
+            name: raw.name,
+            description: raw.description,
+            action: raw.action,
+            settings,
+            axes,
+            plots: raw.plots,
+            devices: raw.base.devices,
+            strategy: raw.base.strategy,
+            text,
+            system,
+            workload,
+            budget,
+        };
+        // Every value on its own against the base: type and unit errors surface now.
+        for (i, a) in study.axes.iter().enumerate() {
+            for (k, _) in a.values.iter().enumerate() {
+                let mut coords = vec![0; study.axes.len()];
+                coords[i] = k;
+                study.inputs(&coords).map_err(|e| {
+                    ConfigError::invalid(
+                        &file,
+                        format!("axes[{i}].values[{k}]"),
+                        &a.values[k],
+                        format!("a value {} accepts: {e}", a.name),
+                    )
+                })?;
+            }
+        }
+        Ok(study)
+    }
+
+    /// Points in the grid (the product of the axis lengths).
+    pub fn len(&self) -> usize {
+        self.axes.iter().map(|a| a.values.len()).product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Axis coordinates of point `index`; the last axis varies fastest.
+    pub fn coords(&self, index: usize) -> Vec<usize> {
+        let mut rest = index;
+        let mut out = vec![0; self.axes.len()];
+        for (i, a) in self.axes.iter().enumerate().rev() {
+            out[i] = rest % a.values.len();
+            rest /= a.values.len();
+        }
+        out
+    }
+
+    pub fn labels(&self, index: usize) -> Vec<String> {
+        self.coords(index)
+            .iter()
+            .zip(&self.axes)
+            .map(|(&k, a)| a.labels[k].clone())
+            .collect()
+    }
+
+    /// The edited inputs of a point: system, design, workload.
+    fn inputs(&self, coords: &[usize]) -> Result<(System, Design, Workload), ConfigError> {
+        let edit = |target: &str, file: &Path, text: &str| -> Result<String, ConfigError> {
+            let mut t = text.to_string();
+            for (a, &k) in self.axes.iter().zip(coords) {
+                if a.target == target {
+                    t = edit_yaml(&file.display().to_string(), &t, &a.path, &a.values[k])?;
+                }
+            }
+            Ok(t)
+        };
+        let (sys_path, sys_text) = &self.system;
+        let mut system = System::from_yaml(
+            &sys_path.display().to_string(),
+            &edit("system", sys_path, sys_text)?,
+        )?;
+        let budget_path = match &self.budget {
+            Some((p, _)) => p.clone(),
+            None => normalize(
+                &Source::Disk.resolve(sys_path, &system.accelerator.display().to_string()),
+            ),
+        };
+        let budget_text = match &self.budget {
+            Some((_, t)) => t.clone(),
+            None => Source::Disk.read(&budget_path)?,
+        };
+        system.accelerator = budget_path.clone();
+        let budget = Budget::from_yaml(
+            &budget_path.display().to_string(),
+            &edit("budget", &budget_path, &budget_text)?,
+        )?;
+        let template_path =
+            normalize(&Source::Disk.resolve(&budget_path, &budget.template.display().to_string()));
+        let template_text = Source::Disk.read(&template_path)?;
+        let template = Template::from_yaml(
+            &template_path.display().to_string(),
+            &edit("template", &template_path, &template_text)?,
+        )?;
+        let tech_path = normalize(
+            &Source::Disk.resolve(&budget_path, &budget.technology.display().to_string()),
+        );
+        let tech = TechLibrary::load(Source::Disk, &tech_path)?;
+        let design = Design::bind(&tech, &template, &budget)?;
+        let (w_path, w_text) = &self.workload;
+        let workload = Workload::from_yaml(
+            &w_path.display().to_string(),
+            &edit("workload", w_path, w_text)?,
+        )?;
+        Ok((system, design, workload))
+    }
+
+    /// Evaluates point `index`: its inputs, then the study's action.
+    pub fn evaluate(&self, index: usize) -> PointResult {
+        let labels = self.labels(index);
+        let mut r = PointResult {
+            index,
+            labels,
+            strategy: String::new(),
+            initial_time_per_iteration_s: None,
+            time_per_iteration_s: None,
+            speedup: None,
+            feasible: false,
+            violations: Vec::new(),
+            peak_flops_per_s: 0.0,
+            memory_bandwidth_bytes_per_s: 0.0,
+            memory_capacity_bytes: 0.0,
+            network_bandwidth_bytes_per_s: None,
+            compute_s: None,
+            exposed_communication_s: None,
+            pipeline_bubble_s: None,
+            bound_by: String::new(),
+            shares: Vec::new(),
+            share_names: Vec::new(),
+            strategy_only_speedup: None,
+            budgets_only_speedup: None,
+            both_speedup: None,
+            sensitivities: Vec::new(),
+            error: None,
+        };
+        if let Err(e) = self.run(index, &mut r) {
+            r.error = Some(format!("{e:#}"));
+        }
+        r
+    }
+
+    fn run(&self, index: usize, r: &mut PointResult) -> anyhow::Result<()> {
+        let (system, design, workload) = self.inputs(&self.coords(index))?;
+        let devices = self.devices.unwrap_or_else(|| system.default_devices());
+        let strategy = match &self.strategy {
+            Some(s) => Strategy::parse(s)?,
+            None => Strategy {
+                data: devices,
+                ..Strategy::default()
+            },
+        };
+        let lay = layout(&design);
+        let set = feasible_set(&lay, None)?;
+        let mut problem = BudgetProblem::new(system, design, devices, workload, strategy, set)?;
+        let start = problem.initial();
+        let initial = problem.evaluate(&start);
+        r.initial_time_per_iteration_s = finite(initial.time_per_iteration_s);
+        r.share_names = lay
+            .iter()
+            .map(|s| format!("{}.{}", s.resource, s.component))
+            .collect();
+        let quiet = ProgressBar::hidden();
+        let (shares, strategy) = match self.action {
+            StudyAction::Predict => (start, problem.strategy),
+            StudyAction::Optimize => {
+                let b = optimize_budgets(&problem, &self.settings, &quiet)?;
+                (b.best, problem.strategy)
+            }
+            StudyAction::Search => {
+                let (arch, net) = problem.machine(&start)?;
+                let found = search::search(
+                    &problem.workload,
+                    &arch,
+                    &net,
+                    &search::enumerate(&problem.workload, devices),
+                );
+                let best = found
+                    .best
+                    .or(found.fastest)
+                    .map(|c| c.parsed)
+                    .unwrap_or(problem.strategy);
+                (start, best)
+            }
+            StudyAction::Both => {
+                let co = co_optimize(&mut problem, &self.settings, &quiet)?;
+                r.strategy_only_speedup = finite(co.strategy_only.speedup);
+                r.budgets_only_speedup = finite(co.budgets_only.speedup);
+                r.both_speedup = finite(co.both.speedup);
+                (co.both.shares.clone(), problem.strategy)
+            }
+        };
+        problem.strategy = strategy;
+        let e = problem.evaluate(&shares);
+        let a = &e.architecture;
+        r.strategy = strategy.to_string();
+        r.time_per_iteration_s = finite(e.time_per_iteration_s);
+        r.speedup = match (r.initial_time_per_iteration_s, r.time_per_iteration_s) {
+            (Some(a), Some(b)) => Some(a / b),
+            _ => None,
+        };
+        r.feasible = e.feasible;
+        r.violations = e.violations.clone();
+        r.peak_flops_per_s = a.peak_flops_per_s;
+        r.memory_bandwidth_bytes_per_s = a.memory_bandwidth_bytes_per_s;
+        r.memory_capacity_bytes = a.memory_capacity_bytes;
+        r.network_bandwidth_bytes_per_s = a.inter_package.as_ref().map(|n| n.bandwidth_bytes_per_s);
+        if let Some(p) = &e.prediction {
+            r.compute_s = finite(p.compute_s);
+            r.exposed_communication_s = finite(p.exposed_communication_s);
+            r.pipeline_bubble_s = finite(p.pipeline_bubble_s);
+            if let Some(c) = p
+                .compute
+                .iter()
+                .max_by(|a, b| a.time_s.total_cmp(&b.time_s))
+            {
+                r.bound_by = format!("{}: {}", c.class.name(), c.bound);
+            }
+        }
+        if matches!(self.action, StudyAction::Optimize | StudyAction::Both) {
+            r.sensitivities = sensitivities(&problem, &shares)
+                .into_iter()
+                .map(|s| {
+                    (
+                        format!("{}.{}", s.resource, s.component),
+                        finite(s.percent_time_per_percent_budget),
+                    )
+                })
+                .collect();
+        }
+        r.shares = shares;
+        Ok(())
+    }
+}
+
+/// How a value prints as a label: strings without quotes, file paths by their stem.
+fn label_of(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => Path::new(s)
+            .file_stem()
+            .filter(|_| s.ends_with(".yaml"))
+            .map_or_else(|| s.clone(), |x| x.to_string_lossy().into_owned()),
+        other => other.to_string(),
+    }
+}
