@@ -489,9 +489,7 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
                     }
                 }
                 StudyPlotKind::GroupedBars | StudyPlotKind::Bars => {
-                    let groups: Vec<(&str, Measure)> = if p.kind
-                        == StudyPlotKind::GroupedBars
-                    {
+                    let groups: Vec<(&str, Measure)> = if p.kind == StudyPlotKind::GroupedBars {
                         vec![
                             (
                                 "strategy search",
