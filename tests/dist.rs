@@ -543,3 +543,33 @@ fn the_cli_prints_mapping_and_breakdown() {
         assert!(v.get(key).is_some(), "{key} missing");
     }
 }
+
+#[test]
+fn dlrm_a_on_zionex_serialized_iteration() {
+    // MAD Max Table 1 (V2): DLRM-A on 128 A100-40GB (ZionEX), serialized iteration 67.40 ms,
+    // 82.37% of communication exposed. Tables sharded table-wise over all 128 GPUs, dense
+    // layers data parallel, pooled embeddings all-to-all in fp16 (workloads/dlrm-a.yaml).
+    let (system, a100) = system("templates/zionex.yaml");
+    let net = system.network(&a100, 128).unwrap();
+    let dlrm = Workload::load(Source::Disk, &root().join("workloads/dlrm-a.yaml")).unwrap();
+    let pr = predict(&dlrm, &a100, &net, &Strategy::parse("d128").unwrap()).unwrap();
+    println!(
+        "DLRM-A: serialized {:.2} ms (measured 67.40), exposed {:.1}% (measured 82.37%), iteration {:.2} ms",
+        pr.serialized_time_s * 1e3,
+        pr.exposed_communication_fraction * 100.0,
+        pr.time_per_iteration_s * 1e3
+    );
+    assert!(pr.feasible, "{:?}", pr.violations);
+    assert_close(
+        "DLRM-A serialized iteration",
+        pr.serialized_time_s,
+        67.40e-3,
+        0.15,
+    );
+    let a2a = pr
+        .communication
+        .iter()
+        .find(|c| c.collective == Collective::AllToAll)
+        .expect("pooled embeddings cross all-to-all");
+    assert!(a2a.blocking && a2a.calls == 2.0, "{a2a:?}");
+}

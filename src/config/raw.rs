@@ -437,6 +437,10 @@ pub struct DlrmRaw {
     pub precision: Precision,
     /// Precision of the embedding tables.
     pub embedding_precision: Precision,
+    /// Precision of the pooled embeddings exchanged between devices (quantized
+    /// communication); the tables' precision when absent.
+    #[serde(default)]
+    pub pooled_precision: Option<Precision>,
     #[serde(default)]
     pub optimizer: Optimizer,
 }

@@ -65,6 +65,22 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../templates/mcm.yaml"),
     ),
     (
+        "templates/gpu-a100-40gb.yaml",
+        include_str!("../../templates/gpu-a100-40gb.yaml"),
+    ),
+    (
+        "templates/zionex.yaml",
+        include_str!("../../templates/zionex.yaml"),
+    ),
+    (
+        "templates/deepflow-package.yaml",
+        include_str!("../../templates/deepflow-package.yaml"),
+    ),
+    (
+        "budgets/a100-40gb.yaml",
+        include_str!("../../budgets/a100-40gb.yaml"),
+    ),
+    (
         "templates/deepflow-node.yaml",
         include_str!("../../templates/deepflow-node.yaml"),
     ),

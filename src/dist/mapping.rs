@@ -20,6 +20,9 @@ pub enum Axis {
     Kp2,
     Data,
     Pipeline,
+    /// Every device of the system as one group (all-to-all of table-wise sharded
+    /// embeddings); not a parallel dimension of the strategy.
+    Every,
 }
 
 impl Axis {
@@ -39,6 +42,7 @@ impl Axis {
             Axis::Kp2 => "k2",
             Axis::Data => "d",
             Axis::Pipeline => "p",
+            Axis::Every => "all",
         }
     }
 
@@ -53,6 +57,7 @@ impl Axis {
             Axis::Kp2 => "kp2",
             Axis::Data => "data",
             Axis::Pipeline => "pipeline",
+            Axis::Every => "all devices",
         }
     }
 }
@@ -164,6 +169,18 @@ pub fn place_cached(
         spans.push((a, span));
         links.push(link);
     }
+    // Every device as one group: the key of a single group of stride 1.
+    let all = net.devices;
+    links.push(match cache.iter().find(|(key, ..)| *key == (all, 1)) {
+        Some((_, link, _)) => link.clone(),
+        None if all > 1 => {
+            let group: Vec<Vec<u64>> = vec![(0..all).collect()];
+            let link = net.group_link(&group);
+            cache.push(((all, 1), link.clone(), net.spanned(&group[0])));
+            link
+        }
+        None => GroupLink::single(),
+    });
     Mapping {
         order: order.to_vec(),
         links,

@@ -61,6 +61,12 @@ pub struct DistPrediction {
     pub communication: Vec<CommReport>,
     /// Iteration time beyond the same schedule with free communication.
     pub exposed_communication_s: f64,
+    /// Compute of the busiest stage plus every collective of the first stage, one after
+    /// the other (MAD Max Table 1's "serialized iteration time").
+    pub serialized_time_s: f64,
+    /// Exposed communication as a share of all communication time (MAD Max Table 1's
+    /// "% communication exposed").
+    pub exposed_communication_fraction: f64,
     /// Idle time of the busiest stage while the pipeline fills and drains.
     pub pipeline_bubble_s: f64,
     pub mapping: Mapping,
@@ -103,6 +109,9 @@ struct StageWork {
     /// Dense parameters held (before model-parallel sharding).
     parameters: f64,
     update_s: f64,
+    /// Graphs without repeated layers: when each weight's gradient is ready (seconds into
+    /// the backward step) and its share of the stage's weights.
+    grad_ready: Vec<(f64, f64)>,
 }
 
 /// Predicts one iteration of `workload` on `net` under `strategy`.
@@ -215,10 +224,11 @@ pub fn predict(
     let max_params = stages.iter().map(|st| st.parameters).fold(0.0, f64::max) / model_shard;
     let z = s.zero;
     let shard_if = |stage: u8| if z >= stage { weight_replicas } else { 1.0 };
-    // Sparse tables (recommendation models) are held whole until issue-level sharding.
+    // Sparse tables (recommendation models) are sharded table-wise over every device.
     let sparse = (graph.memory.weights_bytes
         - graph.parameters_by_position.iter().sum::<f64>() * bytes)
-        .max(0.0);
+        .max(0.0)
+        / net.devices as f64;
     let weights_bytes = max_params * bytes / shard_if(3) + sparse;
     let gradients_bytes = if optimizer {
         max_params * bytes / shard_if(2)
@@ -315,7 +325,16 @@ pub fn predict(
             }),
         }
     }
+    let compute_s = (stages[busiest].forward_s + stages[busiest].backward_s) * m as f64
+        + stages[busiest].update_s;
+    let communication_s: f64 = eval.comms.iter().map(|c| c.time_s).sum();
     Ok(DistPrediction {
+        serialized_time_s: compute_s + communication_s,
+        exposed_communication_fraction: if communication_s > 0.0 {
+            (eval.exposed_s / communication_s).min(1.0)
+        } else {
+            0.0
+        },
         workload: graph.name.clone(),
         strategy: s.to_string(),
         devices: net.devices,
@@ -325,8 +344,7 @@ pub fn predict(
         tokens_per_s: graph.tokens / time,
         model_flops_utilization: model_flops / (time * net.devices as f64 * arch.peak_flops_per_s),
         achieved_flops_per_s_per_device: executed / (time * net.devices as f64),
-        compute_s: (stages[busiest].forward_s + stages[busiest].backward_s) * m as f64
-            + stages[busiest].update_s,
+        compute_s,
         compute,
         communication: eval.comms,
         exposed_communication_s: eval.exposed_s,
@@ -412,6 +430,27 @@ fn split_kernel(k: &mut Kernel, s: &Strategy) -> Vec<Need> {
         })
     };
     let forward = matches!(k.phase, Phase::Forward | Phase::Recompute);
+    if k.split == Split::Table {
+        // Each device looks up its share of the tables for the whole batch: the same bytes
+        // as a replica's share of every table, split again over a model-parallel group;
+        // the pooled outputs (forward) and their gradients (backward) cross all-to-all.
+        let share = s.model_degree() as f64;
+        if let Op::Gather {
+            read_bytes,
+            write_bytes,
+            ..
+        } = &k.op
+        {
+            let pooled = if forward {
+                *write_bytes
+            } else {
+                *read_bytes - *write_bytes
+            };
+            need(Collective::AllToAll, Axis::Every, pooled / share);
+        }
+        divide_stream(&mut k.op, share);
+        return needs;
+    }
     let weight_gemm =
         matches!(k.op, Op::Gemm { batch: 1, .. }) && k.class != KernelClass::Attention;
     match s.kernel {
@@ -566,6 +605,14 @@ fn stage_work(
         }
         let bound = t.bound.to_string();
         w.by_class.push((k.class, time, bound));
+        if !forward {
+            if let (Phase::BackwardWeight, Op::Gemm { m, n, batch: 1, .. }) = (k.phase, &k.op) {
+                if k.class != KernelClass::Attention && graph.layers == 0 {
+                    w.grad_ready
+                        .push((w.backward_s, (*m * *n) as f64 * count as f64));
+                }
+            }
+        }
         let list = if forward {
             &mut w.forward_needs
         } else {
@@ -758,12 +805,34 @@ fn evaluate(
             };
         let report = (i == 0).then_some(1.0);
         let mut comm_free = 0.0f64;
-        let buckets = layers_per_chunk;
+        // Layered graphs: a bucket per layer, spread over the step. Others: a bucket per
+        // weight, when its gradient is computed (DDP's order: last layers first).
+        let total: f64 = st.grad_ready.iter().map(|g| g.1).sum();
+        let buckets: Vec<(f64, f64)> = if st.grad_ready.is_empty() || total <= 0.0 {
+            (0..layers_per_chunk)
+                .map(|j| {
+                    (
+                        (j + 1) as f64 / layers_per_chunk as f64,
+                        1.0 / layers_per_chunk as f64,
+                    )
+                })
+                .collect()
+        } else {
+            st.grad_ready
+                .iter()
+                .map(|&(at, n)| {
+                    (
+                        (at / st.backward_s.max(f64::MIN_POSITIVE)).min(1.0),
+                        n / total,
+                    )
+                })
+                .collect()
+        };
         for c in (0..v).rev() {
             let (start, stop) = timeline.last_backward[i][c];
-            for j in 0..buckets {
-                let ready = start + (stop - start) * (j + 1) as f64 / buckets as f64;
-                let bucket = stage_bytes / (v * buckets) as f64;
+            for &(fraction, share) in &buckets {
+                let ready = start + (stop - start) * fraction;
+                let bucket = stage_bytes * share / v as f64;
                 let mut t = 0.0;
                 for &axis in &data_axes {
                     let need = Need {

@@ -96,6 +96,10 @@ pub enum Split {
     Sharded,
     /// A vocabulary-parallel embedding lookup: each rank gathers its rows, outputs summed.
     Embedding,
+    /// Recommendation embedding tables, sharded table-wise over every device (MAD Max
+    /// Sec. 2.2: model parallelism, the one way such tables fit): each device looks up its
+    /// tables for the whole batch, and the pooled outputs are exchanged all-to-all.
+    Table,
 }
 
 /// Where a kernel sits in the model, for splitting layers into pipeline stages.

@@ -85,6 +85,8 @@ pub struct Dlrm {
     pub interaction: Interaction,
     pub precision: Precision,
     pub embedding_precision: Precision,
+    /// Precision of the pooled embeddings as they are exchanged.
+    pub pooled_precision: Precision,
     pub optimizer: Optimizer,
 }
 
@@ -293,6 +295,7 @@ fn dlrm(check: &Checker, raw: DlrmRaw, stem: String) -> Result<Workload, ConfigE
         interaction: raw.interaction,
         precision: raw.precision,
         embedding_precision: raw.embedding_precision,
+        pooled_precision: raw.pooled_precision.unwrap_or(raw.embedding_precision),
         optimizer: raw.optimizer,
     }))
 }
@@ -645,6 +648,7 @@ fn dlrm_graph(w: &Dlrm) -> Graph {
     let dim = mlp(&mut g, "bottom", b, w.dense_features, &w.bottom_mlp);
     let mut features = 1;
     let mut table_bytes = 0.0;
+    g.split = Split::Table;
     for (i, t) in w.embeddings.iter().enumerate() {
         let rows = (b * t.tables * t.lookups_per_sample) as f64;
         let bytes = (t.tables * t.rows * t.dim) as f64 * eb;
@@ -653,13 +657,14 @@ fn dlrm_graph(w: &Dlrm) -> Graph {
             &format!("embedding bags {i} ({} tables)", t.tables),
             rows,
             t.dim as f64 * eb,
-            (b * t.tables * t.dim) as f64 * eb,
+            (b * t.tables * t.dim) as f64 * w.pooled_precision.bytes(),
             bytes,
             (t.tables * t.rows * t.dim) as f64,
             w.embedding_precision,
         );
         features += t.tables;
     }
+    g.split = Split::Replicated;
     let top_in = match w.interaction {
         Interaction::Dot => {
             let inputs = (b * features * dim) as f64 * w.precision.bytes();
