@@ -319,6 +319,22 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                     architecture.template
                 );
             }
+            if let Workload::Transformer(
+                t @ stackflow::workload::Transformer {
+                    inference: Some(spec),
+                    ..
+                },
+            ) = &wl
+            {
+                let p = evaluator.predict_inference(t, spec, &architecture.violations);
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&p)?);
+                } else {
+                    println!("Accelerator: {described}.\n");
+                    print!("{}", predict::render_inference(&p, &architecture));
+                }
+                return Ok(());
+            }
             let prediction = evaluator.predict(&graph, &architecture.violations);
             if json {
                 let text = serde_json::to_string_pretty(&prediction)

@@ -98,3 +98,59 @@ pub fn render(p: &Prediction, peak_flops_per_s: f64, kernels: bool) -> String {
     }
     s
 }
+
+/// The inference report: time to first token, time per output token, throughput, bounds.
+pub fn render_inference(
+    p: &stackflow::perf::InferencePrediction,
+    arch: &stackflow::generator::Architecture,
+) -> String {
+    let mut s = String::new();
+    let bound = |pr: &Prediction| {
+        pr.breakdown
+            .iter()
+            .max_by(|a, b| a.time_s.total_cmp(&b.time_s))
+            .map_or(String::new(), |c| {
+                format!("{} bound by {}", c.class.name(), c.bound)
+            })
+    };
+    let _ = writeln!(
+        s,
+        "workload               {} (inference: batch {}, prompt {} tokens, {} output tokens)",
+        p.workload, p.spec.batch, p.spec.prompt_tokens, p.spec.output_tokens
+    );
+    let _ = writeln!(
+        s,
+        "time to first token    {}  (prefill; mostly {})",
+        seconds(p.time_to_first_token_s),
+        bound(&p.prefill)
+    );
+    let _ = writeln!(
+        s,
+        "time per output token  {}  (decode step at the mean context; mostly {})",
+        seconds(p.time_per_output_token_s),
+        bound(&p.decode)
+    );
+    let _ = writeln!(
+        s,
+        "throughput             {:.1} output tokens/s",
+        p.tokens_per_s
+    );
+    let _ = writeln!(
+        s,
+        "decode reads           {} per step (weights {}, KV cache {} at the end); at {} that is {}",
+        bytes(p.decode_bytes_per_step),
+        bytes(p.weights_bytes),
+        bytes(p.kv_cache_bytes),
+        si(arch.memory_bandwidth_bytes_per_s, "B/s"),
+        seconds(p.decode_bytes_per_step / arch.memory_bandwidth_bytes_per_s)
+    );
+    if p.feasible {
+        let _ = writeln!(s, "feasible: weights and KV cache fit");
+    } else {
+        let _ = writeln!(s, "INFEASIBLE:");
+        for v in &p.violations {
+            let _ = writeln!(s, "  - {v}");
+        }
+    }
+    s
+}

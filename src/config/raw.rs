@@ -412,6 +412,9 @@ pub struct TransformerRaw {
     pub tie_embeddings: bool,
     #[serde(default)]
     pub optimizer: Optimizer,
+    /// Serve instead of train: `{batch, prompt_tokens, output_tokens}`.
+    #[serde(default)]
+    pub inference: Option<crate::workload::inference::InferenceSpec>,
 }
 
 /// Deep learning recommendation model (Naumov et al. 2019; MAD Max Sec. 3).

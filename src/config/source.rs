@@ -133,6 +133,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../workloads/llama-65b.yaml"),
     ),
     (
+        "workloads/llama2-70b-decode.yaml",
+        include_str!("../../workloads/llama2-70b-decode.yaml"),
+    ),
+    (
         "workloads/llama2-70b.yaml",
         include_str!("../../workloads/llama2-70b.yaml"),
     ),

@@ -129,6 +129,15 @@ pub fn predict(
     strategy
         .check_devices(net.devices)
         .map_err(|e| fail(e.message))?;
+    if let Workload::Transformer(t) = workload {
+        if t.inference.is_some() {
+            return Err(fail(
+                "serving (inference:) is modelled on one device so far; run predict without \
+                 --system"
+                    .into(),
+            ));
+        }
+    }
     let graph = match (workload, strategy.recompute) {
         (Workload::Transformer(t), Some(r)) => {
             let mut t = t.clone();

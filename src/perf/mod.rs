@@ -485,3 +485,68 @@ pub struct Prediction {
     pub breakdown: Vec<ClassTime>,
     pub kernels: Vec<KernelReport>,
 }
+
+/// Serving a transformer on one device: the prefill, the decode steps and what bounds them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InferencePrediction {
+    pub workload: String,
+    pub spec: crate::workload::inference::InferenceSpec,
+    /// Time to first token: the prefill.
+    pub time_to_first_token_s: f64,
+    /// Time per output token: a decode step at the mean context.
+    pub time_per_output_token_s: f64,
+    /// Generated tokens per second over the whole request (prefill included).
+    pub tokens_per_s: f64,
+    pub weights_bytes: f64,
+    pub kv_cache_bytes: f64,
+    /// Main-memory bytes one decode step reads: weights plus the mean KV cache.
+    pub decode_bytes_per_step: f64,
+    pub feasible: bool,
+    pub violations: Vec<String>,
+    pub prefill: Prediction,
+    pub decode: Prediction,
+}
+
+impl Evaluator {
+    /// Prefill and decode of `w` under `spec` on this machine.
+    pub fn predict_inference(
+        &mut self,
+        w: &crate::workload::Transformer,
+        spec: &crate::workload::inference::InferenceSpec,
+        arch_violations: &[String],
+    ) -> InferencePrediction {
+        use crate::workload::inference::{
+            decode_graph, kv_cache_bytes, mean_context, prefill_graph,
+        };
+        let prefill = self.predict(&prefill_graph(w, spec), arch_violations);
+        let context = mean_context(spec);
+        // Serving stacks replay each decode step as one captured CUDA graph (vLLM,
+        // TensorRT-LLM): one launch per step instead of one per kernel.
+        let launch = self.machine.kernel_launch_s;
+        self.machine.kernel_launch_s = 0.0;
+        self.clear_cache();
+        let mut decode = self.predict(&decode_graph(w, spec, context), arch_violations);
+        self.machine.kernel_launch_s = launch;
+        self.clear_cache();
+        decode.time_per_iteration_s += launch;
+        let ttft = prefill.time_per_iteration_s;
+        let tpot = decode.time_per_iteration_s;
+        let total = ttft + spec.output_tokens as f64 * tpot;
+        let weights = prefill.memory.weights_bytes;
+        let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens);
+        InferencePrediction {
+            workload: w.name.clone(),
+            spec: *spec,
+            time_to_first_token_s: ttft,
+            time_per_output_token_s: tpot,
+            tokens_per_s: (spec.batch * spec.output_tokens) as f64 / total,
+            weights_bytes: weights,
+            kv_cache_bytes: kv,
+            decode_bytes_per_step: weights + kv_cache_bytes(w, spec.batch, context),
+            feasible: prefill.feasible,
+            violations: prefill.violations.clone(),
+            prefill,
+            decode,
+        }
+    }
+}

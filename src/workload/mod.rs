@@ -8,6 +8,7 @@
 //! - `dlrm`: a recommendation model with embedding tables, MLPs and feature interaction.
 
 mod graph;
+pub mod inference;
 
 use std::path::Path;
 
@@ -72,6 +73,8 @@ pub struct Transformer {
     pub recompute: Recompute,
     pub tie_embeddings: bool,
     pub optimizer: Optimizer,
+    /// Inference instead of training.
+    pub inference: Option<inference::InferenceSpec>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -225,6 +228,14 @@ fn transformer(
         recompute: raw.recompute,
         tie_embeddings: raw.tie_embeddings,
         optimizer: raw.optimizer,
+        inference: match raw.inference {
+            None => None,
+            Some(i) => Some(inference::InferenceSpec {
+                batch: check.positive_count("inference.batch", i.batch)?,
+                prompt_tokens: check.positive_count("inference.prompt_tokens", i.prompt_tokens)?,
+                output_tokens: check.positive_count("inference.output_tokens", i.output_tokens)?,
+            }),
+        },
     }))
 }
 
@@ -425,10 +436,17 @@ fn lstm_graph(w: &Lstm) -> Graph {
 
 /// Decoder-only transformer (GPT-style, pre-norm), Megatron's kernel decomposition.
 fn transformer_graph(w: &Transformer) -> Graph {
+    transformer_pass(w, w.global_batch, w.sequence, w.sequence)
+}
+
+/// The transformer's kernels for `batch` sequences of `queries` new tokens each attending
+/// to `keys` positions: a training step (queries = keys = sequence), a prefill (the
+/// prompt), or one decode step (one query against the KV cache).
+fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Graph {
     let mut g = Builder::new(w.precision, w.recompute);
     let bytes = w.precision.bytes();
-    let (s, h, l) = (w.sequence, w.hidden, w.layers);
-    let tokens = w.global_batch * s;
+    let (s, h, l) = (queries, w.hidden, w.layers);
+    let tokens = batch * s;
     let t = tokens as f64;
     let head_dim = h / w.heads;
     let kv = w.kv_heads * head_dim;
@@ -468,11 +486,11 @@ fn transformer_graph(w: &Transformer) -> Graph {
         l,
         true,
     );
-    let bh = w.global_batch * w.heads;
+    let bh = batch * w.heads;
     // Scores need Q (every head) and K (one per key/value head); the context needs the
     // softmax output (kept by the softmax) and V (one per key/value head).
     let q_bytes = t * h as f64 * bytes;
-    let kv_bytes = t * kv as f64 * bytes;
+    let kv_bytes = (batch * keys) as f64 * kv as f64 * bytes;
     g.split = Split::Sharded;
     g.batched(
         "attention scores",
@@ -481,10 +499,10 @@ fn transformer_graph(w: &Transformer) -> Graph {
         bh,
         s,
         head_dim,
-        s,
+        keys,
         q_bytes + kv_bytes,
     );
-    let scores = bh as f64 * (s * s) as f64;
+    let scores = bh as f64 * (s * keys) as f64;
     g.pointwise(
         "attention softmax",
         KernelClass::Attention,
@@ -500,7 +518,7 @@ fn transformer_graph(w: &Transformer) -> Graph {
         l,
         bh,
         s,
-        s,
+        keys,
         head_dim,
         kv_bytes,
     );
@@ -603,7 +621,7 @@ fn transformer_graph(w: &Transformer) -> Graph {
     g.finish(
         w.name.clone(),
         w.optimizer,
-        w.global_batch as f64,
+        batch as f64,
         t,
         0.0,
         l,

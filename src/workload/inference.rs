@@ -1,0 +1,55 @@
+//! Inference of a transformer (MAD Max Sec. 2.3): a prefill over the prompt, then one decode
+//! step per output token, each reading the weights and the KV cache.
+
+use serde::{Deserialize, Serialize};
+
+use super::{transformer_pass, Transformer};
+use crate::workload::graph::{Graph, Phase};
+
+/// Requests served together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferenceSpec {
+    /// Sequences decoded together.
+    pub batch: u64,
+    /// Prompt length (tokens per sequence) processed by the prefill.
+    pub prompt_tokens: u64,
+    /// Tokens generated per sequence.
+    pub output_tokens: u64,
+}
+
+/// Bytes of the KV cache for `batch` sequences of `context` tokens.
+pub fn kv_cache_bytes(w: &Transformer, batch: u64, context: u64) -> f64 {
+    let head_dim = w.hidden / w.heads;
+    (batch * context * w.layers * 2 * w.kv_heads * head_dim) as f64 * w.precision.bytes()
+}
+
+/// Keeps the forward kernels of a graph and sets its memory to weights plus `kv` bytes.
+fn forward_only(mut g: Graph, kv: f64) -> Graph {
+    g.kernels.retain(|k| k.phase == Phase::Forward);
+    g.memory.gradients_bytes = 0.0;
+    g.memory.optimizer_state_bytes = 0.0;
+    g.memory.activations_bytes = kv;
+    g.memory.replicated_activations_bytes = 0.0;
+    g
+}
+
+/// The prefill: every prompt token through the model, filling the KV cache.
+pub fn prefill_graph(w: &Transformer, spec: &InferenceSpec) -> Graph {
+    let g = transformer_pass(w, spec.batch, spec.prompt_tokens, spec.prompt_tokens);
+    let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens);
+    forward_only(g, kv)
+}
+
+/// One decode step with `context` tokens already cached: one new token per sequence,
+/// attending to the cache.
+pub fn decode_graph(w: &Transformer, spec: &InferenceSpec, context: u64) -> Graph {
+    let g = transformer_pass(w, spec.batch, 1, context);
+    let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens);
+    forward_only(g, kv)
+}
+
+/// The mean context over the decode steps (the cost of a step is affine in it).
+pub fn mean_context(spec: &InferenceSpec) -> u64 {
+    spec.prompt_tokens + spec.output_tokens.div_ceil(2)
+}
