@@ -53,6 +53,22 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../templates/tpu-v4-pod.yaml"),
     ),
     (
+        "templates/tpu-v3.yaml",
+        include_str!("../../templates/tpu-v3.yaml"),
+    ),
+    (
+        "templates/tpu-v3-pod.yaml",
+        include_str!("../../templates/tpu-v3-pod.yaml"),
+    ),
+    (
+        "templates/zion.yaml",
+        include_str!("../../templates/zion.yaml"),
+    ),
+    (
+        "budgets/tpu-v3.yaml",
+        include_str!("../../budgets/tpu-v3.yaml"),
+    ),
+    (
         "templates/tpu.yaml",
         include_str!("../../templates/tpu.yaml"),
     ),
