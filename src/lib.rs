@@ -45,6 +45,7 @@ pub mod perf;
 pub mod study;
 pub mod tech;
 pub mod template;
+pub mod validate;
 pub mod workload;
 
 pub use design::{Design, DesignFiles};

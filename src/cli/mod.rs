@@ -6,6 +6,7 @@ mod optimize;
 mod predict;
 mod sweep;
 mod table;
+mod validate;
 
 use std::path::PathBuf;
 
@@ -119,6 +120,14 @@ enum Command {
         #[arg(long)]
         resume: bool,
     },
+    /// Replay the published measurements (validation/cases.yaml) and report the model's
+    /// error on each; exits non-zero when a case leaves its tolerance.
+    Validate {
+        /// Validation index (default: the embedded validation/cases.yaml).
+        file: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Join the output folders of sharded sweeps into one.
     Merge {
         /// Shard output folders.
@@ -223,6 +232,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             resume,
         }),
         Command::Merge { dirs, out } => sweep::merge(&dirs, &out),
+        Command::Validate { file, json } => validate::run(file, json),
         Command::Optimize {
             workload,
             system,

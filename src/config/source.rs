@@ -125,6 +125,22 @@ pub const SHIPPED: &[(&str, &str)] = &[
     ),
     ("budgets/mcm.yaml", include_str!("../../budgets/mcm.yaml")),
     (
+        "validation/cases.yaml",
+        include_str!("../../validation/cases.yaml"),
+    ),
+    (
+        "validation/megatron.yaml",
+        include_str!("../../validation/megatron.yaml"),
+    ),
+    (
+        "validation/tpu-v4-table3.yaml",
+        include_str!("../../validation/tpu-v4-table3.yaml"),
+    ),
+    (
+        "validation/gemm.yaml",
+        include_str!("../../validation/gemm.yaml"),
+    ),
+    (
         "workloads/gemm-8192.yaml",
         include_str!("../../workloads/gemm-8192.yaml"),
     ),
@@ -197,7 +213,7 @@ impl Source {
                     .ok_or_else(|| ConfigError::Unreadable {
                         file: path.display().to_string(),
                         message: "no such embedded file (the binary embeds the files under \
-                                  tech_libs/, templates/, budgets/ and workloads/)"
+                                  tech_libs/, templates/, budgets/, workloads/ and validation/)"
                             .into(),
                     })
             }

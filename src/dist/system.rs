@@ -55,8 +55,13 @@ pub struct System {
 
 impl System {
     pub fn load(source: Source, path: &Path) -> Result<System, ConfigError> {
+        Self::parse(source, path, &source.read(path)?)
+    }
+
+    /// As `load`, from `text` standing for the file at `path` (an edited copy).
+    pub fn parse(source: Source, path: &Path, text: &str) -> Result<System, ConfigError> {
         let file = path.display().to_string();
-        let mut system = Self::from_yaml(&file, &source.read(path)?)?;
+        let mut system = Self::from_yaml(&file, text)?;
         system.accelerator = source.resolve(path, &system.accelerator.display().to_string());
         system.source = source;
         Ok(system)

@@ -1,0 +1,80 @@
+//! `stackflow validate`: replays the published measurements and prints how close the model
+//! comes; exits non-zero when a counted case leaves its tolerance.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::bail;
+use stackflow::config::Source;
+use stackflow::validate::{run as replay, Report, DEFAULT};
+
+pub fn run(file: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+    let (source, path) = match file {
+        Some(p) => (Source::Disk, p),
+        None => (Source::Embedded, PathBuf::from(DEFAULT)),
+    };
+    let report = replay(source, Path::new(&path))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    if !report.passed {
+        bail!("validation failed: a case is outside its tolerance (see the table)");
+    }
+    Ok(())
+}
+
+fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<6} {:<62} {:>11} {:>11} {:>9} {:>16}  status",
+        "case", "", "measured", "predicted", "error", "tolerance"
+    );
+    for c in &r.cases {
+        let unit = if c.unit == "%" { " pts" } else { "%" };
+        let status = match (&c.known_gap, c.within) {
+            (Some(_), _) => "known gap",
+            (None, true) => "ok",
+            (None, false) => "OUTSIDE",
+        };
+        let _ = writeln!(
+            s,
+            "{:<6} {:<62} {:>11.3} {:>11.3} {:>+8.1}{unit} {:>16}  {status}",
+            c.id,
+            format!("{} ({})", c.name, c.unit),
+            c.measured,
+            c.predicted,
+            c.error,
+            c.tolerance
+        );
+    }
+    for (id, within, n, need, ok) in &r.groups {
+        let _ = writeln!(
+            s,
+            "{id}: {within} of {n} within tolerance (at least {need} required): {}",
+            if *ok { "ok" } else { "FAILED" }
+        );
+    }
+    for c in r.cases.iter().filter(|c| c.known_gap.is_some()) {
+        let _ = writeln!(
+            s,
+            "known gap {}: {}",
+            c.id,
+            c.known_gap.as_deref().unwrap_or("")
+        );
+    }
+    let _ = writeln!(
+        s,
+        "mean |error| {:.1}%, max |error| {:.1}% (relative errors of counted cases); {}",
+        r.mean_abs_error_pct,
+        r.max_abs_error_pct,
+        if r.passed {
+            "all within tolerance"
+        } else {
+            "FAILED"
+        }
+    );
+    s
+}

@@ -1,0 +1,522 @@
+//! Replays published measurements (../shared/reference/published-measurements.md) from the
+//! files under `validation/`: each case names its source, the measured value, how the model
+//! runs it and the tolerance it must meet.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::raw::{Precision, Topology};
+use crate::config::{parse_yaml, ConfigError, Source};
+use crate::design::{Design, DesignFiles};
+use crate::dist::collective::Collective;
+use crate::dist::network::{Fabric, Network};
+use crate::dist::{predict, DistPrediction, Strategy, System};
+use crate::generator::generate;
+use crate::perf::Evaluator;
+use crate::workload::{Gemm, Workload};
+
+/// The validation index shipped with the tool.
+pub const DEFAULT: &str = "validation/cases.yaml";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CasesFile {
+    version: u32,
+    cases: Vec<CaseRaw>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct CaseRaw {
+    id: String,
+    name: String,
+    source: String,
+    #[serde(flatten)]
+    run: Run,
+    /// Reported but not counted: a known disagreement and why.
+    #[serde(default)]
+    known_gap: Option<String>,
+}
+
+/// A distributed run: a system, a device count, a workload and a strategy.
+#[derive(Debug, Clone, Deserialize)]
+struct Training {
+    system: String,
+    devices: u64,
+    workload: String,
+    strategy: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Run {
+    /// Days to train on `tokens` tokens.
+    TrainDays {
+        #[serde(flatten)]
+        run: Training,
+        tokens: f64,
+        measured: f64,
+        tolerance: f64,
+    },
+    /// MAD Max's serialized iteration (compute plus every collective), ms.
+    SerializedMs {
+        #[serde(flatten)]
+        run: Training,
+        measured: f64,
+        tolerance: f64,
+    },
+    /// Exposed communication as % of all communication; tolerance in points.
+    ExposedPercent {
+        #[serde(flatten)]
+        run: Training,
+        measured: f64,
+        tolerance_points: f64,
+    },
+    /// Throughput of `fast` over `slow`, within `[low, high]`.
+    Speedup {
+        fast: Training,
+        slow: Training,
+        measured: f64,
+        low: f64,
+        high: f64,
+    },
+    /// Megatron weak scaling rows (`file`): per-GPU TFLOP/s by Narayanan Eq. 3, each within
+    /// `tolerance`, and at least `min_within` of them.
+    Megatron {
+        file: String,
+        system: String,
+        tolerance: f64,
+        min_within: usize,
+    },
+    /// TPU v4 Table 3 (`file`): best over baseline throughput, within `tolerance`.
+    TpuTable3 {
+        file: String,
+        system: String,
+        workload: String,
+        batch: f64,
+    },
+    /// Regular over twisted torus all-to-all time (TPU v4 Fig. 6).
+    TwistedTorus {
+        dims: Vec<u64>,
+        measured: f64,
+        tolerance: f64,
+    },
+    /// Measured GEMM ceilings (`file`).
+    Gemm { file: String },
+}
+
+/// One replayed measurement.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CaseResult {
+    pub id: String,
+    pub name: String,
+    pub source: String,
+    pub measured: f64,
+    pub predicted: f64,
+    pub unit: String,
+    /// Relative error in % (or the difference in points for percentages).
+    pub error: f64,
+    pub tolerance: String,
+    pub within: bool,
+    /// A known disagreement: reported, not counted.
+    pub known_gap: Option<String>,
+}
+
+/// All results and the verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub cases: Vec<CaseResult>,
+    pub mean_abs_error_pct: f64,
+    pub max_abs_error_pct: f64,
+    /// Groups that require a count of cases (Megatron: 6 of 10).
+    pub groups: Vec<(String, usize, usize, usize, bool)>,
+    pub passed: bool,
+}
+
+struct Ctx {
+    source: Source,
+    base: PathBuf,
+}
+
+impl Ctx {
+    fn path(&self, reference: &str) -> PathBuf {
+        crate::config::normalize(&self.source.resolve(&self.base, reference))
+    }
+
+    fn system(&self, reference: &str) -> Result<System, ConfigError> {
+        System::load(self.source, &self.path(reference))
+    }
+
+    fn workload(&self, reference: &str) -> Result<Workload, ConfigError> {
+        Workload::load(self.source, &self.path(reference))
+    }
+
+    fn train(&self, t: &Training) -> anyhow::Result<DistPrediction> {
+        let system = self.system(&t.system)?;
+        let arch = system.accelerator()?;
+        let net = system.network(&arch, t.devices)?;
+        let w = self.workload(&t.workload)?;
+        Ok(predict(&w, &arch, &net, &Strategy::parse(&t.strategy)?)?)
+    }
+}
+
+fn rel(predicted: f64, measured: f64) -> f64 {
+    100.0 * (predicted / measured - 1.0)
+}
+
+/// Runs every case of the index at `path` (read from `source`).
+pub fn run(source: Source, path: &Path) -> anyhow::Result<Report> {
+    let file = path.display().to_string();
+    let index: CasesFile = parse_yaml(&file, &source.read(path)?)?;
+    crate::config::Checker { file: &file }.version(index.version)?;
+    let ctx = Ctx {
+        source,
+        base: path.to_path_buf(),
+    };
+    let mut cases = Vec::new();
+    let mut groups = Vec::new();
+    for c in &index.cases {
+        let mut push = |measured: f64,
+                        predicted: f64,
+                        unit: &str,
+                        error: f64,
+                        tol: String,
+                        within: bool,
+                        suffix: &str| {
+            cases.push(CaseResult {
+                id: c.id.clone(),
+                name: format!("{}{suffix}", c.name),
+                source: c.source.clone(),
+                measured,
+                predicted,
+                unit: unit.to_string(),
+                error,
+                tolerance: tol,
+                within,
+                known_gap: c.known_gap.clone(),
+            })
+        };
+        match &c.run {
+            Run::TrainDays {
+                run,
+                tokens,
+                measured,
+                tolerance,
+            } => {
+                let p = ctx.train(run)?;
+                let days = tokens / p.tokens_per_s / 86400.0;
+                let e = rel(days, *measured);
+                push(
+                    *measured,
+                    days,
+                    "days",
+                    e,
+                    format!("{:.0}%", tolerance * 100.0),
+                    e.abs() <= tolerance * 100.0,
+                    "",
+                );
+            }
+            Run::SerializedMs {
+                run,
+                measured,
+                tolerance,
+            } => {
+                let p = ctx.train(run)?;
+                let ms = p.serialized_time_s * 1e3;
+                let e = rel(ms, *measured);
+                push(
+                    *measured,
+                    ms,
+                    "ms",
+                    e,
+                    format!("{:.0}%", tolerance * 100.0),
+                    e.abs() <= tolerance * 100.0,
+                    "",
+                );
+            }
+            Run::ExposedPercent {
+                run,
+                measured,
+                tolerance_points,
+            } => {
+                let p = ctx.train(run)?;
+                let pct = p.exposed_communication_fraction * 100.0;
+                let e = pct - measured;
+                push(
+                    *measured,
+                    pct,
+                    "%",
+                    e,
+                    format!("{tolerance_points:.0} points"),
+                    e.abs() <= *tolerance_points,
+                    "",
+                );
+            }
+            Run::Speedup {
+                fast,
+                slow,
+                measured,
+                low,
+                high,
+            } => {
+                let a = ctx.train(fast)?;
+                let b = ctx.train(slow)?;
+                let x = b.time_per_iteration_s / a.time_per_iteration_s;
+                push(
+                    *measured,
+                    x,
+                    "x",
+                    rel(x, *measured),
+                    format!("[{low}, {high}]"),
+                    (*low..=*high).contains(&x),
+                    "",
+                );
+            }
+            Run::Megatron {
+                file,
+                system,
+                tolerance,
+                min_within,
+            } => {
+                let rows: MegatronRows = parse_yaml(file, &source.read(&ctx.path(file))?)?;
+                let system = ctx.system(system)?;
+                let arch = system.accelerator()?;
+                let mut within = 0;
+                for r in &rows.rows {
+                    let net = system.network(&arch, r.gpus)?;
+                    let p = predict(&megatron_gpt(r)?, &arch, &net, &megatron_strategy(r))?;
+                    let tflops = narayanan_flops(r) / p.time_per_iteration_s / r.gpus as f64 / 1e12;
+                    let e = rel(tflops, r.tflops);
+                    let ok = e.abs() <= tolerance * 100.0;
+                    within += usize::from(ok);
+                    push(
+                        r.tflops,
+                        tflops,
+                        "TFLOP/s/GPU",
+                        e,
+                        format!("{:.0}%", tolerance * 100.0),
+                        ok,
+                        &format!(" {}B ({})", r.params_b, p.strategy),
+                    );
+                }
+                let n = rows.rows.len();
+                groups.push((c.id.clone(), within, n, *min_within, within >= *min_within));
+            }
+            Run::TpuTable3 {
+                file,
+                system,
+                workload,
+                batch,
+            } => {
+                let table: Table3 = parse_yaml(file, &source.read(&ctx.path(file))?)?;
+                let w = ctx.workload(workload)?;
+                let template = ctx.path(system);
+                let text = source.read(&template)?;
+                for case in &table.cases {
+                    let rate = |run: &Table3Run| -> anyhow::Result<f64> {
+                        let shape = format!("dims: {:?}", run.topology);
+                        let edited = text.replace("dims: [8, 8, 8]", &shape);
+                        let s = System::parse(source, &template, &edited)?;
+                        let chip = s.accelerator()?;
+                        let net = s.network(&chip, run.topology.iter().product())?;
+                        let p = predict(&w, &chip, &net, &Strategy::parse(&run.strategy)?)?;
+                        Ok(batch / p.time_per_iteration_s)
+                    };
+                    let ratio = rate(&case.best)? / rate(&case.baseline)?;
+                    let measured = case.best.seqs_per_s / case.baseline.seqs_per_s;
+                    let e = rel(ratio, measured);
+                    push(
+                        measured,
+                        ratio,
+                        "x",
+                        e,
+                        "30%, best first".into(),
+                        e.abs() <= 30.0 && ratio > 1.0,
+                        &format!(": {}", case.name),
+                    );
+                }
+            }
+            Run::TwistedTorus {
+                dims,
+                measured,
+                tolerance,
+            } => {
+                let n: u64 = dims.iter().product();
+                let time = |topology: Topology| {
+                    let net = Network::new(vec![Fabric::new("ici", &topology, n, 150e9, 1e-6)]);
+                    let all = vec![(0..n).collect::<Vec<u64>>()];
+                    net.group_link(&all).time(Collective::AllToAll, 64e9)
+                };
+                let x = time(Topology::Torus { dims: dims.clone() })
+                    / time(Topology::TwistedTorus { dims: dims.clone() });
+                let e = rel(x, *measured);
+                push(
+                    *measured,
+                    x,
+                    "x",
+                    e,
+                    format!("{:.0}%", tolerance * 100.0),
+                    e.abs() <= tolerance * 100.0,
+                    &format!(" {dims:?}"),
+                );
+            }
+            Run::Gemm { file } => {
+                let list: GemmCases = parse_yaml(file, &source.read(&ctx.path(file))?)?;
+                for g in &list.cases {
+                    let design = Design::load(DesignFiles {
+                        source,
+                        budget: &ctx.path(&format!("../{}", g.budget)),
+                        template: None,
+                        tech: None,
+                    })?;
+                    let arch = generate(&design);
+                    let kernel = Workload::Gemm(Gemm {
+                        m: g.m,
+                        k: g.k,
+                        n: g.n,
+                        precision: g.precision,
+                    })
+                    .graph()
+                    .kernels[0]
+                        .clone();
+                    let t = Evaluator::new(&arch).kernel(&kernel);
+                    let tflops = kernel.flops() / t.time_s / 1e12;
+                    let e = rel(tflops, g.measured_tflops);
+                    push(
+                        g.measured_tflops,
+                        tflops,
+                        "TFLOP/s",
+                        e,
+                        format!("{:.0}%", g.tolerance * 100.0),
+                        e.abs() <= g.tolerance * 100.0,
+                        &format!(" {} {}x{}x{}", g.budget, g.m, g.k, g.n),
+                    );
+                }
+            }
+        }
+    }
+    let counted: Vec<&CaseResult> = cases
+        .iter()
+        .filter(|c| c.known_gap.is_none() && c.unit != "%")
+        .collect();
+    let errors: Vec<f64> = counted.iter().map(|c| c.error.abs()).collect();
+    let mean = errors.iter().sum::<f64>() / errors.len().max(1) as f64;
+    let max = errors.iter().copied().fold(0.0, f64::max);
+    let in_groups = |id: &str| groups.iter().any(|g| g.0 == id);
+    let passed = cases
+        .iter()
+        .filter(|c| c.known_gap.is_none() && !in_groups(&c.id))
+        .all(|c| c.within)
+        && groups.iter().all(|g| g.4);
+    Ok(Report {
+        cases,
+        mean_abs_error_pct: mean,
+        max_abs_error_pct: max,
+        groups,
+        passed,
+    })
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct MegatronRows {
+    rows: Vec<MegatronRow>,
+}
+
+/// One row of Narayanan et al. Table 1 (validation/megatron.yaml).
+#[derive(Debug, Clone, Deserialize)]
+pub struct MegatronRow {
+    pub params_b: f64,
+    pub heads: u64,
+    pub hidden: u64,
+    pub layers: u64,
+    pub t: u64,
+    pub p: u64,
+    pub gpus: u64,
+    pub batch: u64,
+    pub tflops: f64,
+}
+
+/// Narayanan's GPT at a row's size: 4h FFN, GELU, vocabulary 51200, sequence 2048, full
+/// recomputation.
+pub fn megatron_gpt(r: &MegatronRow) -> Result<Workload, ConfigError> {
+    let text = format!(
+        "version: 1\nkind: transformer\nname: gpt-{}b\nhidden: {}\nlayers: {}\nheads: {}\n\
+         ffn_hidden: {}\nsequence: 2048\nvocab: 51200\nglobal_batch: {}\nprecision: bf16\n\
+         recompute: full\n",
+        r.params_b,
+        r.hidden,
+        r.layers,
+        r.heads,
+        4 * r.hidden,
+        r.batch
+    );
+    Workload::from_yaml("validation/megatron.yaml", &text)
+}
+
+/// The row's (t, p), data parallelism over the rest, micro-batch 1, two interleaved chunks
+/// where the layers and micro-batches allow.
+pub fn megatron_strategy(r: &MegatronRow) -> Strategy {
+    let d = r.gpus / (r.t * r.p);
+    let mut s = Strategy {
+        data: d,
+        tensor: r.t,
+        pipeline: r.p,
+        micro_batch: 1,
+        ..Strategy::default()
+    };
+    if r.p > 1 && (r.layers / r.p) % 2 == 0 && (r.batch / d) % r.p == 0 {
+        s.interleave = 2;
+    }
+    s
+}
+
+/// Narayanan Eq. 3: FLOPs per iteration with full recomputation.
+pub fn narayanan_flops(r: &MegatronRow) -> f64 {
+    let (b, s, l, h, v) = (
+        r.batch as f64,
+        2048.0,
+        r.layers as f64,
+        r.hidden as f64,
+        51200.0,
+    );
+    96.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h))
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct Table3 {
+    cases: Vec<Table3Case>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct Table3Case {
+    name: String,
+    baseline: Table3Run,
+    best: Table3Run,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct Table3Run {
+    #[allow(dead_code)]
+    label: String,
+    topology: Vec<u64>,
+    strategy: String,
+    seqs_per_s: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct GemmCases {
+    cases: Vec<GemmCase>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct GemmCase {
+    budget: String,
+    m: u64,
+    k: u64,
+    n: u64,
+    precision: Precision,
+    measured_tflops: f64,
+    tolerance: f64,
+    #[allow(dead_code)]
+    source: String,
+}
