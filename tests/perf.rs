@@ -820,3 +820,46 @@ fn bad_workload_missing_file() {
     assert_eq!(code, 2);
     assert!(err.contains("workloads/nope.yaml"), "{err}");
 }
+
+/// Energy from the technology energies: the parts add up, the average power stays under the
+/// TDP the design was generated for, a compute-bound GEMM draws more of it than a memory-
+/// bound LSTM step, and CO2e is energy x PUE x grid intensity.
+#[test]
+fn energy_per_iteration_stays_within_the_power_budget() {
+    let cases = [
+        ("budgets/h100.yaml", "workloads/gemm-8192.yaml", 700.0),
+        ("budgets/h100.yaml", "workloads/gpt-1.7b.yaml", 700.0),
+        ("budgets/v100.yaml", "workloads/lstm-o1.yaml", 300.0),
+    ];
+    let mut draw = Vec::new();
+    for (budget, workload, tdp) in cases {
+        let a = arch(budget);
+        let w = Workload::load(Source::Disk, &root().join(workload)).unwrap();
+        let p = Evaluator::new(&a).predict(&w.graph(), &a.violations);
+        let e = stackflow::perf::energy(&a, &p);
+        let parts = e.compute_j + e.memory_j.iter().map(|m| m.1).sum::<f64>() + e.static_j;
+        assert!((parts / e.total_j - 1.0).abs() < 1e-12);
+        assert!(
+            e.average_power_w > 0.2 * tdp && e.average_power_w <= tdp,
+            "{workload}: {} W",
+            e.average_power_w
+        );
+        draw.push(e.average_power_w / tdp);
+    }
+    assert!(draw[0] > draw[2], "{draw:?}");
+    let (code, out, err) = stackflow(&[
+        "predict",
+        "--workload",
+        "workloads/gemm-8192.yaml",
+        "--grid-kg-per-kwh",
+        "0.4",
+        "--pue",
+        "1.2",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let joules = v["energy"]["total_j"].as_f64().unwrap();
+    let kg = v["co2e_kg_per_iteration"].as_f64().unwrap();
+    assert!((kg / (joules / 3.6e6 * 1.2 * 0.4) - 1.0).abs() < 1e-12);
+}

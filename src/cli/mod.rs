@@ -171,6 +171,12 @@ enum Command {
         /// data parallelism over all devices.
         #[arg(long, requires = "system")]
         strategy: Option<String>,
+        /// Grid carbon intensity (kg CO2e per kWh) for operational emissions (TPU v4 Sec. 7.6).
+        #[arg(long)]
+        grid_kg_per_kwh: Option<f64>,
+        /// Power usage effectiveness of the datacenter (with --grid-kg-per-kwh; default 1.1).
+        #[arg(long, requires = "grid_kg_per_kwh")]
+        pue: Option<f64>,
         /// Print JSON (a stable interface for scripts) instead of tables.
         #[arg(long)]
         json: bool,
@@ -280,6 +286,8 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             system,
             devices,
             strategy,
+            grid_kg_per_kwh,
+            pue,
             json,
         } => {
             if let Some(system) = system {
@@ -346,8 +354,15 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 return Ok(());
             }
             let prediction = evaluator.predict(&graph, &architecture.violations);
+            let energy = stackflow::perf::energy(&architecture, &prediction);
+            let carbon = carbon_kg(&energy, grid_kg_per_kwh, pue);
             if json {
-                let text = serde_json::to_string_pretty(&prediction)
+                let mut value = serde_json::to_value(&prediction)?;
+                value["energy"] = serde_json::to_value(&energy)?;
+                if let Some(kg) = carbon {
+                    value["co2e_kg_per_iteration"] = kg.into();
+                }
+                let text = serde_json::to_string_pretty(&value)
                     .context("writing the prediction as JSON")?;
                 println!("{text}");
             } else {
@@ -359,10 +374,16 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                     "{}",
                     predict::render(&prediction, architecture.peak_flops_per_s, kernels)
                 );
+                print!("{}", predict::render_energy(&energy, carbon));
             }
             Ok(())
         }
     }
+}
+
+/// Operational CO2e of one iteration: energy x PUE x grid intensity (TPU v4 paper Sec. 7.6).
+fn carbon_kg(e: &stackflow::perf::Energy, grid: Option<f64>, pue: Option<f64>) -> Option<f64> {
+    grid.map(|g| e.total_j / 3.6e6 * pue.unwrap_or(1.1) * g)
 }
 
 /// Loads a design from a budget on disk, or the embedded default budget.

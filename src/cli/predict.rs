@@ -154,3 +154,27 @@ pub fn render_inference(
     }
     s
 }
+
+/// Energy of the iteration and, with a grid intensity, its operational emissions.
+pub fn render_energy(e: &stackflow::perf::Energy, carbon_kg: Option<f64>) -> String {
+    let mut s = String::new();
+    let memory: Vec<String> = e
+        .memory_j
+        .iter()
+        .map(|(n, j)| format!("{n} {}", si(*j, "J")))
+        .collect();
+    let _ = writeln!(
+        s,
+        "\nenergy / iteration  {} (compute {}, {}, leakage {}); average {}, {} per token",
+        si(e.total_j, "J"),
+        si(e.compute_j, "J"),
+        memory.join(", "),
+        si(e.static_j, "J"),
+        si(e.average_power_w, "W"),
+        si(e.joules_per_token, "J")
+    );
+    if let Some(kg) = carbon_kg {
+        let _ = writeln!(s, "operational CO2e    {kg:.3e} kg per iteration");
+    }
+    s
+}

@@ -53,6 +53,14 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../templates/tpu-v4-pod.yaml"),
     ),
     (
+        "templates/dgx-h100.yaml",
+        include_str!("../../templates/dgx-h100.yaml"),
+    ),
+    (
+        "templates/h100-superpod-nvl.yaml",
+        include_str!("../../templates/h100-superpod-nvl.yaml"),
+    ),
+    (
         "templates/tpu-v3.yaml",
         include_str!("../../templates/tpu-v3.yaml"),
     ),

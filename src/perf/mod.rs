@@ -550,3 +550,62 @@ impl Evaluator {
         }
     }
 }
+
+/// Energy of one iteration on one device from the technology energies the generator used
+/// (TPU v4 paper Sec. 7.6 for the method of turning it into carbon).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Energy {
+    /// Compute units busy at their operating point: core power x busy time.
+    pub compute_j: f64,
+    /// Bytes moved at each memory level x that level's energy per byte (its dynamic power
+    /// over its bandwidth; main memory's includes its standby share).
+    pub memory_j: Vec<(String, f64)>,
+    /// SRAM leakage over the iteration.
+    pub static_j: f64,
+    pub total_j: f64,
+    pub average_power_w: f64,
+    pub joules_per_token: f64,
+}
+
+/// Energy of `p` on `arch`.
+pub fn energy(arch: &Architecture, p: &Prediction) -> Energy {
+    let core_w = arch.core.power_w.used;
+    let busy: f64 = p
+        .kernels
+        .iter()
+        .map(|k| k.detail.compute_s * k.count as f64)
+        .sum();
+    // Busy time is stretched by the achievable utilization; energy is spent on the work.
+    let compute_j = core_w * busy * arch.core.max_utilization;
+    let mut per_byte: Vec<(String, f64)> = arch
+        .on_chip
+        .iter()
+        .map(|l| {
+            let dynamic = (l.power_w.used - l.static_power_w).max(0.0);
+            (l.name.clone(), dynamic / l.bandwidth_bytes_per_s.max(1.0))
+        })
+        .collect();
+    per_byte.push((
+        arch.main_memory.name.clone(),
+        arch.main_memory.power_w.used / arch.main_memory.bandwidth_bytes_per_s.max(1.0),
+    ));
+    let mut memory_j: Vec<(String, f64)> = per_byte.iter().map(|(n, _)| (n.clone(), 0.0)).collect();
+    for k in &p.kernels {
+        for (i, b) in k.detail.level_bytes.iter().enumerate() {
+            if let (Some(slot), Some((_, e))) = (memory_j.get_mut(i), per_byte.get(i)) {
+                slot.1 += b * k.count as f64 * e;
+            }
+        }
+    }
+    let leakage: f64 = arch.on_chip.iter().map(|l| l.static_power_w).sum();
+    let static_j = leakage * p.time_per_iteration_s;
+    let total_j = compute_j + memory_j.iter().map(|m| m.1).sum::<f64>() + static_j;
+    Energy {
+        compute_j,
+        memory_j,
+        static_j,
+        total_j,
+        average_power_w: total_j / p.time_per_iteration_s,
+        joules_per_token: total_j / p.tokens_per_iteration.max(1.0),
+    }
+}
