@@ -310,13 +310,10 @@ pub fn run(source: Source, path: &Path) -> anyhow::Result<Report> {
             } => {
                 let table: Table3 = parse_yaml(file, &source.read(&ctx.path(file))?)?;
                 let w = ctx.workload(workload)?;
-                let template = ctx.path(system);
-                let text = source.read(&template)?;
+                let pod = ctx.system(system)?;
                 for case in &table.cases {
                     let rate = |run: &Table3Run| -> anyhow::Result<f64> {
-                        let shape = format!("dims: {:?}", run.topology);
-                        let edited = text.replace("dims: [8, 8, 8]", &shape);
-                        let s = System::parse(source, &template, &edited)?;
+                        let s = pod.with_slice(&run.topology)?;
                         let chip = s.accelerator()?;
                         let net = s.network(&chip, run.topology.iter().product())?;
                         let p = predict(&w, &chip, &net, &Strategy::parse(&run.strategy)?)?;

@@ -257,6 +257,34 @@ fn bad_strategies_and_systems_fail_with_exit_2_and_a_clear_message() {
     ]);
     assert_eq!(code, 2);
     assert!(err.contains("a topology matching the 256 devices"), "{err}");
+    // TPU v4 slices are whole 4x4x4 blocks.
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/tpu-v4-pod.yaml",
+        "--slice",
+        "4x6x16",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("compose from [4, 4, 4] blocks: 4i x 4j x 4k"),
+        "{err}"
+    );
+    let (code, out, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/tpu-v4-pod.yaml",
+        "--slice",
+        "4x8x16",
+        "--workload",
+        "workloads/gpt3-175b.yaml",
+        "--strategy",
+        "p16-d4-t8-mb1-rc=full",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["devices"], 512);
     let (code, _, err) = stackflow(&[
         "predict",
         "--system",

@@ -17,6 +17,7 @@ pub struct Args<'a> {
     pub system: &'a Path,
     pub devices: Option<u64>,
     pub strategy: Option<&'a str>,
+    pub slice: Option<&'a str>,
     pub json: bool,
 }
 
@@ -26,7 +27,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => (Source::Embedded, PathBuf::from(DEFAULT_WORKLOAD)),
     };
     let workload = Workload::load(source, &workload_file)?;
-    let system = System::load(Source::Disk, args.system)?;
+    let mut system = System::load(Source::Disk, args.system)?;
+    if let Some(text) = args.slice {
+        let dims: Option<Vec<u64>> = text
+            .split('x')
+            .map(|d| d.trim().parse::<u64>().ok().filter(|&d| d > 0))
+            .collect();
+        let dims = dims.ok_or_else(|| {
+            anyhow::anyhow!("--slice {text}: expected dimensions joined by x, e.g. 4x8x16")
+        })?;
+        system = system.with_slice(&dims)?;
+    }
     let design = system.design()?;
     let arch = system.accelerator()?;
     let devices = args.devices.unwrap_or_else(|| system.default_devices());

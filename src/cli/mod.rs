@@ -171,6 +171,10 @@ enum Command {
         /// data parallelism over all devices.
         #[arg(long, requires = "system")]
         strategy: Option<String>,
+        /// Reshape the system's mesh or torus into this slice, e.g. 4x8x16 (TPU v4 slices
+        /// are whole 4x4x4 blocks); the device count follows.
+        #[arg(long, requires = "system")]
+        slice: Option<String>,
         /// Grid carbon intensity (kg CO2e per kWh) for operational emissions (TPU v4 Sec. 7.6).
         #[arg(long)]
         grid_kg_per_kwh: Option<f64>,
@@ -286,6 +290,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             system,
             devices,
             strategy,
+            slice,
             grid_kg_per_kwh,
             pue,
             json,
@@ -296,6 +301,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                     system: &system,
                     devices,
                     strategy: strategy.as_deref(),
+                    slice: slice.as_deref(),
                     json,
                 });
             }

@@ -551,6 +551,10 @@ pub struct FabricRaw {
     /// Pinned values override the derived ones.
     pub bandwidth_gb_per_s: Option<f64>,
     pub latency_us: Option<f64>,
+    /// Slices are composed of whole blocks of this shape (TPU v4: 4x4x4 blocks joined by
+    /// optical circuit switches into any 4i x 4j x 4k torus).
+    #[serde(default)]
+    pub block: Option<Vec<u64>>,
 }
 
 // ---------------------------------------------------------------- studies

@@ -37,6 +37,8 @@ pub struct FabricSpec {
     pub source: LinkSource,
     pub bandwidth_bytes_per_s: Option<f64>,
     pub latency_s: Option<f64>,
+    /// Block shape slices are composed of, if any.
+    pub block: Option<Vec<u64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -155,6 +157,9 @@ impl System {
                     "a fabric with no network or technology pins bandwidth_gb_per_s and latency_us",
                 ));
             }
+            if let Some(b) = &f.block {
+                check_slice(file, &path("topology.dims"), &f.topology, b)?;
+            }
             fabrics.push(FabricSpec {
                 name: f.name,
                 topology: f.topology,
@@ -162,6 +167,7 @@ impl System {
                 source,
                 bandwidth_bytes_per_s: bandwidth,
                 latency_s: latency,
+                block: f.block,
             });
         }
         Ok(System {
@@ -181,6 +187,57 @@ impl System {
             fabrics,
             source: Source::Disk,
         })
+    }
+
+    /// The same system with its first direct fabric (a mesh or torus) reshaped to `dims`,
+    /// e.g. a TPU v4 slice of 4x8x16; the shape must be one the system can compose.
+    pub fn with_slice(&self, dims: &[u64]) -> Result<System, ConfigError> {
+        let mut s = self.clone();
+        let (i, f) = s
+            .fabrics
+            .iter_mut()
+            .enumerate()
+            .find(|(_, f)| {
+                matches!(
+                    f.topology,
+                    Topology::Torus { .. } | Topology::TwistedTorus { .. } | Topology::Mesh { .. }
+                )
+            })
+            .ok_or_else(|| {
+                ConfigError::invalid(
+                    &self.file,
+                    "fabrics",
+                    "(no mesh or torus)",
+                    "a mesh or torus fabric to reshape into the slice",
+                )
+            })?;
+        match &mut f.topology {
+            Topology::Torus { dims: d }
+            | Topology::TwistedTorus { dims: d }
+            | Topology::Mesh { dims: d } => {
+                if d.len() != dims.len() {
+                    return Err(ConfigError::invalid(
+                        &self.file,
+                        format!("fabrics[{i}].topology.dims"),
+                        format!("{dims:?}"),
+                        format!("a slice with {} dimensions like {d:?}", d.len()),
+                    ));
+                }
+                *d = dims.to_vec();
+            }
+            _ => unreachable!("matched above"),
+        }
+        if let Some(b) = &f.block {
+            check_slice(
+                &self.file,
+                &format!("fabrics[{i}].topology.dims"),
+                &f.topology,
+                b,
+            )?;
+        }
+        f.size = Some(dims.iter().product());
+        s.devices = Some(s.fabrics.iter().filter_map(|f| f.size).product());
+        Ok(s)
     }
 
     /// Where the system's files are read from.
@@ -310,5 +367,42 @@ impl System {
             fabrics.push(Fabric::new(&f.name, &f.topology, size, egress, hop));
         }
         Ok(Network::new(fabrics))
+    }
+}
+
+/// Checks that a mesh or torus is made of whole `block`s.
+fn check_slice(
+    file: &str,
+    path: &str,
+    topology: &Topology,
+    block: &[u64],
+) -> Result<(), ConfigError> {
+    let dims = match topology {
+        Topology::Torus { dims } | Topology::TwistedTorus { dims } | Topology::Mesh { dims } => {
+            dims
+        }
+        _ => return Ok(()),
+    };
+    let fits = dims.len() == block.len()
+        && block.iter().all(|&b| b > 0)
+        && dims.iter().zip(block).all(|(d, b)| d % b == 0);
+    if fits {
+        Ok(())
+    } else {
+        let shape: Vec<String> = block
+            .iter()
+            .zip(["i", "j", "k", "l", "m", "n"].iter().cycle())
+            .map(|(b, v)| format!("{b}{v}"))
+            .collect();
+        Err(ConfigError::invalid(
+            file,
+            path,
+            format!("{dims:?}"),
+            format!(
+                "a slice the system can compose from {block:?} blocks: {} (e.g. {:?})",
+                shape.join(" x "),
+                block.iter().map(|b| b * 2).collect::<Vec<_>>()
+            ),
+        ))
     }
 }
