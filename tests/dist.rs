@@ -495,3 +495,54 @@ fn stackflow_validate_replays_the_published_measurements() {
         "{out}\n{err}"
     );
 }
+
+#[test]
+fn experts_spread_over_expert_parallel_groups_with_all_to_all() {
+    // MAD Max's LLM-MoE (16 experts, 2 active) on 1024 A100s: expert parallelism shards the
+    // experts and adds blocking all-to-all dispatch and combine; without it, none.
+    let (sys, arch) = system("templates/dgx-a100.yaml");
+    let net = sys.network(&arch, 1024).unwrap();
+    let moe = Workload::load(Source::Disk, &root().join("workloads/llm-moe.yaml")).unwrap();
+    let run = |s: &str| predict(&moe, &arch, &net, &Strategy::parse(s).unwrap()).unwrap();
+    let (plain, spread) = (run("t8-p8-d16-mb1"), run("t8-p8-d16-e16-mb1"));
+    let a2a = |p: &stackflow::dist::DistPrediction| {
+        p.communication
+            .iter()
+            .filter(|c| c.collective == Collective::AllToAll)
+            .map(|c| c.time_s)
+            .sum::<f64>()
+    };
+    println!(
+        "LLM-MoE: weights {:.1} -> {:.1} GiB per GPU, all-to-all {:.3} s, iteration {:.2} -> {:.2} s",
+        plain.weights_bytes / 2f64.powi(30),
+        spread.weights_bytes / 2f64.powi(30),
+        a2a(&spread),
+        plain.time_per_iteration_s,
+        spread.time_per_iteration_s
+    );
+    assert_eq!(a2a(&plain), 0.0);
+    assert!(a2a(&spread) > 0.0);
+    assert!(spread.weights_bytes < plain.weights_bytes / 4.0);
+    // Bad input: more active experts than experts, experts that do not split over e.
+    let dir = common::Scratch::new("moe-bad");
+    let text = std::fs::read_to_string(root().join("workloads/llm-moe.yaml")).unwrap();
+    let bad = dir.write("bad.yaml", &text.replace("top_k: 2", "top_k: 17"));
+    let (code, _, err) = common::stackflow(&["predict", "--workload", &bad]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("moe.top_k = 17: at most moe.experts (16)"),
+        "{err}"
+    );
+    let e = predict(
+        &moe,
+        &arch,
+        &net,
+        &Strategy::parse("t8-p4-d32-e32-mb1").unwrap(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("16 experts do not split evenly over expert parallelism e32"),
+        "{e}"
+    );
+}

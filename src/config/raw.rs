@@ -415,6 +415,20 @@ pub struct TransformerRaw {
     /// Serve instead of train: `{batch, prompt_tokens, output_tokens}`.
     #[serde(default)]
     pub inference: Option<crate::workload::inference::InferenceSpec>,
+    /// Mixture of experts: the feed-forward of every layer is `experts` experts, each token
+    /// routed to `top_k` of them (GShard, Switch Transformer).
+    #[serde(default)]
+    pub moe: Option<MoeRaw>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MoeRaw {
+    pub experts: u64,
+    pub top_k: u64,
+    /// Expert buffer over the balanced share of tokens (Switch Transformer: 1.0-1.25).
+    #[serde(default)]
+    pub capacity_factor: Option<f64>,
 }
 
 /// Deep learning recommendation model (Naumov et al. 2019; MAD Max Sec. 3).

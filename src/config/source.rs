@@ -173,6 +173,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../workloads/llama-65b.yaml"),
     ),
     (
+        "workloads/llm-moe.yaml",
+        include_str!("../../workloads/llm-moe.yaml"),
+    ),
+    (
         "workloads/llama2-70b-decode.yaml",
         include_str!("../../workloads/llama2-70b-decode.yaml"),
     ),

@@ -23,6 +23,9 @@ pub enum Axis {
     /// Every device of the system as one group (all-to-all of table-wise sharded
     /// embeddings); not a parallel dimension of the strategy.
     Every,
+    /// Expert-parallel groups: runs of `expert` consecutive ranks of each data-parallel
+    /// group.
+    Expert,
 }
 
 impl Axis {
@@ -43,6 +46,7 @@ impl Axis {
             Axis::Data => "d",
             Axis::Pipeline => "p",
             Axis::Every => "all",
+            Axis::Expert => "e",
         }
     }
 
@@ -58,6 +62,7 @@ impl Axis {
             Axis::Data => "data",
             Axis::Pipeline => "pipeline",
             Axis::Every => "all devices",
+            Axis::Expert => "expert",
         }
     }
 }
@@ -180,6 +185,19 @@ pub fn place_cached(
             link
         }
         None => GroupLink::single(),
+    });
+    // Expert groups: consecutive data-parallel ranks.
+    let e = s.expert;
+    links.push(if e > 1 {
+        let st = stride[Axis::Data as usize];
+        let groups: Vec<Vec<u64>> = (0..net.devices)
+            .filter(|dev| (dev / st) % e == 0)
+            .map(|base| (0..e).map(|c| base + c * st).collect())
+            .collect();
+        spans.push((Axis::Expert, net.spanned(&groups[0])));
+        net.group_link(&groups)
+    } else {
+        GroupLink::single()
     });
     Mapping {
         order: order.to_vec(),

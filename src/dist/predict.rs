@@ -173,9 +173,23 @@ pub fn predict(
         ));
     }
     if s.expert > 1 {
-        return Err(fail(
-            "the workload has no experts to spread (expert parallelism e > 1)".into(),
-        ));
+        let experts = match workload {
+            Workload::Transformer(t) => t.moe.map_or(1, |m| m.experts),
+            _ => 1,
+        };
+        if experts == 1 {
+            return Err(fail(
+                "the workload has no experts to spread (expert parallelism e > 1); give a \
+                 transformer a moe: {experts, top_k} section"
+                    .into(),
+            ));
+        }
+        if experts % s.expert != 0 {
+            return Err(fail(format!(
+                "{experts} experts do not split evenly over expert parallelism e{}",
+                s.expert
+            )));
+        }
     }
     // Samples per replica and per micro-batch.
     let replicas = s.data;
@@ -230,7 +244,11 @@ pub fn predict(
         Workload::Dlrm(w) => (optimizer_state_bytes(w.optimizer, w.precision), true),
         Workload::Gemm(_) => (0.0, false),
     };
-    let max_params = stages.iter().map(|st| st.parameters).fold(0.0, f64::max) / model_shard;
+    // Experts are split over the expert-parallel group, not the model-parallel one.
+    let expert_stage = graph.expert_parameters / p as f64;
+    let max_params = (stages.iter().map(|st| st.parameters).fold(0.0, f64::max) - expert_stage)
+        / model_shard
+        + expert_stage / (s.expert * s.tensor) as f64;
     let z = s.zero;
     let shard_if = |stage: u8| if z >= stage { weight_replicas } else { 1.0 };
     // Sparse tables (recommendation models) are sharded table-wise over every device.
@@ -428,7 +446,9 @@ fn divide_stream(op: &mut Op, d: f64) {
 
 /// One device's share of kernel `k` (already scaled to a micro-batch) and the blocking
 /// collectives it needs, per instance.
-fn split_kernel(k: &mut Kernel, s: &Strategy) -> Vec<Need> {
+/// Splits `k` for one device under `s`: the collectives it needs, and by how much fewer
+/// instances of it the device runs (expert parallelism: a device holds 1/e of the experts).
+fn split_kernel(k: &mut Kernel, s: &Strategy) -> (Vec<Need>, u64) {
     let b = k.precision.bytes();
     let mut needs = Vec::new();
     let mut need = |collective, axis, bytes: f64| {
@@ -439,6 +459,42 @@ fn split_kernel(k: &mut Kernel, s: &Strategy) -> Vec<Need> {
         })
     };
     let forward = matches!(k.phase, Phase::Forward | Phase::Recompute);
+    if k.split == Split::Expert {
+        // Each device keeps 1/e of the experts; each expert takes the routed tokens of the
+        // e devices. Routed tokens go out (dispatch) before the first expert GEMM and come
+        // back (combine) after the second, and their gradients likewise.
+        // Tensor parallelism splits each expert's feed-forward width as Megatron splits a
+        // dense one: partial sums over the width are all-reduced.
+        let (e, t) = (s.expert, s.tensor);
+        if let Op::Gemm { m, k: kk, n, .. } = &mut k.op {
+            if k.phase == Phase::BackwardWeight {
+                *kk *= e;
+                if *m >= *n {
+                    div(m, t);
+                } else {
+                    div(n, t);
+                }
+            } else {
+                need(
+                    Collective::AllToAll,
+                    Axis::Expert,
+                    (*m * (*kk).min(*n)) as f64 * b,
+                );
+                *m *= e;
+                if *kk > *n {
+                    div(kk, t);
+                    if t > 1 {
+                        need(Collective::AllReduce, Axis::Tensor, (*m * *n) as f64 * b);
+                    }
+                } else {
+                    div(n, t);
+                }
+            }
+        } else {
+            divide_stream(&mut k.op, t as f64 / e as f64);
+        }
+        return (needs, e);
+    }
     if k.split == Split::Table {
         // Each device looks up its share of the tables for the whole batch: the same bytes
         // as a replica's share of every table, split again over a model-parallel group;
@@ -458,7 +514,7 @@ fn split_kernel(k: &mut Kernel, s: &Strategy) -> Vec<Need> {
             need(Collective::AllToAll, Axis::Every, pooled / share);
         }
         divide_stream(&mut k.op, share);
-        return needs;
+        return (needs, 1);
     }
     let weight_gemm =
         matches!(k.op, Op::Gemm { batch: 1, .. }) && k.class != KernelClass::Attention;
@@ -554,7 +610,7 @@ fn split_kernel(k: &mut Kernel, s: &Strategy) -> Vec<Need> {
         }
         None => {}
     }
-    needs
+    (needs, 1)
 }
 
 fn stage_work(
@@ -603,7 +659,8 @@ fn stage_work(
             continue;
         }
         scale_tokens(&mut k, f_tok);
-        let needs = split_kernel(&mut k, s);
+        let (needs, fewer) = split_kernel(&mut k, s);
+        let count = count / fewer.max(1);
         let t = evaluator.kernel(&k);
         let time = t.time_s * count as f64;
         let forward = matches!(k.phase, Phase::Forward);

@@ -96,6 +96,9 @@ pub enum Split {
     Sharded,
     /// A vocabulary-parallel embedding lookup: each rank gathers its rows, outputs summed.
     Embedding,
+    /// A mixture-of-experts feed-forward: experts spread over the expert-parallel group, the
+    /// routed tokens dispatched to them and combined back all-to-all.
+    Expert,
     /// Recommendation embedding tables, sharded table-wise over every device (MAD Max
     /// Sec. 2.2: model parallelism, the one way such tables fit): each device looks up its
     /// tables for the whole batch, and the pooled outputs are exchanged all-to-all.
@@ -183,6 +186,8 @@ pub struct Graph {
     pub boundary_bytes: f64,
     /// Dense parameters before, inside and after the repeated layers.
     pub parameters_by_position: [f64; 3],
+    /// Of those, the mixture-of-experts feed-forward weights (inside the layers).
+    pub expert_parameters: f64,
 }
 
 impl Graph {
@@ -223,6 +228,7 @@ pub(crate) struct Builder {
     replicated_saved_bytes: f64,
     position: Position,
     parameters_by_position: [f64; 3],
+    expert_parameters: f64,
 }
 
 impl Builder {
@@ -240,6 +246,7 @@ impl Builder {
             replicated_saved_bytes: 0.0,
             position: Position::Head,
             parameters_by_position: [0.0; 3],
+            expert_parameters: 0.0,
         }
     }
 
@@ -254,6 +261,9 @@ impl Builder {
     }
 
     fn add_parameters(&mut self, parameters: f64) {
+        if self.split == Split::Expert {
+            self.expert_parameters += parameters;
+        }
         self.parameters += parameters;
         self.dense_parameters += parameters;
         self.parameters_by_position[self.position as usize] += parameters;
@@ -587,6 +597,7 @@ impl Builder {
             layers,
             boundary_bytes,
             parameters_by_position: self.parameters_by_position,
+            expert_parameters: self.expert_parameters,
         }
     }
 }

@@ -75,6 +75,16 @@ pub struct Transformer {
     pub optimizer: Optimizer,
     /// Inference instead of training.
     pub inference: Option<inference::InferenceSpec>,
+    /// Mixture-of-experts feed-forward.
+    pub moe: Option<Moe>,
+}
+
+/// A mixture-of-experts feed-forward (GShard; Switch Transformer).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Moe {
+    pub experts: u64,
+    pub top_k: u64,
+    pub capacity_factor: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -228,6 +238,32 @@ fn transformer(
         recompute: raw.recompute,
         tie_embeddings: raw.tie_embeddings,
         optimizer: raw.optimizer,
+        moe: match raw.moe {
+            None => None,
+            Some(m) => {
+                let experts = check.positive_count("moe.experts", m.experts)?;
+                let top_k = check.positive_count("moe.top_k", m.top_k)?;
+                if top_k > experts {
+                    return Err(ConfigError::invalid(
+                        check.file,
+                        "moe.top_k",
+                        top_k,
+                        format!(
+                            "at most moe.experts ({experts}): a token picks top_k of the experts"
+                        ),
+                    ));
+                }
+                let capacity_factor = match m.capacity_factor {
+                    Some(c) => check.within("moe.capacity_factor", c, 1.0, 8.0)?,
+                    None => 1.25, // Switch Transformer's default training capacity factor
+                };
+                Some(Moe {
+                    experts,
+                    top_k,
+                    capacity_factor,
+                })
+            }
+        },
         inference: match raw.inference {
             None => None,
             Some(i) => Some(inference::InferenceSpec {
@@ -344,6 +380,7 @@ fn gemm_graph(g: &Gemm) -> Graph {
         layers: 0,
         boundary_bytes: 0.0,
         parameters_by_position: [0.0; 3],
+        expert_parameters: 0.0,
     }
 }
 
@@ -552,34 +589,96 @@ fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Gra
         8.0,
         1.0,
     );
-    g.split = Split::Column;
-    g.linear("mlp up", KernelClass::Gemm, l, tokens, h, ffn_in, l, true);
-    g.split = Split::Sharded;
     let (act_name, act_inputs) = if w.gated_ffn {
         ("swiglu", 2.0)
     } else {
         ("gelu", 1.0)
     };
-    g.pointwise(
-        act_name,
-        KernelClass::Pointwise,
-        l,
-        t * w.ffn_hidden as f64,
-        act_inputs,
-        8.0,
-        act_inputs,
-    );
-    g.split = Split::Row;
-    g.linear(
-        "mlp down",
-        KernelClass::Gemm,
-        l,
-        tokens,
-        w.ffn_hidden,
-        h,
-        l,
-        true,
-    );
+    match w.moe {
+        None => {
+            g.split = Split::Column;
+            g.linear("mlp up", KernelClass::Gemm, l, tokens, h, ffn_in, l, true);
+            g.split = Split::Sharded;
+            g.pointwise(
+                act_name,
+                KernelClass::Pointwise,
+                l,
+                t * w.ffn_hidden as f64,
+                act_inputs,
+                8.0,
+                act_inputs,
+            );
+            g.split = Split::Row;
+            g.linear(
+                "mlp down",
+                KernelClass::Gemm,
+                l,
+                tokens,
+                w.ffn_hidden,
+                h,
+                l,
+                true,
+            );
+        }
+        Some(moe) => {
+            // The router scores every token against every expert, then each expert takes
+            // its capacity of the routed tokens: tokens x top_k x capacity / experts.
+            g.split = Split::Replicated;
+            g.linear(
+                "router",
+                KernelClass::Gemm,
+                l,
+                tokens,
+                h,
+                moe.experts,
+                l,
+                true,
+            );
+            g.pointwise(
+                "router softmax and top-k",
+                KernelClass::Pointwise,
+                l,
+                t * moe.experts as f64,
+                1.0,
+                6.0,
+                1.0,
+            );
+            let e = moe.experts;
+            let per_expert =
+                ((t * moe.top_k as f64 * moe.capacity_factor) / e as f64).ceil() as u64;
+            g.split = Split::Expert;
+            g.linear(
+                "expert up",
+                KernelClass::Gemm,
+                l * e,
+                per_expert.max(1),
+                h,
+                ffn_in,
+                l * e,
+                true,
+            );
+            g.pointwise(
+                act_name,
+                KernelClass::Pointwise,
+                l * e,
+                per_expert as f64 * w.ffn_hidden as f64,
+                act_inputs,
+                8.0,
+                act_inputs,
+            );
+            g.linear(
+                "expert down",
+                KernelClass::Gemm,
+                l * e,
+                per_expert.max(1),
+                w.ffn_hidden,
+                h,
+                l * e,
+                true,
+            );
+            g.split = Split::Replicated;
+        }
+    }
     g.split = Split::Replicated;
     g.pointwise(
         "residual add (mlp)",
