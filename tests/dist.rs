@@ -546,3 +546,48 @@ fn experts_spread_over_expert_parallel_groups_with_all_to_all() {
         "{e}"
     );
 }
+
+#[test]
+fn fine_tuning_frozen_layers_skip_their_backward_and_gradients() {
+    // LLaMA-65B with only the last 8 of 80 layers (and the head) trained: the forward is
+    // whole, the backward a tenth, frozen weights keep no gradients, optimizer state or
+    // gradient traffic.
+    let (sys, arch) = system("templates/dgx-a100.yaml");
+    let net = sys.network(&arch, 2048).unwrap();
+    let text = std::fs::read_to_string(root().join("workloads/llama-65b.yaml")).unwrap();
+    let full = Workload::from_yaml("llama-65b.yaml", &text).unwrap();
+    let tuned = Workload::from_yaml(
+        "ft.yaml",
+        &format!("{text}fine_tuning: {{trainable_layers: 8}}\n"),
+    )
+    .unwrap();
+    let s = Strategy::parse("t8-p4-d64-mb1-sp-rc=selective").unwrap();
+    let (a, b) = (
+        predict(&full, &arch, &net, &s).unwrap(),
+        predict(&tuned, &arch, &net, &s).unwrap(),
+    );
+    let ratio = b.time_per_iteration_s / a.time_per_iteration_s;
+    println!("fine-tuning 8 of 80 layers: {ratio:.3} of the pre-training iteration");
+    // Forward ~1/3 of the work, a tenth of the backward's 2/3: ~0.40.
+    assert!((0.33..0.5).contains(&ratio), "{ratio}");
+    assert!(b.gradients_bytes < 0.15 * a.gradients_bytes);
+    assert!(b.optimizer_state_bytes < 0.15 * a.optimizer_state_bytes);
+    assert_eq!(b.weights_bytes, a.weights_bytes);
+    let sync = |p: &stackflow::dist::DistPrediction| {
+        p.communication
+            .iter()
+            .find(|c| c.name == "gradient sync")
+            .map_or(0.0, |c| c.bytes)
+    };
+    assert!(sync(&b) < 0.15 * sync(&a));
+    let e = Workload::from_yaml(
+        "ft.yaml",
+        &format!("{text}fine_tuning: {{trainable_layers: 81}}\n"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("fine_tuning.trainable_layers = 81: at most layers (80)"),
+        "{e}"
+    );
+}

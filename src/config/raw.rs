@@ -419,6 +419,16 @@ pub struct TransformerRaw {
     /// routed to `top_k` of them (GShard, Switch Transformer).
     #[serde(default)]
     pub moe: Option<MoeRaw>,
+    /// Fine-tune instead of pre-train: only the last `trainable_layers` layers (and the
+    /// output head) learn; the rest are frozen.
+    #[serde(default)]
+    pub fine_tuning: Option<FineTuningRaw>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FineTuningRaw {
+    pub trainable_layers: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

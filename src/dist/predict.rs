@@ -257,12 +257,14 @@ pub fn predict(
         .max(0.0)
         / net.devices as f64;
     let weights_bytes = max_params * bytes / shard_if(3) + sparse;
+    // Frozen weights (fine-tuning) have no gradients or optimizer state.
+    let trainable = graph.trainable_share;
     let gradients_bytes = if optimizer {
-        max_params * bytes / shard_if(2)
+        max_params * bytes / shard_if(2) * trainable
     } else {
         0.0
     };
-    let optimizer_state_bytes = max_params * opt_state / shard_if(1);
+    let optimizer_state_bytes = max_params * opt_state / shard_if(1) * trainable;
     let act = &graph.memory;
     let tensor_split = match s.kernel {
         Some(KernelSplit::Rc { kp1, kp2 }) => ((kp1 * kp2) as f64, kp1 as f64),
@@ -865,6 +867,7 @@ fn evaluate(
     for (i, st) in stages.iter().enumerate() {
         let stage_bytes = st.parameters / s.model_degree().max(1) as f64
             * bytes
+            * graph.trainable_share
             * match s.kernel {
                 Some(KernelSplit::Rc { kp1, .. }) => kp1 as f64,
                 _ => 1.0,

@@ -188,6 +188,8 @@ pub struct Graph {
     pub parameters_by_position: [f64; 3],
     /// Of those, the mixture-of-experts feed-forward weights (inside the layers).
     pub expert_parameters: f64,
+    /// Share of the parameters that train (1 unless fine-tuning freezes some).
+    pub trainable_share: f64,
 }
 
 impl Graph {
@@ -598,6 +600,7 @@ impl Builder {
             boundary_bytes,
             parameters_by_position: self.parameters_by_position,
             expert_parameters: self.expert_parameters,
+            trainable_share: 1.0,
         }
     }
 }

@@ -77,6 +77,8 @@ pub struct Transformer {
     pub inference: Option<inference::InferenceSpec>,
     /// Mixture-of-experts feed-forward.
     pub moe: Option<Moe>,
+    /// Fine-tuning: the last this-many layers (and the head) train, the rest are frozen.
+    pub trainable_layers: Option<u64>,
 }
 
 /// A mixture-of-experts feed-forward (GShard; Switch Transformer).
@@ -238,6 +240,21 @@ fn transformer(
         recompute: raw.recompute,
         tie_embeddings: raw.tie_embeddings,
         optimizer: raw.optimizer,
+        trainable_layers: match raw.fine_tuning {
+            None => None,
+            Some(f) => {
+                let layers = raw.layers;
+                if f.trainable_layers > layers {
+                    return Err(ConfigError::invalid(
+                        check.file,
+                        "fine_tuning.trainable_layers",
+                        f.trainable_layers,
+                        format!("at most layers ({layers})"),
+                    ));
+                }
+                Some(f.trainable_layers)
+            }
+        },
         moe: match raw.moe {
             None => None,
             Some(m) => {
@@ -381,6 +398,7 @@ fn gemm_graph(g: &Gemm) -> Graph {
         boundary_bytes: 0.0,
         parameters_by_position: [0.0; 3],
         expert_parameters: 0.0,
+        trainable_share: 1.0,
     }
 }
 
@@ -473,7 +491,54 @@ fn lstm_graph(w: &Lstm) -> Graph {
 
 /// Decoder-only transformer (GPT-style, pre-norm), Megatron's kernel decomposition.
 fn transformer_graph(w: &Transformer) -> Graph {
-    transformer_pass(w, w.global_batch, w.sequence, w.sequence)
+    let g = transformer_pass(w, w.global_batch, w.sequence, w.sequence);
+    match w.trainable_layers {
+        Some(k) => fine_tune(g, w.layers, k),
+        None => g,
+    }
+}
+
+/// Fine-tuning with the first `layers - trainable` layers and the embedding frozen: no
+/// backward work below the lowest trainable layer, no weight gradients, optimizer state or
+/// gradient traffic for frozen weights, no activations kept for frozen layers.
+fn fine_tune(mut g: Graph, layers: u64, trainable: u64) -> Graph {
+    let share = trainable as f64 / layers.max(1) as f64;
+    let frozen_layers = g.parameters_by_position[Position::Layer as usize] * (1.0 - share);
+    let frozen = g.parameters_by_position[Position::Head as usize] + frozen_layers;
+    let all: f64 = g.parameters_by_position.iter().sum();
+    let trainable_share = if all > 0.0 { (all - frozen) / all } else { 0.0 };
+    g.kernels.retain_mut(|k| {
+        let backward = matches!(
+            k.phase,
+            Phase::Recompute | Phase::BackwardInput | Phase::BackwardWeight
+        );
+        match (backward, k.position) {
+            (true, Position::Head) => false,
+            (true, Position::Layer) => {
+                k.count = k.count / layers.max(1) * trainable;
+                k.count > 0
+            }
+            _ => true,
+        }
+    });
+    for k in g.kernels.iter_mut().filter(|k| k.phase == Phase::Update) {
+        if let Op::Stream {
+            read_bytes,
+            write_bytes,
+            flops,
+        } = &mut k.op
+        {
+            *read_bytes *= trainable_share;
+            *write_bytes *= trainable_share;
+            *flops *= trainable_share;
+        }
+    }
+    g.memory.gradients_bytes *= trainable_share;
+    g.memory.optimizer_state_bytes *= trainable_share;
+    g.memory.activations_bytes *= share;
+    g.memory.replicated_activations_bytes *= share;
+    g.trainable_share = trainable_share;
+    g
 }
 
 /// The transformer's kernels for `batch` sequences of `queries` new tokens each attending
