@@ -164,6 +164,16 @@ fn rel(predicted: f64, measured: f64) -> f64 {
     100.0 * (predicted / measured - 1.0)
 }
 
+/// Relative error in %, the tolerance as printed, and whether the error is within it.
+fn within(predicted: f64, measured: f64, tolerance: f64) -> (f64, String, bool) {
+    let e = rel(predicted, measured);
+    (
+        e,
+        format!("{:.0}%", tolerance * 100.0),
+        e.abs() <= tolerance * 100.0,
+    )
+}
+
 /// Runs every case of the index at `path` (read from `source`).
 pub fn run(source: Source, path: &Path) -> anyhow::Result<Report> {
     let file = path.display().to_string();
@@ -205,16 +215,8 @@ pub fn run(source: Source, path: &Path) -> anyhow::Result<Report> {
             } => {
                 let p = ctx.train(run)?;
                 let days = tokens / p.tokens_per_s / 86400.0;
-                let e = rel(days, *measured);
-                push(
-                    *measured,
-                    days,
-                    "days",
-                    e,
-                    format!("{:.0}%", tolerance * 100.0),
-                    e.abs() <= tolerance * 100.0,
-                    "",
-                );
+                let (e, tol, ok) = within(days, *measured, *tolerance);
+                push(*measured, days, "days", e, tol, ok, "");
             }
             Run::SerializedMs {
                 run,
@@ -223,16 +225,8 @@ pub fn run(source: Source, path: &Path) -> anyhow::Result<Report> {
             } => {
                 let p = ctx.train(run)?;
                 let ms = p.serialized_time_s * 1e3;
-                let e = rel(ms, *measured);
-                push(
-                    *measured,
-                    ms,
-                    "ms",
-                    e,
-                    format!("{:.0}%", tolerance * 100.0),
-                    e.abs() <= tolerance * 100.0,
-                    "",
-                );
+                let (e, tol, ok) = within(ms, *measured, *tolerance);
+                push(*measured, ms, "ms", e, tol, ok, "");
             }
             Run::ExposedPercent {
                 run,
@@ -346,16 +340,8 @@ pub fn run(source: Source, path: &Path) -> anyhow::Result<Report> {
                 };
                 let x = time(Topology::Torus { dims: dims.clone() })
                     / time(Topology::TwistedTorus { dims: dims.clone() });
-                let e = rel(x, *measured);
-                push(
-                    *measured,
-                    x,
-                    "x",
-                    e,
-                    format!("{:.0}%", tolerance * 100.0),
-                    e.abs() <= tolerance * 100.0,
-                    &format!(" {dims:?}"),
-                );
+                let (e, tol, ok) = within(x, *measured, *tolerance);
+                push(*measured, x, "x", e, tol, ok, &format!(" {dims:?}"));
             }
             Run::Gemm { file } => {
                 let list: GemmCases = parse_yaml(file, &source.read(&ctx.path(file))?)?;
@@ -378,14 +364,14 @@ pub fn run(source: Source, path: &Path) -> anyhow::Result<Report> {
                         .clone();
                     let t = Evaluator::new(&arch).kernel(&kernel);
                     let tflops = kernel.flops() / t.time_s / 1e12;
-                    let e = rel(tflops, g.measured_tflops);
+                    let (e, tol, ok) = within(tflops, g.measured_tflops, g.tolerance);
                     push(
                         g.measured_tflops,
                         tflops,
                         "TFLOP/s",
                         e,
-                        format!("{:.0}%", g.tolerance * 100.0),
-                        e.abs() <= g.tolerance * 100.0,
+                        tol,
+                        ok,
                         &format!(" {} {}x{}x{}", g.budget, g.m, g.k, g.n),
                     );
                 }
@@ -500,20 +486,20 @@ struct Table3Run {
     seqs_per_s: f64,
 }
 
+/// Measured GEMM ceilings (validation/gemm.yaml).
 #[derive(Debug, Clone, Deserialize)]
-struct GemmCases {
-    cases: Vec<GemmCase>,
+pub struct GemmCases {
+    pub cases: Vec<GemmCase>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
-struct GemmCase {
-    budget: String,
-    m: u64,
-    k: u64,
-    n: u64,
-    precision: Precision,
-    measured_tflops: f64,
-    tolerance: f64,
-    #[allow(dead_code)]
-    source: String,
+pub struct GemmCase {
+    pub budget: String,
+    pub m: u64,
+    pub k: u64,
+    pub n: u64,
+    pub precision: Precision,
+    pub measured_tflops: f64,
+    pub tolerance: f64,
+    pub source: String,
 }

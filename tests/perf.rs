@@ -6,7 +6,6 @@ mod common;
 use common::{assert_close, root, stackflow, Scratch};
 
 use proptest::prelude::*;
-use serde::Deserialize;
 use stackflow::config::raw::Precision;
 use stackflow::config::{parse_yaml, Source};
 use stackflow::design::{Design, DesignFiles};
@@ -35,22 +34,7 @@ fn gemm(m: u64, k: u64, n: u64, precision: Precision) -> Kernel {
 
 // ------------------------------------------------------------------ validation
 
-#[derive(Deserialize)]
-struct GemmCases {
-    cases: Vec<GemmCase>,
-}
-
-#[derive(Deserialize)]
-struct GemmCase {
-    budget: String,
-    m: u64,
-    k: u64,
-    n: u64,
-    precision: Precision,
-    measured_tflops: f64,
-    tolerance: f64,
-    source: String,
-}
+use stackflow::validate::GemmCases;
 
 #[test]
 fn measured_gemm_throughput_is_predicted_within_tolerance() {
