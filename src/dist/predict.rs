@@ -24,7 +24,8 @@ pub struct CommReport {
     pub axis: Axis,
     /// Devices in the group.
     pub group: u64,
-    /// Bytes of one call's message, and calls per iteration on the busiest stage.
+    /// Bytes of one call's message (the mean when calls differ, as gradient buckets do),
+    /// and calls per iteration on the busiest stage.
     pub bytes: f64,
     pub calls: f64,
     /// Time of all calls, s.
@@ -721,6 +722,8 @@ impl Ledger<'_> {
             .find(|c| c.name == name && c.collective == need.collective)
         {
             Some(c) => {
+                // Calls of different sizes (gradient buckets): report the mean size.
+                c.bytes = (c.bytes * c.calls + need.bytes * calls) / (c.calls + calls);
                 c.calls += calls;
                 c.time_s += time_s;
             }
