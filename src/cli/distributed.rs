@@ -43,18 +43,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let devices = args.devices.unwrap_or_else(|| system.default_devices());
     let network = system.network(&arch, devices)?;
     let strategy = load_strategy(args.strategy, &system, devices)?;
-    let machine = stackflow::perf::Evaluator::new(&arch).machine;
-    if let Some((precision, supported)) = stackflow::perf::unsupported(&machine, &workload.graph())
-    {
-        bail!(
-            "{}: {} = {}: the accelerator's template {} supports only {supported} \
-             (compute.throughput_by_precision)",
-            workload_file.display(),
-            workload.precisions()[0].0,
-            precision.name(),
-            arch.template
-        );
-    }
+    super::check_precision(&workload_file, &workload, &arch)?;
     let prediction = predict(&workload, &arch, &network, &strategy)?;
     if args.json {
         let text = serde_json::to_string_pretty(&prediction).context("writing the prediction")?;

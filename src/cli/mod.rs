@@ -333,16 +333,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             };
             let graph = wl.graph();
             let mut evaluator = Evaluator::new(&architecture);
-            if let Some((precision, supported)) = unsupported(&evaluator.machine, &graph) {
-                let field = wl.precisions()[0].0;
-                bail!(
-                    "{}: {field} = {}: the template {} supports only {supported} \
-                     (compute.throughput_by_precision)",
-                    workload_file.display(),
-                    precision.name(),
-                    architecture.template
-                );
-            }
+            check_precision(&workload_file, &wl, &architecture)?;
             if let Workload::Transformer(
                 t @ stackflow::workload::Transformer {
                     inference: Some(spec),
@@ -385,6 +376,26 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Refuses a workload whose precision the accelerator's template cannot compute.
+pub(crate) fn check_precision(
+    file: &std::path::Path,
+    workload: &Workload,
+    arch: &Architecture,
+) -> anyhow::Result<()> {
+    let machine = Evaluator::new(arch).machine;
+    if let Some((precision, supported)) = unsupported(&machine, &workload.graph()) {
+        bail!(
+            "{}: {} = {}: the template {} supports only {supported} \
+             (compute.throughput_by_precision)",
+            file.display(),
+            workload.precisions()[0].0,
+            precision.name(),
+            arch.template
+        );
+    }
+    Ok(())
 }
 
 /// Operational CO2e of one iteration: energy x PUE x grid intensity (TPU v4 paper Sec. 7.6).
