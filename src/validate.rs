@@ -277,6 +277,14 @@ pub fn run(source: Source, path: &Path) -> anyhow::Result<Report> {
                 let arch = system.accelerator()?;
                 let mut within = 0;
                 for r in &rows.rows {
+                    anyhow::ensure!(
+                        r.t > 0 && r.p > 0 && r.gpus % (r.t * r.p) == 0 && r.gpus >= r.t * r.p,
+                        "{file}: row {}B: gpus {} must be a positive multiple of t x p = {} x {}",
+                        r.params_b,
+                        r.gpus,
+                        r.t,
+                        r.p
+                    );
                     let net = system.network(&arch, r.gpus)?;
                     let p = predict(&megatron_gpt(r)?, &arch, &net, &megatron_strategy(r))?;
                     let tflops = narayanan_flops(r) / p.time_per_iteration_s / r.gpus as f64 / 1e12;

@@ -567,11 +567,23 @@ fn fine_tuning_frozen_layers_skip_their_backward_and_gradients() {
         predict(&tuned, &arch, &net, &s).unwrap(),
     );
     let ratio = b.time_per_iteration_s / a.time_per_iteration_s;
-    println!("fine-tuning 8 of 80 layers: {ratio:.3} of the pre-training iteration");
-    // Forward ~1/3 of the work, a tenth of the backward's 2/3: ~0.40.
-    assert!((0.33..0.5).contains(&ratio), "{ratio}");
-    assert!(b.gradients_bytes < 0.15 * a.gradients_bytes);
-    assert!(b.optimizer_state_bytes < 0.15 * a.optimizer_state_bytes);
+    // The 8 trainable layers all sit on the last of 4 stages (20 layers each): that stage
+    // runs its forward and 8/20 of its backward, ~1/3 + 2/3 x 0.4 = 0.6 of before.
+    println!("fine-tuning 8 of 80 layers over 4 stages: {ratio:.3} of the pre-training iteration");
+    assert!((0.5..0.7).contains(&ratio), "{ratio}");
+    // Without pipelining every device runs the whole forward and a tenth of the backward.
+    let flat = Strategy::parse("t8-d256-mb1-sp-rc=selective").unwrap();
+    let unpiped = predict(&tuned, &arch, &net, &flat)
+        .unwrap()
+        .time_per_iteration_s
+        / predict(&full, &arch, &net, &flat)
+            .unwrap()
+            .time_per_iteration_s;
+    println!("without pipelining: {unpiped:.3}");
+    assert!((0.33..0.5).contains(&unpiped), "{unpiped}");
+    // The busiest device (last stage) trains 8 of its 20 layers.
+    assert!(b.gradients_bytes < 0.5 * a.gradients_bytes);
+    assert!(b.optimizer_state_bytes < 0.5 * a.optimizer_state_bytes);
     assert_eq!(b.weights_bytes, a.weights_bytes);
     let sync = |p: &stackflow::dist::DistPrediction| {
         p.communication

@@ -113,7 +113,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let layout = stackflow::opt::problem::layout(&design);
     let set = feasible_set(&layout, bounds.as_ref().map(|(f, b)| (f.as_str(), b)))?;
     let search = args.search_strategy || args.strategy.is_none();
-    let baseline = load_strategy(args.strategy.as_deref(), &system, devices)?;
+    let baseline = match (&args.strategy, search) {
+        (None, true) => {
+            // Pure data parallelism, or the first strategy that runs when it does not.
+            let arch = system.apply_caps(stackflow::generator::generate(&design));
+            let net = system.network(&arch, devices)?;
+            stackflow::opt::search::baseline(&workload, &arch, &net, devices).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no strategy runs {} on {devices} devices (batch, layers or heads do not split)",
+                    wfile.display()
+                )
+            })?
+        }
+        _ => load_strategy(args.strategy.as_deref(), &system, devices)?,
+    };
     let mut problem = BudgetProblem::new(system.clone(), design, devices, workload, baseline, set)
         .with_context(|| {
             format!(

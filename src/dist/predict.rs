@@ -113,6 +113,9 @@ struct StageWork {
     /// Graphs without repeated layers: when each weight's gradient is ready (seconds into
     /// the backward step) and its share of the stage's weights.
     grad_ready: Vec<(f64, f64)>,
+    /// Weights this stage trains, per device before data-parallel sharding: model-parallel
+    /// shares, experts split over the expert group, frozen layers left out.
+    trained: f64,
 }
 
 /// Predicts one iteration of `workload` on `net` under `strategy`.
@@ -259,13 +262,13 @@ pub fn predict(
         / net.devices as f64;
     let weights_bytes = max_params * bytes / shard_if(3) + sparse;
     // Frozen weights (fine-tuning) have no gradients or optimizer state.
-    let trainable = graph.trainable_share;
+    let max_trained = stages.iter().map(|st| st.trained).fold(0.0, f64::max);
     let gradients_bytes = if optimizer {
-        max_params * bytes / shard_if(2) * trainable
+        max_trained * bytes / shard_if(2)
     } else {
         0.0
     };
-    let optimizer_state_bytes = max_params * opt_state / shard_if(1) * trainable;
+    let optimizer_state_bytes = max_trained * opt_state / shard_if(1);
     let act = &graph.memory;
     let tensor_split = match s.kernel {
         Some(KernelSplit::Rc { kp1, kp2 }) => ((kp1 * kp2) as f64, kp1 as f64),
@@ -478,12 +481,13 @@ fn split_kernel(k: &mut Kernel, s: &Strategy) -> (Vec<Need>, u64) {
                     div(n, t);
                 }
             } else {
+                // The device's expert slots take m tokens from each of the e devices.
+                *m *= e;
                 need(
                     Collective::AllToAll,
                     Axis::Expert,
                     (*m * (*kk).min(*n)) as f64 * b,
                 );
-                *m *= e;
                 if *kk > *n {
                     div(kk, t);
                     if t > 1 {
@@ -637,9 +641,43 @@ fn stage_work(
     }
     let total_params: f64 = graph.parameters_by_position.iter().sum();
     let model_shard = s.model_degree() as f64;
+    // Fine-tuning trains the last `trainable_layers` layers: this stage's share of them.
+    let per_stage = graph.layers / p;
+    let (first, last) = (stage * per_stage, (stage + 1) * per_stage);
+    let lowest = graph.layers - graph.trainable_layers.min(graph.layers);
+    let trained_layers = last.saturating_sub(first.max(lowest)).min(per_stage);
+    let fine_tuning = graph.trainable_layers < graph.layers;
+    {
+        let layer = if graph.layers > 0 {
+            layer_params / graph.layers as f64
+        } else {
+            0.0
+        };
+        let experts = graph.expert_parameters / graph.layers.max(1) as f64;
+        let mut trained = if graph.layers > 0 {
+            trained_layers as f64 * (layer - experts)
+                + trained_layers as f64 * experts / s.expert as f64
+        } else {
+            layer_params
+        };
+        if stage == 0 && !fine_tuning {
+            trained += graph.parameters_by_position[Position::Head as usize];
+        }
+        if stage == p - 1 {
+            trained += graph.parameters_by_position[Position::Tail as usize];
+        }
+        w.trained = trained / model_shard;
+    }
     for kernel in &graph.kernels {
+        let backward = matches!(
+            kernel.phase,
+            Phase::Recompute | Phase::BackwardInput | Phase::BackwardWeight
+        );
         let count = match kernel.position {
             _ if kernel.phase == Phase::Update => 1,
+            Position::Layer if backward && fine_tuning => {
+                kernel.count / graph.trainable_layers.max(1) * trained_layers
+            }
             Position::Layer => kernel.count / p,
             Position::Head if stage == 0 => kernel.count,
             Position::Tail if stage == p - 1 => kernel.count,
@@ -651,13 +689,15 @@ fn stage_work(
         let mut k = kernel.clone();
         if k.phase == Phase::Update {
             // The optimizer runs once per iteration on this stage's shard of the weights.
+            // The graph's update kernel covers every trainable weight once; this device
+            // updates its trained share of them.
             let share = if total_params > 0.0 {
-                w.parameters / total_params
+                w.trained / (total_params * graph.trainable_share)
             } else {
                 0.0
             };
             let zero = if s.zero >= 1 { s.data as f64 } else { 1.0 };
-            scale_stream(&mut k.op, share / (model_shard * zero));
+            scale_stream(&mut k.op, share / zero);
             w.update_s += evaluator.kernel(&k).time_s;
             continue;
         }
@@ -790,14 +830,15 @@ fn evaluate(
         // run beside compute; just-in-time ones sit on the critical path.
         let (mut fwd, mut bwd) = (st.forward_s + fwd_comm, st.backward_s + bwd_comm);
         if s.zero >= 3 {
-            let weights = |collective| Need {
+            let weights = |collective, bytes: f64| Need {
                 collective,
                 axis: Axis::Data,
-                bytes: stage_param_bytes / v as f64,
+                bytes: bytes / v as f64,
             };
+            // Every weight is gathered; only trained weights have gradients to scatter.
             let (gather, scatter) = (
-                weights(Collective::AllGather),
-                weights(Collective::ReduceScatter),
+                weights(Collective::AllGather, stage_param_bytes),
+                weights(Collective::ReduceScatter, st.trained * bytes),
             );
             let steps = (m * v as u64) as f64;
             let gather_s = ledger.charge(
@@ -868,9 +909,8 @@ fn evaluate(
     };
     let mut end = 0.0f64;
     for (i, st) in stages.iter().enumerate() {
-        let stage_bytes = st.parameters / s.model_degree().max(1) as f64
+        let stage_bytes = st.trained
             * bytes
-            * graph.trainable_share
             * match s.kernel {
                 Some(KernelSplit::Rc { kp1, .. }) => kp1 as f64,
                 _ => 1.0,

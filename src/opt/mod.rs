@@ -102,22 +102,29 @@ pub fn co_optimize(
         baseline_s,
     );
     // (c) both: budgets under the searched strategy, then search again, until stable.
-    let mut strategy = chosen;
-    let mut search_result;
-    let mut result;
+    // Each round optimizes the budgets for the strategy of the last search; the best round
+    // is kept.
+    let mut next = chosen;
+    let mut best: Option<(Strategy, budget::BudgetResult, search::SearchResult)> = None;
     let mut rounds = 0;
     loop {
         rounds += 1;
+        let strategy = next;
         problem.strategy = strategy;
-        result = budget::optimize_budgets(problem, settings, bar)?;
+        let result = budget::optimize_budgets(problem, settings, bar)?;
         let again = best_strategy(problem, &result.best)?;
-        let next = again.best.as_ref().map(|c| c.parsed).unwrap_or(strategy);
-        search_result = again;
+        next = again.best.as_ref().map(|c| c.parsed).unwrap_or(strategy);
+        if best
+            .as_ref()
+            .map_or(true, |b| result.best_objective < b.1.best_objective)
+        {
+            best = Some((strategy, result, again));
+        }
         if next == strategy || rounds >= 3 {
             break;
         }
-        strategy = next;
     }
+    let (strategy, result, search_result) = best.expect("at least one round");
     let both = point(problem, "both", &strategy, &result.best, baseline_s);
     problem.strategy = strategy;
     Ok(CoOptimization {

@@ -457,16 +457,19 @@ impl Gradient for BudgetProblem {
         let g = (0..w.len())
             .into_par_iter()
             .map(|i| {
+                // The objective at the projected neighbours: the distance penalty of `cost`
+                // would tilt every slope at the edge of the feasible set.
                 let at = |d: f64| {
                     let mut x = w.clone();
                     x[i] += d;
-                    self.cost(&x).unwrap_or(f64::INFINITY)
+                    self.objective(&self.set.project(&x))
                 };
                 let (up, down) = (at(h), at(-h));
+                let here = || self.objective(&self.set.project(w));
                 match (up.is_finite(), down.is_finite()) {
                     (true, true) => (up - down) / (2.0 * h),
-                    (true, false) => (up - self.cost(w).unwrap_or(f64::INFINITY)) / h,
-                    (false, true) => (self.cost(w).unwrap_or(f64::INFINITY) - down) / h,
+                    (true, false) => (up - here()) / h,
+                    (false, true) => (here() - down) / h,
                     (false, false) => 0.0,
                 }
             })

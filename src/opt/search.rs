@@ -99,6 +99,23 @@ pub fn enumerate(workload: &Workload, devices: u64) -> Vec<Strategy> {
     out
 }
 
+/// A baseline for a search: pure data parallelism where the workload runs that way, else
+/// the first enumerated strategy that runs at all.
+pub fn baseline(
+    workload: &Workload,
+    arch: &Architecture,
+    network: &Network,
+    devices: u64,
+) -> Option<Strategy> {
+    let data = Strategy {
+        data: devices,
+        ..Strategy::default()
+    };
+    std::iter::once(data)
+        .chain(enumerate(workload, devices))
+        .find(|s| predict(workload, arch, network, s).is_ok())
+}
+
 /// Predicts every strategy in parallel on one accelerator and network.
 pub fn search(
     workload: &Workload,

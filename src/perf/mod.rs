@@ -531,7 +531,8 @@ impl Evaluator {
         decode.time_per_iteration_s += launch;
         let ttft = prefill.time_per_iteration_s;
         let tpot = decode.time_per_iteration_s;
-        let total = ttft + spec.output_tokens as f64 * tpot;
+        // The prefill yields the first output token; each further one is a decode step.
+        let total = ttft + spec.output_tokens.saturating_sub(1) as f64 * tpot;
         let weights = prefill.memory.weights_bytes;
         let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens);
         InferencePrediction {

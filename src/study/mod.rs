@@ -170,6 +170,14 @@ impl Study {
             });
         }
         for (i, p) in raw.plots.iter().enumerate() {
+            if p.kind != crate::config::raw::StudyPlotKind::Lines && p.series.is_some() {
+                return Err(ConfigError::invalid(
+                    &file,
+                    format!("plots[{i}].series"),
+                    p.series.as_deref().unwrap_or(""),
+                    "no series for bar plots (one bar group per x value; use panels)",
+                ));
+            }
             for (k, name) in [
                 ("x", Some(&p.x)),
                 ("series", p.series.as_ref()),
@@ -362,10 +370,13 @@ impl Study {
         let devices = self.devices.unwrap_or_else(|| system.default_devices());
         let strategy = match &self.strategy {
             Some(s) => Strategy::parse(s)?,
-            None => Strategy {
-                data: devices,
-                ..Strategy::default()
-            },
+            None => {
+                let arch = system.apply_caps(crate::generator::generate(&design));
+                let net = system.network(&arch, devices)?;
+                search::baseline(&workload, &arch, &net, devices).ok_or_else(|| {
+                    anyhow::anyhow!("no strategy runs the workload on {devices} devices")
+                })?
+            }
         };
         let lay = layout(&design);
         let set = feasible_set(&lay, None)?;

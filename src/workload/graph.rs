@@ -190,6 +190,8 @@ pub struct Graph {
     pub expert_parameters: f64,
     /// Share of the parameters that train (1 unless fine-tuning freezes some).
     pub trainable_share: f64,
+    /// Repeated layers that train: the last this-many (all unless fine-tuning).
+    pub trainable_layers: u64,
 }
 
 impl Graph {
@@ -601,6 +603,7 @@ impl Builder {
             parameters_by_position: self.parameters_by_position,
             expert_parameters: self.expert_parameters,
             trainable_share: 1.0,
+            trainable_layers: layers,
         }
     }
 }

@@ -399,6 +399,7 @@ fn gemm_graph(g: &Gemm) -> Graph {
         parameters_by_position: [0.0; 3],
         expert_parameters: 0.0,
         trainable_share: 1.0,
+        trainable_layers: 0,
     }
 }
 
@@ -538,6 +539,7 @@ fn fine_tune(mut g: Graph, layers: u64, trainable: u64) -> Graph {
     g.memory.activations_bytes *= share;
     g.memory.replicated_activations_bytes *= share;
     g.trainable_share = trainable_share;
+    g.trainable_layers = trainable;
     g
 }
 
