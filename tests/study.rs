@@ -252,6 +252,29 @@ fn sharded_and_resumed_sweeps_equal_the_whole() {
     for f in ["results.json", "results.csv"] {
         assert_eq!(file(&whole, f), file(&killed, f), "{f}");
     }
+    // Resuming after a base file changed is refused: the results would mix two designs.
+    let r = root();
+    let workload = dir.write(
+        "gpt3.yaml",
+        &std::fs::read_to_string(r.join("workloads/gpt3-175b.yaml")).unwrap(),
+    );
+    let text = std::fs::read_to_string(&s).unwrap().replace(
+        &r.join("workloads/gpt3-175b.yaml").display().to_string(),
+        &workload,
+    );
+    let moved = dir.write("roadmap-copy.yaml", &text);
+    let (code, _, err) = stackflow(&["sweep", &moved, "--out", &out("copy")]);
+    assert_eq!(code, 0, "{err}");
+    let edited = std::fs::read_to_string(&workload)
+        .unwrap()
+        .replace("global_batch: 1536", "global_batch: 1024");
+    std::fs::write(&workload, edited).unwrap();
+    let (code, _, err) = stackflow(&["sweep", &moved, "--out", &out("copy"), "--resume"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("changed since these results were computed"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -100,7 +100,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             out.display()
         );
     }
+    let inputs = study.inputs_fingerprint()?;
+    let saved_inputs = out.join("inputs.txt");
+    if saved_inputs.exists() {
+        ensure!(
+            std::fs::read_to_string(&saved_inputs)? == inputs,
+            "{}: a base file of the study (system, budget, template, technology or workload) \
+             changed since these results were computed; use another --out",
+            out.display()
+        );
+    }
     write_atomic(&saved, study.text.as_bytes())?;
+    write_atomic(&saved_inputs, inputs.as_bytes())?;
     let origin = std::fs::canonicalize(&args.study)
         .with_context(|| format!("resolving {}", args.study.display()))?;
     write_atomic(
@@ -195,12 +206,20 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
         )
     })?;
     let mut all: BTreeMap<usize, PointResult> = BTreeMap::new();
+    let inputs = std::fs::read_to_string(dirs[0].join("inputs.txt")).unwrap_or_default();
     for d in dirs {
         let t = std::fs::read_to_string(d.join("study.yaml"))
             .with_context(|| format!("reading {}", d.join("study.yaml").display()))?;
         ensure!(
             t == text,
             "{} holds another study than {}",
+            d.display(),
+            dirs[0].display()
+        );
+        let i = std::fs::read_to_string(d.join("inputs.txt")).unwrap_or_default();
+        ensure!(
+            i == inputs,
+            "{} ran on other base files than {} (inputs.txt differs)",
             d.display(),
             dirs[0].display()
         );
@@ -225,6 +244,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
         &out.join("origin.txt"),
         origin.display().to_string().as_bytes(),
     )?;
+    write_atomic(&out.join("inputs.txt"), inputs.as_bytes())?;
     let missing = study.len() - all.len();
     let results: Vec<PointResult> = all.into_values().collect();
     let journal: String = results

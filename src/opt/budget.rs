@@ -268,6 +268,8 @@ pub fn sensitivities(problem: &BudgetProblem, w: &[f64]) -> Vec<Sensitivity> {
         .layout
         .par_iter()
         .enumerate()
+        // A resource with no budget at all (0 W, 0 mm) has no margin to price.
+        .filter(|(_, share)| total(share.resource) > 0.0)
         .map(|(i, share)| {
             let t = total(share.resource);
             let delta = 0.01 * t;

@@ -252,6 +252,38 @@ impl Study {
         Ok(study)
     }
 
+    /// The base input files as read now (system, budget, template, technology, workload),
+    /// each under its path: a sweep folder keeps it, so that resuming or merging after any
+    /// of them changed is refused.
+    pub fn inputs_fingerprint(&self) -> Result<String, ConfigError> {
+        let (sys_path, sys_text) = &self.system;
+        let system = System::from_yaml(&sys_path.display().to_string(), sys_text)?;
+        let budget_path = match &self.budget {
+            Some((p, _)) => p.clone(),
+            None => normalize(
+                &Source::Disk.resolve(sys_path, &system.accelerator.display().to_string()),
+            ),
+        };
+        let budget_text = Source::Disk.read(&budget_path)?;
+        let budget = Budget::from_yaml(&budget_path.display().to_string(), &budget_text)?;
+        let template =
+            normalize(&Source::Disk.resolve(&budget_path, &budget.template.display().to_string()));
+        let tech = normalize(
+            &Source::Disk.resolve(&budget_path, &budget.technology.display().to_string()),
+        );
+        let mut out = String::new();
+        for (path, text) in [
+            (sys_path.clone(), sys_text.clone()),
+            (budget_path, budget_text),
+            (template.clone(), Source::Disk.read(&template)?),
+            (tech.clone(), Source::Disk.read(&tech)?),
+            (self.workload.0.clone(), self.workload.1.clone()),
+        ] {
+            out.push_str(&format!("== {}\n{text}\n", path.display()));
+        }
+        Ok(out)
+    }
+
     /// Points in the grid (the product of the axis lengths).
     pub fn len(&self) -> usize {
         self.axes.iter().map(|a| a.values.len()).product()
