@@ -603,3 +603,29 @@ fn fine_tuning_frozen_layers_skip_their_backward_and_gradients() {
         "{e}"
     );
 }
+
+#[test]
+fn dlrm_dense_layers_split_by_tensor_parallelism() {
+    // MAD Max's ((TP, DDP), (MP)) on ZionEX: the MLPs split over the 8 GPUs of a node in
+    // Megatron pairs, replicas across nodes, tables sharded over all 128.
+    let (sys, arch) = system("templates/zionex.yaml");
+    let net = sys.network(&arch, 128).unwrap();
+    let dlrm = Workload::load(Source::Disk, &root().join("workloads/dlrm-a.yaml")).unwrap();
+    let run = |s: Strategy| predict(&dlrm, &arch, &net, &s).unwrap();
+    let ddp = run(Strategy::parse("d128").unwrap());
+    let tp = run(Strategy::from_madmax("(TP, DDP)", 8, 128).unwrap());
+    let fsdp = run(Strategy::from_madmax("(FSDP, FSDP)", 8, 128).unwrap());
+    println!(
+        "DLRM-A: DDP {:.1} ms, (TP, DDP) {:.1} ms, FSDP {:.1} ms",
+        ddp.time_per_iteration_s * 1e3,
+        tp.time_per_iteration_s * 1e3,
+        fsdp.time_per_iteration_s * 1e3
+    );
+    assert!(tp.feasible && fsdp.feasible && ddp.feasible);
+    // Dense gradients and optimizer state split 8 ways; partial sums cross NVLink.
+    assert!(tp.gradients_bytes < ddp.gradients_bytes / 7.0);
+    assert!(tp
+        .communication
+        .iter()
+        .any(|c| c.name == "tensor all-reduce" && c.blocking && c.group == 8));
+}

@@ -797,8 +797,17 @@ fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Gra
 
 /// An MLP of linear layers with an element-wise activation after each, on `batch` rows
 /// of `width` features; returns the output width.
+/// Tensor parallelism pairs the layers as Megatron pairs an MLP's two: a column-parallel
+/// layer, then a row-parallel one whose partial sums are all-reduced; an odd last layer is
+/// replicated.
 fn mlp(g: &mut Builder, name: &str, batch: u64, mut width: u64, layers: &[u64]) -> u64 {
+    let paired = layers.len() / 2 * 2;
     for (i, &out) in layers.iter().enumerate() {
+        g.split = match i {
+            _ if i >= paired => Split::Replicated,
+            _ if i % 2 == 0 => Split::Column,
+            _ => Split::Row,
+        };
         g.linear(
             &format!("{name} mlp {i}"),
             KernelClass::Gemm,
@@ -809,6 +818,11 @@ fn mlp(g: &mut Builder, name: &str, batch: u64, mut width: u64, layers: &[u64]) 
             1,
             false,
         );
+        g.split = if g.split == Split::Column {
+            Split::Sharded
+        } else {
+            Split::Replicated
+        };
         g.pointwise(
             &format!("{name} activation {i}"),
             KernelClass::Pointwise,
@@ -820,6 +834,7 @@ fn mlp(g: &mut Builder, name: &str, batch: u64, mut width: u64, layers: &[u64]) 
         );
         width = out;
     }
+    g.split = Split::Replicated;
     width
 }
 
