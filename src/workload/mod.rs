@@ -799,13 +799,18 @@ fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Gra
 /// of `width` features; returns the output width.
 /// Tensor parallelism pairs the layers as Megatron pairs an MLP's two: a column-parallel
 /// layer, then a row-parallel one whose partial sums are all-reduced; an odd last layer is
-/// replicated.
+/// replicated. A first layer that narrows its input (DLRM's top MLP over the concatenated
+/// embeddings) is row-parallel on its own, its input arriving split by features: its
+/// narrow output is all-reduced instead of its wide input gradient.
 fn mlp(g: &mut Builder, name: &str, batch: u64, mut width: u64, layers: &[u64]) -> u64 {
-    let paired = layers.len() / 2 * 2;
+    let row_first = layers.first().is_some_and(|&out| width > out);
+    let offset = usize::from(row_first);
+    let paired = offset + (layers.len() - offset) / 2 * 2;
     for (i, &out) in layers.iter().enumerate() {
         g.split = match i {
+            0 if row_first => Split::Row,
             _ if i >= paired => Split::Replicated,
-            _ if i % 2 == 0 => Split::Column,
+            _ if (i - offset) % 2 == 0 => Split::Column,
             _ => Split::Row,
         };
         g.linear(
