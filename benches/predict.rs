@@ -124,8 +124,21 @@ fn bench(c: &mut Criterion) {
     let net = system.network(&a100, 1024).unwrap();
     let gpt3 = workload("workloads/gpt3-175b.yaml", |t| t);
     let strategy = stackflow::dist::Strategy::parse("t8-p8-d16-mb1-i2").unwrap();
+    // Cold: a network with no group shapes yet, so every group set is routed (as in one
+    // CLI prediction).
     c.bench_function(
-        "predict gpt3-175b on 1024 a100 (t8-p8-d16, 6 mappings)",
+        "predict gpt3-175b on 1024 a100 (t8-p8-d16, 6 mappings, cold network)",
+        |b| {
+            b.iter(|| {
+                let net = net.fresh();
+                stackflow::dist::predict(std::hint::black_box(&gpt3), &a100, &net, &strategy)
+            })
+        },
+    );
+    // Warm: the network's group shapes already computed (a search over designs or
+    // strategies on one topology).
+    c.bench_function(
+        "predict gpt3-175b on 1024 a100 (t8-p8-d16, 6 mappings, warm network)",
         |b| {
             b.iter(|| stackflow::dist::predict(std::hint::black_box(&gpt3), &a100, &net, &strategy))
         },

@@ -133,15 +133,18 @@ fn permute(v: &mut Vec<Axis>, i: usize, out: &mut Vec<Vec<Axis>>) {
 
 /// Places the strategy's axes in `order` onto the network and measures every axis's groups.
 pub fn place(net: &Network, s: &Strategy, order: &[Axis]) -> Mapping {
-    place_cached(net, s, order, &mut Vec::new())
+    place_cached(net, s, order, false, &mut Vec::new())
 }
 
 /// [`place`], reusing group measurements across orderings: an axis's groups depend only on
 /// its degree and stride.
+/// As `place`, reusing group links measured for earlier orderings; `all_devices` also
+/// measures every device as one group (for table-wise sharded embeddings).
 pub fn place_cached(
     net: &Network,
     s: &Strategy,
     order: &[Axis],
+    all_devices: bool,
     cache: &mut Vec<((u64, u64), GroupLink, Vec<String>)>,
 ) -> Mapping {
     let d = degrees(s);
@@ -177,6 +180,7 @@ pub fn place_cached(
     // Every device as one group: the key of a single group of stride 1.
     let all = net.devices;
     links.push(match cache.iter().find(|(key, ..)| *key == (all, 1)) {
+        _ if !all_devices => GroupLink::single(),
         Some((_, link, _)) => link.clone(),
         None if all > 1 => {
             let group: Vec<Vec<u64>> = vec![(0..all).collect()];

@@ -209,6 +209,14 @@ impl Network {
         }
     }
 
+    /// A copy that has computed no group shapes yet.
+    pub fn fresh(&self) -> Network {
+        Network {
+            memo: Memo::default(),
+            ..self.clone()
+        }
+    }
+
     /// Takes over `other`'s computed group shapes when both networks have the same
     /// topology and latencies (only bandwidths differ), so that a search over designs
     /// routes each group set once. Returns whether it did.

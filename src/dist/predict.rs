@@ -311,11 +311,13 @@ pub fn predict(
 
     // Every mapping; keep the fastest.
     let orders = mapping::orderings(s);
+    // Only table-wise sharded embeddings talk to every device at once.
+    let tables = graph.kernels.iter().any(|k| k.split == Split::Table);
     let mut best: Option<(f64, Mapping, Eval)> = None;
     let mut cache = Vec::new();
     let free_end = free_schedule_end(s, &stages, m);
     for order in &orders {
-        let map = mapping::place_cached(net, s, order, &mut cache);
+        let map = mapping::place_cached(net, s, order, tables, &mut cache);
         let mut eval = evaluate(
             &graph,
             s,
