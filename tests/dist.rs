@@ -419,6 +419,9 @@ fn dlrm_a_on_zionex_serialized_iteration() {
         67.40e-3,
         0.15,
     );
+    // Energy from the technology energies stays under the 128 GPUs' 400 W TDP.
+    let per_gpu = pr.average_power_w / 128.0;
+    assert!(per_gpu > 10.0 && per_gpu < 400.0, "{per_gpu} W");
     let a2a = pr
         .communication
         .iter()

@@ -11,7 +11,7 @@ use super::network::Network;
 use super::schedule::{self, StageSteps};
 use super::strategy::{KernelSplit, Strategy};
 use crate::generator::Architecture;
-use crate::perf::Evaluator;
+use crate::perf::{EnergyRates, Evaluator};
 use crate::workload::{
     optimizer_state_bytes, Graph, Kernel, KernelClass, Op, Phase, Position, Split, Workload,
 };
@@ -68,6 +68,11 @@ pub struct DistPrediction {
     /// Exposed communication as a share of all communication time (MAD Max Table 1's
     /// "% communication exposed").
     pub exposed_communication_fraction: f64,
+    /// Energy of the iteration on every device: compute and memory traffic from the
+    /// technology energies, bytes sent through network ports, SRAM leakage.
+    pub energy_j: f64,
+    pub average_power_w: f64,
+    pub joules_per_token: f64,
     /// Idle time of the busiest stage while the pipeline fills and drains.
     pub pipeline_bubble_s: f64,
     pub mapping: Mapping,
@@ -116,6 +121,10 @@ struct StageWork {
     /// Weights this stage trains, per device before data-parallel sharding: model-parallel
     /// shares, experts split over the expert group, frozen layers left out.
     trained: f64,
+    /// Compute and memory energy of one micro-batch's forward and backward, and of the
+    /// optimizer step, on one device of the stage.
+    step_j: f64,
+    update_j: f64,
 }
 
 /// Predicts one iteration of `workload` on `net` under `strategy`.
@@ -223,8 +232,9 @@ pub fn predict(
     let f_tok = micro_batch as f64 / graph.samples;
 
     let mut evaluator = Evaluator::new(arch);
+    let rates = EnergyRates::of(arch);
     let stages: Vec<StageWork> = (0..p)
-        .map(|stage| stage_work(&graph, s, stage, f_tok, &mut evaluator))
+        .map(|stage| stage_work(&graph, s, stage, f_tok, &mut evaluator, &rates))
         .collect();
 
     // Memory on the fullest stage.
@@ -363,7 +373,32 @@ pub fn predict(
     let compute_s = (stages[busiest].forward_s + stages[busiest].backward_s) * m as f64
         + stages[busiest].update_s;
     let communication_s: f64 = eval.comms.iter().map(|c| c.time_s).sum();
+    // Every stage's devices (devices / p of them) run its micro-batches and its update;
+    // each device sends about the bytes of the first stage's collectives (all-reduce twice).
+    let per_stage = net.devices as f64 / p as f64;
+    let work_j: f64 = stages
+        .iter()
+        .map(|st| (st.step_j * m as f64 + st.update_j) * per_stage)
+        .sum();
+    let sent: f64 = eval
+        .comms
+        .iter()
+        .map(|c| {
+            let twice = if c.collective == Collective::AllReduce {
+                2.0
+            } else {
+                1.0
+            };
+            c.bytes * c.calls * twice
+        })
+        .sum();
+    let energy_j = work_j
+        + sent * rates.link_j_per_byte * net.devices as f64
+        + rates.leakage_w * time * net.devices as f64;
     Ok(DistPrediction {
+        energy_j,
+        average_power_w: energy_j / time,
+        joules_per_token: energy_j / graph.tokens.max(1.0),
         serialized_time_s: compute_s + communication_s,
         exposed_communication_fraction: if communication_s > 0.0 {
             (eval.exposed_s / communication_s).min(1.0)
@@ -628,6 +663,7 @@ fn stage_work(
     stage: u64,
     f_tok: f64,
     evaluator: &mut Evaluator,
+    rates: &EnergyRates,
 ) -> StageWork {
     let p = s.pipeline;
     let layer_params = graph.parameters_by_position[Position::Layer as usize];
@@ -700,13 +736,18 @@ fn stage_work(
             };
             let zero = if s.zero >= 1 { s.data as f64 } else { 1.0 };
             scale_stream(&mut k.op, share / zero);
-            w.update_s += evaluator.kernel(&k).time_s;
+            let t = evaluator.kernel(&k);
+            let (c, m) = rates.kernel_j(&t);
+            w.update_j += c + m.iter().sum::<f64>();
+            w.update_s += t.time_s;
             continue;
         }
         scale_tokens(&mut k, f_tok);
         let (needs, fewer) = split_kernel(&mut k, s);
         let count = count / fewer.max(1);
         let t = evaluator.kernel(&k);
+        let (c, m) = rates.kernel_j(&t);
+        w.step_j += (c + m.iter().sum::<f64>()) * count as f64;
         let time = t.time_s * count as f64;
         let forward = matches!(k.phase, Phase::Forward);
         if forward {

@@ -568,38 +568,78 @@ pub struct Energy {
     pub joules_per_token: f64,
 }
 
-/// Energy of `p` on `arch`.
-pub fn energy(arch: &Architecture, p: &Prediction) -> Energy {
-    let core_w = arch.core.power_w.used;
-    let busy: f64 = p
-        .kernels
-        .iter()
-        .map(|k| k.detail.compute_s * k.count as f64)
-        .sum();
-    // Busy time is stretched by the achievable utilization; energy is spent on the work.
-    let compute_j = core_w * busy * arch.core.max_utilization;
-    let mut per_byte: Vec<(String, f64)> = arch
-        .on_chip
-        .iter()
-        .map(|l| {
-            let dynamic = (l.power_w.used - l.static_power_w).max(0.0);
-            (l.name.clone(), dynamic / l.bandwidth_bytes_per_s.max(1.0))
-        })
-        .collect();
-    per_byte.push((
-        arch.main_memory.name.clone(),
-        arch.main_memory.power_w.used / arch.main_memory.bandwidth_bytes_per_s.max(1.0),
-    ));
-    let mut memory_j: Vec<(String, f64)> = per_byte.iter().map(|(n, _)| (n.clone(), 0.0)).collect();
-    for k in &p.kernels {
-        for (i, b) in k.detail.level_bytes.iter().enumerate() {
-            if let (Some(slot), Some((_, e))) = (memory_j.get_mut(i), per_byte.get(i)) {
-                slot.1 += b * k.count as f64 * e;
-            }
+/// What work costs on a generated design: the core's power while busy (at its
+/// achievable utilization), each memory level's energy per byte (its dynamic power over
+/// its bandwidth; main memory's includes its standby share), SRAM leakage, and a network
+/// port's energy per byte.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnergyRates {
+    core_w: f64,
+    utilization: f64,
+    per_byte: Vec<(String, f64)>,
+    pub leakage_w: f64,
+    pub link_j_per_byte: f64,
+}
+
+impl EnergyRates {
+    pub fn of(arch: &Architecture) -> EnergyRates {
+        let mut per_byte: Vec<(String, f64)> = arch
+            .on_chip
+            .iter()
+            .map(|l| {
+                let dynamic = (l.power_w.used - l.static_power_w).max(0.0);
+                (l.name.clone(), dynamic / l.bandwidth_bytes_per_s.max(1.0))
+            })
+            .collect();
+        per_byte.push((
+            arch.main_memory.name.clone(),
+            arch.main_memory.power_w.used / arch.main_memory.bandwidth_bytes_per_s.max(1.0),
+        ));
+        let link_j_per_byte = arch
+            .inter_package
+            .as_ref()
+            .or(arch.intra_package.as_ref())
+            .map_or(0.0, |n| n.power_w.used / n.bandwidth_bytes_per_s.max(1.0));
+        EnergyRates {
+            core_w: arch.core.power_w.used,
+            utilization: arch.core.max_utilization,
+            per_byte,
+            leakage_w: arch.on_chip.iter().map(|l| l.static_power_w).sum(),
+            link_j_per_byte,
         }
     }
-    let leakage: f64 = arch.on_chip.iter().map(|l| l.static_power_w).sum();
-    let static_j = leakage * p.time_per_iteration_s;
+
+    /// Compute and memory energy of one instance of a kernel, by level (compute first).
+    pub fn kernel_j(&self, t: &KernelTime) -> (f64, Vec<f64>) {
+        // Busy time is stretched by the achievable utilization; energy is spent on the work.
+        let compute = self.core_w * t.compute_s * self.utilization;
+        let memory = t
+            .level_bytes
+            .iter()
+            .zip(&self.per_byte)
+            .map(|(b, (_, e))| b * e)
+            .collect();
+        (compute, memory)
+    }
+}
+
+/// Energy of `p` on `arch`.
+pub fn energy(arch: &Architecture, p: &Prediction) -> Energy {
+    let rates = EnergyRates::of(arch);
+    let mut compute_j = 0.0;
+    let mut memory_j: Vec<(String, f64)> = rates
+        .per_byte
+        .iter()
+        .map(|(n, _)| (n.clone(), 0.0))
+        .collect();
+    for k in &p.kernels {
+        let (c, m) = rates.kernel_j(&k.detail);
+        compute_j += c * k.count as f64;
+        for (slot, j) in memory_j.iter_mut().zip(m) {
+            slot.1 += j * k.count as f64;
+        }
+    }
+    let static_j = rates.leakage_w * p.time_per_iteration_s;
     let total_j = compute_j + memory_j.iter().map(|m| m.1).sum::<f64>() + static_j;
     Energy {
         compute_j,
