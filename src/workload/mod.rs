@@ -554,7 +554,6 @@ fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Gra
     let t = tokens as f64;
     let head_dim = h / w.heads;
     let kv = w.kv_heads * head_dim;
-    let ffn_in = if w.gated_ffn { 2 } else { 1 } * w.ffn_hidden;
 
     g.split = Split::Embedding;
     g.embedding(
@@ -656,37 +655,15 @@ fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Gra
         8.0,
         1.0,
     );
-    let (act_name, act_inputs) = if w.gated_ffn {
-        ("swiglu", 2.0)
-    } else {
-        ("gelu", 1.0)
-    };
     match w.moe {
-        None => {
-            g.split = Split::Column;
-            g.linear("mlp up", KernelClass::Gemm, l, tokens, h, ffn_in, l, true);
-            g.split = Split::Sharded;
-            g.pointwise(
-                act_name,
-                KernelClass::Pointwise,
-                l,
-                t * w.ffn_hidden as f64,
-                act_inputs,
-                8.0,
-                act_inputs,
-            );
-            g.split = Split::Row;
-            g.linear(
-                "mlp down",
-                KernelClass::Gemm,
-                l,
-                tokens,
-                w.ffn_hidden,
-                h,
-                l,
-                true,
-            );
-        }
+        None => feed_forward(
+            &mut g,
+            w,
+            "mlp",
+            l,
+            tokens,
+            [Split::Column, Split::Sharded, Split::Row],
+        ),
         Some(moe) => {
             // The router scores every token against every expert, then each expert takes
             // its capacity of the routed tokens: tokens x top_k x capacity / experts.
@@ -713,37 +690,14 @@ fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Gra
             let e = moe.experts;
             let per_expert =
                 ((t * moe.top_k as f64 * moe.capacity_factor) / e as f64).ceil() as u64;
-            g.split = Split::Expert;
-            g.linear(
-                "expert up",
-                KernelClass::Gemm,
+            feed_forward(
+                &mut g,
+                w,
+                "expert",
                 l * e,
                 per_expert.max(1),
-                h,
-                ffn_in,
-                l * e,
-                true,
+                [Split::Expert; 3],
             );
-            g.pointwise(
-                act_name,
-                KernelClass::Pointwise,
-                l * e,
-                per_expert as f64 * w.ffn_hidden as f64,
-                act_inputs,
-                8.0,
-                act_inputs,
-            );
-            g.linear(
-                "expert down",
-                KernelClass::Gemm,
-                l * e,
-                per_expert.max(1),
-                w.ffn_hidden,
-                h,
-                l * e,
-                true,
-            );
-            g.split = Split::Replicated;
         }
     }
     g.split = Split::Replicated;
@@ -793,6 +747,57 @@ fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Gra
         l,
         t * h as f64 * bytes,
     )
+}
+
+/// A transformer feed-forward, `count` times over `m` tokens: up projection (two for a
+/// gated one), activation, down projection, split for tensor parallelism as `splits` says.
+fn feed_forward(
+    g: &mut Builder,
+    w: &Transformer,
+    name: &str,
+    count: u64,
+    m: u64,
+    splits: [Split; 3],
+) {
+    let (h, f) = (w.hidden, w.ffn_hidden);
+    let up = if w.gated_ffn { 2 * f } else { f };
+    let (act, inputs) = if w.gated_ffn {
+        ("swiglu", 2.0)
+    } else {
+        ("gelu", 1.0)
+    };
+    g.split = splits[0];
+    g.linear(
+        &format!("{name} up"),
+        KernelClass::Gemm,
+        count,
+        m,
+        h,
+        up,
+        count,
+        true,
+    );
+    g.split = splits[1];
+    g.pointwise(
+        act,
+        KernelClass::Pointwise,
+        count,
+        m as f64 * f as f64,
+        inputs,
+        8.0,
+        inputs,
+    );
+    g.split = splits[2];
+    g.linear(
+        &format!("{name} down"),
+        KernelClass::Gemm,
+        count,
+        m,
+        f,
+        h,
+        count,
+        true,
+    );
 }
 
 /// An MLP of linear layers with an element-wise activation after each, on `batch` rows
