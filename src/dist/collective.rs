@@ -38,6 +38,9 @@ impl Collective {
 pub struct GroupLink {
     /// Devices in the group.
     pub p: u64,
+    /// Index of the outermost fabric the group spans (innermost is 0): the device ports
+    /// its traffic is bound by, which other collectives on that fabric share.
+    pub level: usize,
     /// Bandwidth of the group's bidirectional ring, per device, B/s: Zion's B.
     pub ring_bytes_per_s: f64,
     /// Latency of one ring step (the longest routed neighbour path), s.
@@ -65,6 +68,7 @@ impl GroupLink {
     pub fn single() -> GroupLink {
         GroupLink {
             p: 1,
+            level: 0,
             ring_bytes_per_s: f64::INFINITY,
             ring_step_s: 0.0,
             pair_bytes_per_s: f64::INFINITY,
@@ -130,6 +134,52 @@ impl GroupLink {
     }
 }
 
+impl GroupLink {
+    /// The phases of `collective` on `m` bytes as [`time`](Self::time) prices it: (fabric,
+    /// seconds) in order. A hierarchical algorithm runs its inner and outer steps on
+    /// different fabrics; any other runs on the group's outermost fabric.
+    pub fn phases(&self, collective: Collective, m: f64) -> Vec<(usize, f64)> {
+        let mut out = Vec::new();
+        self.push_phases(collective, m, &mut out);
+        out
+    }
+
+    fn push_phases(&self, collective: Collective, m: f64, out: &mut Vec<(usize, f64)>) {
+        let total = self.time(collective, m);
+        if total <= 0.0 {
+            return;
+        }
+        if let Some((inner, outer)) = &self.hierarchy {
+            let pi = inner.p as f64;
+            let steps: &[(&GroupLink, Collective, f64)] = match collective {
+                Collective::AllReduce => &[
+                    (inner, Collective::ReduceScatter, m),
+                    (outer, Collective::AllReduce, m / pi),
+                    (inner, Collective::AllGather, m),
+                ],
+                Collective::ReduceScatter => &[
+                    (inner, Collective::ReduceScatter, m),
+                    (outer, Collective::ReduceScatter, m / pi),
+                ],
+                Collective::AllGather => &[
+                    (outer, Collective::AllGather, m / pi),
+                    (inner, Collective::AllGather, m),
+                ],
+                _ => &[],
+            };
+            let h: f64 = steps.iter().map(|(l, c, b)| l.time(*c, *b)).sum();
+            // `time` took the hierarchical algorithm exactly when it is no slower.
+            if !steps.is_empty() && h <= total {
+                for (l, c, b) in steps {
+                    l.push_phases(*c, *b, out);
+                }
+                return;
+            }
+        }
+        out.push((self.level, total));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +189,7 @@ mod tests {
         let p = 8;
         let ring = GroupLink {
             p,
+            level: 0,
             ring_bytes_per_s: b,
             ring_step_s: alpha,
             // All-pairs on a ring: link load 8 on links of b/2 (Zion's gamma = 16).
@@ -176,5 +227,37 @@ mod tests {
             16.0 * (m / b / 8.0 + a)
         ));
         assert!(rel(fc.time(Collective::AllToAll, m), m / b * 7.0 / 8.0 + a));
+    }
+
+    #[test]
+    fn phases_follow_the_algorithm_time_picks() {
+        // 4 nodes of 8: a fast inner fabric (level 0) and a slow outer one (level 1).
+        let (inner, _) = zion(300e9, 1e-6);
+        let mut outer = zion(25e9, 5e-6).1;
+        outer.p = 4;
+        outer.level = 1;
+        let mut flat = zion(25e9, 5e-6).0;
+        flat.p = 32;
+        flat.level = 1;
+        flat.hierarchy = Some((Box::new(inner), Box::new(outer)));
+        let m = 256e6;
+        for c in [
+            Collective::AllReduce,
+            Collective::ReduceScatter,
+            Collective::AllGather,
+            Collective::AllToAll,
+        ] {
+            let phases = flat.phases(c, m);
+            let sum: f64 = phases.iter().map(|p| p.1).sum();
+            assert!((sum / flat.time(c, m) - 1.0).abs() < 1e-12, "{c:?}");
+        }
+        // The hierarchical all-reduce: inner reduce-scatter, outer all-reduce, inner gather.
+        let levels: Vec<usize> = flat
+            .phases(Collective::AllReduce, m)
+            .iter()
+            .map(|p| p.0)
+            .collect();
+        assert_eq!(levels, [0, 1, 0]);
+        assert_eq!(flat.phases(Collective::AllToAll, m).len(), 1);
     }
 }

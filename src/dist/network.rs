@@ -137,6 +137,8 @@ pub struct Network {
 #[derive(Debug, Default)]
 struct GroupShape {
     p: u64,
+    /// The outermost fabric the groups span: the ports their traffic is bound by.
+    level: usize,
     ring: Vec<f64>,
     ring_step_s: f64,
     pair: Vec<f64>,
@@ -362,6 +364,7 @@ impl Network {
         }
         GroupLink {
             p: shape.p,
+            level: shape.level,
             // Bidirectional ring: half the message each way.
             ring_bytes_per_s: 2.0 * self.share_of(&shape.ring),
             ring_step_s: shape.ring_step_s,
@@ -411,6 +414,7 @@ impl Network {
             let (pair, pair_step_s, all_to_all_s) = self.all_pairs(groups, &mut loads);
             GroupShape {
                 p,
+                level: self.outermost(&groups[0]).unwrap_or(0),
                 ring,
                 ring_step_s,
                 pair,
@@ -642,14 +646,20 @@ impl Network {
         )
     }
 
+    /// The outermost fabric whose coordinate differs between members of `group`.
+    fn outermost(&self, group: &[u64]) -> Option<usize> {
+        (0..self.fabrics.len()).rev().find(|&f| {
+            group
+                .iter()
+                .any(|&d| self.local(d, f) != self.local(group[0], f))
+        })
+    }
+
     /// Splits groups that span more than one fabric into an inner part (members sharing
     /// the outermost spanned fabric's coordinate) and an outer part, when that split is
     /// regular.
     fn hierarchy(&self, groups: &[Vec<u64>]) -> Option<Box<(Arc<GroupShape>, Arc<GroupShape>)>> {
-        let g0 = &groups[0];
-        let outermost = (0..self.fabrics.len())
-            .rev()
-            .find(|&f| g0.iter().any(|&d| self.local(d, f) != self.local(g0[0], f)))?;
+        let outermost = self.outermost(&groups[0])?;
         let key = |d: u64| d / self.stride[outermost];
         let mut inner_groups = Vec::new();
         let mut outer_groups = Vec::new();

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::collective::Collective;
 use super::mapping::{self, Axis, Mapping};
 use super::network::Network;
-use super::schedule::{self, StageSteps};
+use super::schedule::{self, Piece, StageSteps};
 use super::strategy::{KernelSplit, Strategy};
 use crate::generator::Architecture;
 use crate::perf::{EnergyRates, Evaluator};
@@ -103,6 +103,20 @@ struct Need {
     bytes: f64,
 }
 
+/// What a graph without repeated layers does next in its backward step.
+#[derive(Debug, Clone, Copy)]
+enum StepEvent {
+    /// Kernel time, s.
+    Compute(f64),
+    /// The blocking collective `backward_needs[i]`.
+    Need(usize),
+    /// A weight's gradient is ready: its parameters (per device).
+    Gradient(f64),
+    /// The next kernel reads a weight: its parameters (per device). Under ZeRO-3 the
+    /// weight is gathered first.
+    Weight(f64),
+}
+
 /// One stage's work for one micro-batch, before communication costs.
 #[derive(Default)]
 struct StageWork {
@@ -115,9 +129,10 @@ struct StageWork {
     /// Dense parameters held (before model-parallel sharding).
     parameters: f64,
     update_s: f64,
-    /// Graphs without repeated layers: when each weight's gradient is ready (seconds into
-    /// the backward step) and its share of the stage's weights.
-    grad_ready: Vec<(f64, f64)>,
+    /// Graphs without repeated layers: the backward step in order, so that gradient
+    /// buckets meet the blocking collectives they share a fabric with.
+    backward_order: Vec<StepEvent>,
+    forward_order: Vec<StepEvent>,
     /// Weights this stage trains, per device before data-parallel sharding: model-parallel
     /// shares, experts split over the expert group, frozen layers left out.
     trained: f64,
@@ -757,12 +772,33 @@ fn stage_work(
         }
         let bound = t.bound.to_string();
         w.by_class.push((k.class, time, bound));
-        if !forward {
-            if let (Phase::BackwardWeight, Op::Gemm { m, n, batch: 1, .. }) = (k.phase, &k.op) {
-                if k.class != KernelClass::Attention && graph.layers == 0 {
-                    w.grad_ready
-                        .push((w.backward_s, (*m * *n) as f64 * count as f64));
-                }
+        if graph.layers == 0 {
+            let (order, first) = if forward {
+                (&mut w.forward_order, w.forward_needs.len())
+            } else {
+                (&mut w.backward_order, w.backward_needs.len())
+            };
+            let weight = match (k.phase, &k.op) {
+                _ if k.class == KernelClass::Attention => None,
+                (Phase::Forward, Op::Gemm { k, n, batch: 1, .. }) => Some(*k * *n),
+                (Phase::BackwardWeight, Op::Gemm { m, n, batch: 1, .. }) => Some(*m * *n),
+                _ => None,
+            };
+            if let Some(n) = weight {
+                order.push(StepEvent::Weight(n as f64 * count as f64));
+            }
+            // Pooled-embedding gradients arrive before the lookup's backward; other
+            // kernels' collectives follow them.
+            let needs_at = (first..first + needs.len()).map(StepEvent::Need);
+            if k.split == Split::Table && !forward {
+                order.extend(needs_at);
+                order.push(StepEvent::Compute(time));
+            } else {
+                order.push(StepEvent::Compute(time));
+                order.extend(needs_at);
+            }
+            if let (Some(n), Phase::BackwardWeight) = (weight, k.phase) {
+                order.push(StepEvent::Gradient(n as f64 * count as f64));
             }
         }
         let list = if forward {
@@ -825,6 +861,91 @@ impl Ledger<'_> {
     }
 }
 
+/// Traffic the communication stream carries during a step: per weight, its share of
+/// `bytes` through `collective` over each of `axes`.
+struct StreamTraffic<'a> {
+    bytes: f64,
+    collective: Collective,
+    axes: &'a [Axis],
+}
+
+/// The pieces of one step of a graph without repeated layers (`scale`: the step's share
+/// of the recorded work). `gathers`: weights gathered before use (ZeRO-3), all handed over
+/// at the start when prefetched, else just before the kernel; `gradients`: a bucket per
+/// weight once its gradient is ready. Also returns the gradient buckets' bytes.
+fn step_pieces(
+    order: &[StepEvent],
+    needs: &[(f64, Need)],
+    scale: f64,
+    map: &Mapping,
+    gathers: Option<(&StreamTraffic, bool)>,
+    gradients: Option<&StreamTraffic>,
+) -> (Vec<Piece>, Vec<f64>) {
+    let phases =
+        |collective, axis, bytes| -> Vec<(usize, f64)> { map.link(axis).phases(collective, bytes) };
+    let traffic = |t: &StreamTraffic, bytes: f64| -> Piece {
+        Piece::Bucket(
+            t.axes
+                .iter()
+                .flat_map(|&a| phases(t.collective, a, bytes))
+                .collect(),
+        )
+    };
+    let total = |pick: fn(&StepEvent) -> f64| -> f64 { order.iter().map(pick).sum() };
+    let weights = total(|e| match e {
+        StepEvent::Weight(n) => *n,
+        _ => 0.0,
+    });
+    let grads = total(|e| match e {
+        StepEvent::Gradient(n) => *n,
+        _ => 0.0,
+    });
+    let mut pieces = Vec::new();
+    let mut handed = 0;
+    let mut next_gather = 0;
+    if let Some((g, true)) = gathers {
+        for e in order {
+            if let StepEvent::Weight(n) = e {
+                pieces.push(traffic(g, g.bytes * n / weights));
+                handed += 1;
+            }
+        }
+    }
+    let mut buckets = Vec::new();
+    for e in order {
+        match *e {
+            StepEvent::Compute(t) => pieces.push(Piece::Compute(t * scale)),
+            StepEvent::Need(j) => {
+                let (count, n) = &needs[j];
+                let mut ph = phases(n.collective, n.axis, n.bytes);
+                ph.iter_mut().for_each(|p| p.1 *= count * scale);
+                pieces.push(Piece::Blocking(ph));
+            }
+            StepEvent::Weight(n) => match gathers {
+                Some((_, true)) => {
+                    pieces.push(Piece::Await(next_gather));
+                    next_gather += 1;
+                }
+                Some((g, false)) => {
+                    pieces.push(traffic(g, g.bytes * n / weights));
+                    pieces.push(Piece::Await(handed));
+                    handed += 1;
+                }
+                None => {}
+            },
+            StepEvent::Gradient(n) => {
+                if let Some(g) = gradients.filter(|_| grads > 0.0) {
+                    let bytes = g.bytes * n / grads;
+                    pieces.push(traffic(g, bytes));
+                    buckets.push(bytes);
+                    handed += 1;
+                }
+            }
+        }
+    }
+    (pieces, buckets)
+}
+
 struct Eval {
     time_s: f64,
     exposed_s: f64,
@@ -854,6 +975,9 @@ fn evaluate(
     // Per stage and chunk: step durations with blocking collectives.
     let mut steps = Vec::with_capacity(p);
     let mut busiest_compute = 0.0f64;
+    // Per stage: how long the last reduce-scatters outlast compute (ZeRO-3, weight by
+    // weight).
+    let mut tails = vec![0.0; p];
     for (i, st) in stages.iter().enumerate() {
         // The report lists the first stage's collectives, for all micro-batches.
         let report = (i == 0).then_some(m as f64);
@@ -898,7 +1022,27 @@ fn evaluate(
                 false,
                 report.map(|_| steps),
             );
-            if s.prefetch {
+            if graph.layers == 0 {
+                // Weight by weight: each kernel waits for its gathered weight, and the
+                // gathers and reduce-scatters share the fabric with blocking collectives.
+                let axes = [Axis::Data];
+                let traffic = |collective, bytes| StreamTraffic {
+                    bytes,
+                    collective,
+                    axes: &axes,
+                };
+                let g = traffic(Collective::AllGather, gather.bytes);
+                let r = traffic(Collective::ReduceScatter, scatter.bytes);
+                let run = |order, needs, scatter| {
+                    let gathers = Some((&g, s.prefetch));
+                    let (pieces, _) = step_pieces(order, needs, 1.0, map, gathers, scatter);
+                    schedule::shared_step(&pieces, 0.0, 0.0)
+                };
+                fwd = run(&st.forward_order, &st.forward_needs, None).end_s;
+                let b = run(&st.backward_order, &st.backward_needs, Some(&r));
+                bwd = b.end_s;
+                tails[i] = (b.sync_end_s - b.end_s).max(0.0);
+            } else if s.prefetch {
                 fwd = fwd.max(gather_s);
                 bwd = bwd.max(gather_s + scatter_s);
             } else {
@@ -960,45 +1104,75 @@ fn evaluate(
             };
         let report = (i == 0).then_some(1.0);
         let mut comm_free = 0.0f64;
-        // Layered graphs: a bucket per layer, spread over the step. Others: a bucket per
-        // weight, when its gradient is computed (DDP's order: last layers first).
-        let total: f64 = st.grad_ready.iter().map(|g| g.1).sum();
-        let buckets: Vec<(f64, f64)> = if st.grad_ready.is_empty() || total <= 0.0 {
-            (0..layers_per_chunk)
-                .map(|j| {
-                    (
-                        (j + 1) as f64 / layers_per_chunk as f64,
-                        1.0 / layers_per_chunk as f64,
-                    )
-                })
-                .collect()
-        } else {
-            st.grad_ready
-                .iter()
-                .map(|&(at, n)| {
-                    (
-                        (at / st.backward_s.max(f64::MIN_POSITIVE)).min(1.0),
-                        n / total,
-                    )
-                })
-                .collect()
+        let mut delay = 0.0;
+        let phases = |need: &Need, scale: f64| -> Vec<(usize, f64)> {
+            let mut out = map.link(need.axis).phases(need.collective, need.bytes);
+            out.iter_mut().for_each(|p| p.1 *= scale);
+            out
         };
-        for c in (0..v).rev() {
-            let (start, stop) = timeline.last_backward[i][c];
-            for &(fraction, share) in &buckets {
-                let ready = start + (stop - start) * fraction;
-                let bucket = stage_bytes * share / v as f64;
-                let mut t = 0.0;
-                for &axis in &data_axes {
-                    let need = Need {
-                        collective: grad_collective,
-                        axis,
-                        bytes: bucket,
-                    };
-                    t += ledger.charge("gradient sync", &need, 1.0, false, report);
-                }
-                comm_free = comm_free.max(ready) + t;
+        let charge = |bytes: f64, ledger: &mut Ledger| {
+            for &axis in &data_axes {
+                let need = Need {
+                    collective: grad_collective,
+                    axis,
+                    bytes,
+                };
+                ledger.charge("gradient sync", &need, 1.0, false, report);
             }
+        };
+        let by_weight = st
+            .backward_order
+            .iter()
+            .any(|e| matches!(e, StepEvent::Gradient(n) if *n > 0.0));
+        for c in (0..v).rev() {
+            if data_axes.is_empty() {
+                break;
+            }
+            let (start, _) = timeline.last_backward[i][c];
+            let vf = v as f64;
+            let pieces = if by_weight {
+                // A bucket per weight, when its gradient is computed (DDP's order: last
+                // layers first).
+                let sync = StreamTraffic {
+                    bytes: stage_bytes / vf,
+                    collective: grad_collective,
+                    axes: &data_axes,
+                };
+                let (pieces, buckets) = step_pieces(
+                    &st.backward_order,
+                    &st.backward_needs,
+                    1.0 / vf,
+                    map,
+                    None,
+                    Some(&sync),
+                );
+                buckets.iter().for_each(|&b| charge(b, &mut ledger));
+                pieces
+            } else {
+                // Layered graphs: a bucket per layer, layers spread evenly over the step.
+                let l = layers_per_chunk as f64;
+                let per_layer: Vec<(usize, f64)> = st
+                    .backward_needs
+                    .iter()
+                    .flat_map(|(count, n)| phases(n, count / (vf * l)))
+                    .collect();
+                let bucket = stage_bytes / (vf * l);
+                let bucket_phases: Vec<(usize, f64)> = data_axes
+                    .iter()
+                    .flat_map(|&axis| map.link(axis).phases(grad_collective, bucket))
+                    .collect();
+                let mut pieces = Vec::with_capacity(3 * layers_per_chunk);
+                for _ in 0..layers_per_chunk {
+                    pieces.push(Piece::Compute(st.backward_s / (vf * l)));
+                    pieces.push(Piece::Blocking(per_layer.clone()));
+                    pieces.push(Piece::Bucket(bucket_phases.clone()));
+                    charge(bucket, &mut ledger);
+                }
+                pieces
+            };
+            let shared = schedule::shared_step(&pieces, start, comm_free);
+            comm_free = shared.sync_end_s;
+            delay += shared.delay_s;
         }
         let mut after = st.update_s;
         if s.zero >= 1 && s.zero < 3 {
@@ -1009,7 +1183,7 @@ fn evaluate(
             };
             after += ledger.charge("updated weights", &need, 1.0, false, report);
         }
-        end = end.max(timeline.end_s[i].max(comm_free) + after);
+        end = end.max((timeline.end_s[i] + delay + tails[i]).max(comm_free) + after);
     }
     let busiest_update = stages.iter().map(|st| st.update_s).fold(0.0, f64::max);
     Eval {

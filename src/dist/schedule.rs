@@ -182,6 +182,156 @@ pub fn simulate(
     }
 }
 
+/// One piece of a backward step, in the order the compute stream meets it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Piece {
+    /// Kernels, s.
+    Compute(f64),
+    /// A collective compute waits for: its phases, (fabric, s) alone on the network.
+    Blocking(Vec<(usize, f64)>),
+    /// A gradient bucket (or a weight gather) handed to the communication stream here,
+    /// which runs it beside compute, in the order handed over.
+    Bucket(Vec<(usize, f64)>),
+    /// Compute waits until the step's bucket of this index (counting from 0 in the order
+    /// handed over) is done: a layer waiting for its gathered weights.
+    Await(usize),
+}
+
+/// How one backward step and the gradient stream share the network.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SharedStep {
+    /// When the compute stream finishes the step.
+    pub end_s: f64,
+    /// Time the step's blocking collectives lost to gradient traffic on the same fabric.
+    pub delay_s: f64,
+    /// When the gradient stream has sent every bucket of the step.
+    pub sync_end_s: f64,
+}
+
+/// A collective under way: its phases and the work left in the current one.
+struct Flow<'a> {
+    phases: &'a [(usize, f64)],
+    phase: usize,
+    left: f64,
+}
+
+impl<'a> Flow<'a> {
+    fn start(phases: &'a [(usize, f64)]) -> Option<Flow<'a>> {
+        let mut f = Flow {
+            phases,
+            phase: 0,
+            left: phases.first()?.1,
+        };
+        f.skip_empty().then_some(f)
+    }
+
+    /// Moves past finished phases; false once the last is done.
+    fn skip_empty(&mut self) -> bool {
+        while self.left <= 1e-15 {
+            self.phase += 1;
+            match self.phases.get(self.phase) {
+                Some(&(_, t)) => self.left = t,
+                None => return false,
+            }
+        }
+        true
+    }
+
+    fn fabric(&self) -> usize {
+        self.phases[self.phase].0
+    }
+}
+
+/// Runs one backward step from `start` on a compute stream, a stream of blocking
+/// collectives (compute waits for each) and the gradient stream (MAD Max Sec. 4.3: one
+/// compute and one communication stream per device), free from `sync_free`. Collectives
+/// running at once on the same fabric share its ports equally; on different fabrics they
+/// do not meet.
+pub fn shared_step(pieces: &[Piece], start: f64, sync_free: f64) -> SharedStep {
+    let mut now = start;
+    let mut next = 0;
+    let mut compute_left = 0.0f64;
+    let mut block: Option<Flow> = None;
+    let mut queue: std::collections::VecDeque<&[(usize, f64)]> = Default::default();
+    let mut sync: Option<Flow> = None;
+    let mut sync_end = sync_free;
+    let mut delay = 0.0;
+    let mut end = None;
+    // Buckets of this step finished, and the one compute waits for.
+    let mut done = 0;
+    let mut waiting: Option<usize> = None;
+    loop {
+        if waiting.is_some_and(|i| done > i) {
+            waiting = None;
+        }
+        // The compute stream takes pieces until it has work or waits for a collective.
+        while compute_left <= 0.0 && block.is_none() && waiting.is_none() {
+            match pieces.get(next) {
+                Some(Piece::Compute(t)) => compute_left = *t,
+                Some(Piece::Blocking(p)) => block = Flow::start(p),
+                Some(Piece::Bucket(p)) => queue.push_back(p),
+                Some(Piece::Await(i)) => waiting = (done <= *i).then_some(*i),
+                None => {
+                    end.get_or_insert(now);
+                    break;
+                }
+            }
+            next += 1;
+        }
+        if sync.is_none() && now >= sync_free {
+            while let Some(p) = queue.pop_front() {
+                sync = Flow::start(p);
+                if sync.is_some() {
+                    break;
+                }
+                done += 1;
+            }
+            if waiting.is_some_and(|i| done > i) {
+                continue;
+            }
+        }
+        let shared = matches!((&block, &sync), (Some(b), Some(s)) if b.fabric() == s.fabric());
+        let rate = if shared { 0.5 } else { 1.0 };
+        let mut dt = f64::INFINITY;
+        if compute_left > 0.0 {
+            dt = dt.min(compute_left);
+        }
+        if let Some(b) = &block {
+            dt = dt.min(b.left / rate);
+        }
+        if let Some(s) = &sync {
+            dt = dt.min(s.left / rate);
+        } else if !queue.is_empty() && now < sync_free {
+            dt = dt.min(sync_free - now);
+        }
+        if !dt.is_finite() {
+            break;
+        }
+        now += dt;
+        compute_left = (compute_left - dt).max(0.0);
+        if let Some(b) = &mut block {
+            b.left -= dt * rate;
+            delay += dt * (1.0 - rate);
+            if !b.skip_empty() {
+                block = None;
+            }
+        }
+        if let Some(s) = &mut sync {
+            s.left -= dt * rate;
+            if !s.skip_empty() {
+                sync = None;
+                sync_end = now;
+                done += 1;
+            }
+        }
+    }
+    SharedStep {
+        end_s: end.unwrap_or(now),
+        delay_s: delay,
+        sync_end_s: sync_end,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,5 +373,48 @@ mod tests {
             (bubble - (p - 1) as f64 * 3.0 / v as f64).abs() < 1e-9,
             "{bubble}"
         );
+    }
+
+    #[test]
+    fn collectives_share_a_fabric_but_not_two() {
+        // A 2 s bucket handed over at 1 s; a 4 s blocking collective from 1 s on.
+        let pieces = |bucket_fabric| {
+            vec![
+                Piece::Compute(1.0),
+                Piece::Bucket(vec![(bucket_fabric, 2.0)]),
+                Piece::Blocking(vec![(1, 4.0)]),
+                Piece::Compute(1.0),
+            ]
+        };
+        // Same fabric: both at half rate for 4 s (the bucket ends at 5 s), then the
+        // collective alone: 2 s late, and compute ends at 8 s instead of 6 s.
+        let s = shared_step(&pieces(1), 0.0, 0.0);
+        assert!((s.delay_s - 2.0).abs() < 1e-12, "{s:?}");
+        assert!((s.sync_end_s - 5.0).abs() < 1e-12, "{s:?}");
+        // Different fabrics: no delay, the bucket ends at 3 s.
+        let s = shared_step(&pieces(0), 0.0, 0.0);
+        assert_eq!(s.delay_s, 0.0);
+        assert!((s.sync_end_s - 3.0).abs() < 1e-12, "{s:?}");
+        // A gradient stream busy until 10 s: the bucket waits, nothing is shared.
+        let s = shared_step(&pieces(1), 0.0, 10.0);
+        assert_eq!(s.delay_s, 0.0);
+        assert!((s.sync_end_s - 12.0).abs() < 1e-12, "{s:?}");
+    }
+
+    #[test]
+    fn compute_waits_for_its_gathered_weights() {
+        // Two 1 s gathers queued at the start; each layer (1 s) waits for its own.
+        let pieces = [
+            Piece::Bucket(vec![(0, 1.0)]),
+            Piece::Bucket(vec![(0, 1.0)]),
+            Piece::Await(0),
+            Piece::Compute(1.0),
+            Piece::Await(1),
+            Piece::Compute(1.0),
+        ];
+        let s = shared_step(&pieces, 0.0, 0.0);
+        // Layer 1 runs from 1 s to 2 s while gather 2 arrives at 2 s: done at 3 s.
+        assert!((s.end_s - 3.0).abs() < 1e-12, "{s:?}");
+        assert!((s.sync_end_s - 2.0).abs() < 1e-12, "{s:?}");
     }
 }

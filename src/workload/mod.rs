@@ -890,6 +890,11 @@ fn dlrm_graph(w: &Dlrm) -> Graph {
             features * (features - 1) / 2 + dim
         }
         Interaction::Concat => {
+            // A narrowing first top layer is row-parallel: each tensor-parallel device
+            // assembles only its slice of the features.
+            if w.top_mlp.first().is_some_and(|&out| features * dim > out) {
+                g.split = Split::Sharded;
+            }
             g.pointwise(
                 "feature concat",
                 KernelClass::Pointwise,
@@ -902,6 +907,7 @@ fn dlrm_graph(w: &Dlrm) -> Graph {
             features * dim
         }
     };
+    g.split = Split::Replicated;
     let width = mlp(&mut g, "top", b, top_in, &w.top_mlp);
     g.pointwise(
         "loss",
