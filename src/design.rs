@@ -24,6 +24,8 @@ pub struct CoreDesign {
     pub throughput_by_precision: BTreeMap<Precision, f64>,
     pub operand_tile: OperandTile,
     pub kernel_launch_s: f64,
+    /// Embedding engines beside the dense cores (TPU SparseCores).
+    pub sparse_cores: u64,
     /// The library component, scaled to one MCU of the template's shape.
     pub unit: ComputeTech,
     pub area_share: f64,
@@ -273,6 +275,7 @@ impl Design {
                 throughput_by_precision: c.throughput_by_precision.clone(),
                 operand_tile: c.operand_tile,
                 kernel_launch_s: c.kernel_launch_s,
+                sparse_cores: c.sparse_cores,
                 unit,
                 area_share: budget.area_shares["core"],
                 power_share: budget.power_shares["core"],

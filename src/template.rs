@@ -45,6 +45,10 @@ pub struct Compute {
     pub operand_tile: OperandTile,
     /// Fixed cost of starting one kernel, in seconds.
     pub kernel_launch_s: f64,
+    /// Embedding engines beside the dense cores (TPU SparseCores, TPU v4 Sec. 3.5): when
+    /// present, recommendation-model lookups, their updates and their all-to-all run on them
+    /// while the dense cores run the MLPs.
+    pub sparse_cores: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -190,6 +194,7 @@ impl Template {
                 throughput_by_precision: raw.compute.throughput_by_precision,
                 operand_tile,
                 kernel_launch_s,
+                sparse_cores: raw.compute.sparse_cores,
             },
             memory: raw
                 .memory

@@ -732,3 +732,36 @@ fn mad_max_insights_on_dlrm_a() {
     assert!(of("compute") < 1.1 && of("intra-node") < 1.1);
     assert!((of("memory capacity") - 1.0).abs() < 1e-9);
 }
+
+#[test]
+fn tpu_v4_over_v3_on_a_dlrm_with_sparse_cores() {
+    // TPU v4 paper Fig. 12: at the same slice size most applications run 1.5-2x faster on
+    // v4, DLRM0 more. SparseCores run the embeddings beside the TensorCores (Sec. 3.5) and
+    // the step takes the longer of the two (Fig. 10).
+    let dlrm0 = Workload::load(Source::Disk, &root().join("workloads/dlrm0-tpu.yaml")).unwrap();
+    let run = |file: &str, slice: &[u64]| {
+        let (sys, arch) = system(file);
+        let sys = sys.with_slice(slice).unwrap();
+        let net = sys.network(&arch, slice.iter().product()).unwrap();
+        predict(&dlrm0, &arch, &net, &Strategy::parse("d128").unwrap()).unwrap()
+    };
+    let v3 = run("templates/tpu-v3-pod.yaml", &[8, 16]);
+    let v4 = run("templates/tpu-v4-pod.yaml", &[4, 4, 8]);
+    assert!(v3.feasible && v4.feasible);
+    // The workload's calibration: on v4 the SparseCores idle ~25% of the step (Fig. 10).
+    let idle = 1.0 - v4.sparse_core_s / v4.time_per_iteration_s;
+    let speedup = v3.time_per_iteration_s / v4.time_per_iteration_s;
+    println!(
+        "DLRM0-like on 128 chips: v3 {:.1} ms, v4 {:.1} ms ({speedup:.2}x); v4 SparseCores idle {:.0}%",
+        v3.time_per_iteration_s * 1e3,
+        v4.time_per_iteration_s * 1e3,
+        idle * 100.0
+    );
+    assert!((0.15..=0.35).contains(&idle), "{idle}");
+    assert!((1.5..=2.5).contains(&speedup), "{speedup}");
+    // The pooled all-to-all runs on the SparseCores, not in the dense step.
+    assert!(v4
+        .communication
+        .iter()
+        .any(|c| c.name == "sparse-core all-to-all" && !c.blocking));
+}

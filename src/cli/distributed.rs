@@ -141,6 +141,14 @@ pub fn render(p: &DistPrediction, peak: f64) -> String {
         seconds(p.exposed_communication_s),
         seconds(p.pipeline_bubble_s)
     );
+    if p.sparse_core_s > 0.0 {
+        let _ = writeln!(
+            s,
+            "sparse cores      {} busy ({:.0}% of the step): lookups, updates and their all-to-alls beside the dense step",
+            seconds(p.sparse_core_s),
+            100.0 * p.sparse_core_s / p.time_per_iteration_s
+        );
+    }
     let _ = writeln!(
         s,
         "memory / device   {} of {}: weights {}, gradients {}, optimizer {}, activations {}",

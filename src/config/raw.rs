@@ -127,6 +127,9 @@ pub struct ComputeRaw {
     pub operand_tile: Option<OperandTile>,
     /// Fixed cost of starting one kernel.
     pub kernel_launch_us: f64,
+    /// Dedicated embedding engines beside the dense cores (TPU SparseCores); 0 when absent.
+    #[serde(default)]
+    pub sparse_cores: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize)]

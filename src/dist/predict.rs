@@ -73,6 +73,9 @@ pub struct DistPrediction {
     pub energy_j: f64,
     pub average_power_w: f64,
     pub joules_per_token: f64,
+    /// Time the embedding engines (SparseCores) are busy per iteration: lookups, updates and
+    /// their all-to-alls, beside the dense step; 0 without them.
+    pub sparse_core_s: f64,
     /// Idle time of the busiest stage while the pipeline fills and drains.
     pub pipeline_bubble_s: f64,
     pub mapping: Mapping,
@@ -136,6 +139,10 @@ struct StageWork {
     /// Weights this stage trains, per device before data-parallel sharding: model-parallel
     /// shares, experts split over the expert group, frozen layers left out.
     trained: f64,
+    /// On embedding engines (SparseCores): lookup and update time of one micro-batch, and
+    /// the all-to-alls they wait for.
+    sparse_s: f64,
+    sparse_needs: Vec<(f64, Need)>,
     /// Compute and memory energy of one micro-batch's forward and backward, and of the
     /// optimizer step, on one device of the stage.
     step_j: f64,
@@ -247,9 +254,11 @@ pub fn predict(
     let f_tok = micro_batch as f64 / graph.samples;
 
     let mut evaluator = Evaluator::new(arch);
+    // Embedding engines beside the dense cores take the table lookups (TPU v4 Sec. 3.5).
+    let sparse = arch.core.sparse_cores > 0;
     let rates = EnergyRates::of(arch);
     let stages: Vec<StageWork> = (0..p)
-        .map(|stage| stage_work(&graph, s, stage, f_tok, &mut evaluator, &rates))
+        .map(|stage| stage_work(&graph, s, stage, f_tok, &mut evaluator, &rates, sparse))
         .collect();
 
     // Memory on the fullest stage.
@@ -385,8 +394,10 @@ pub fn predict(
             }),
         }
     }
-    let compute_s = (stages[busiest].forward_s + stages[busiest].backward_s) * m as f64
-        + stages[busiest].update_s;
+    let compute_s =
+        (stages[busiest].forward_s + stages[busiest].backward_s + stages[busiest].sparse_s)
+            * m as f64
+            + stages[busiest].update_s;
     let communication_s: f64 = eval.comms.iter().map(|c| c.time_s).sum();
     // Every stage's devices (devices / p of them) run its micro-batches and its update;
     // each device sends about the bytes of the first stage's collectives (all-reduce twice).
@@ -433,6 +444,7 @@ pub fn predict(
         compute,
         communication: eval.comms,
         exposed_communication_s: eval.exposed_s,
+        sparse_core_s: eval.sparse_s,
         pipeline_bubble_s: eval.bubble_s,
         mapping: map,
         mappings_tried: orders.len(),
@@ -679,6 +691,7 @@ fn stage_work(
     f_tok: f64,
     evaluator: &mut Evaluator,
     rates: &EnergyRates,
+    sparse_cores: bool,
 ) -> StageWork {
     let p = s.pipeline;
     let layer_params = graph.parameters_by_position[Position::Layer as usize];
@@ -765,6 +778,15 @@ fn stage_work(
         w.step_j += (c + m.iter().sum::<f64>()) * count as f64;
         let time = t.time_s * count as f64;
         let forward = matches!(k.phase, Phase::Forward);
+        if sparse_cores && k.split == Split::Table {
+            // SparseCores: the lookup (or its update) and the pooled all-to-all leave the
+            // dense step.
+            w.sparse_s += time;
+            w.by_class.push((k.class, time, t.bound.to_string()));
+            w.sparse_needs
+                .extend(needs.into_iter().map(|n| (count as f64, n)));
+            continue;
+        }
         if forward {
             w.forward_s += time;
         } else {
@@ -948,6 +970,7 @@ fn step_pieces(
 
 struct Eval {
     time_s: f64,
+    sparse_s: f64,
     exposed_s: f64,
     bubble_s: f64,
     comms: Vec<CommReport>,
@@ -1095,6 +1118,7 @@ fn evaluate(
         Collective::AllReduce
     };
     let mut end = 0.0f64;
+    let mut sparse_busy = 0.0f64;
     for (i, st) in stages.iter().enumerate() {
         let stage_bytes = st.trained
             * bytes
@@ -1184,12 +1208,29 @@ fn evaluate(
             after += ledger.charge("updated weights", &need, 1.0, false, report);
         }
         end = end.max((timeline.end_s[i] + delay + tails[i]).max(comm_free) + after);
+        // Embedding engines run lookups, updates and their all-to-alls beside the dense
+        // step, a batch ahead (TPU v4 Fig. 10: the step takes the longer of the two).
+        if st.sparse_s > 0.0 {
+            let report = (i == 0).then_some(m as f64);
+            let exchange: f64 = st
+                .sparse_needs
+                .iter()
+                .map(|(count, n)| {
+                    let label = format!("sparse-core {}", n.collective.name());
+                    ledger.charge(&label, n, *count, false, report)
+                })
+                .sum();
+            sparse_busy = sparse_busy.max(m as f64 * (st.sparse_s + exchange));
+            end = end.max(sparse_busy);
+        }
     }
     let busiest_update = stages.iter().map(|st| st.update_s).fold(0.0, f64::max);
+    let busiest_sparse = stages.iter().map(|st| st.sparse_s).fold(0.0, f64::max) * m as f64;
     Eval {
         time_s: end,
+        sparse_s: sparse_busy,
         exposed_s: 0.0,
-        bubble_s: (free_end - busiest_compute - busiest_update).max(0.0),
+        bubble_s: (free_end - (busiest_compute + busiest_update).max(busiest_sparse)).max(0.0),
         comms: ledger.comms,
     }
 }
@@ -1213,6 +1254,6 @@ fn free_schedule_end(s: &Strategy, stages: &[StageWork], m: u64) -> f64 {
     stages
         .iter()
         .zip(&free.end_s)
-        .map(|(st, e)| e + st.update_s)
+        .map(|(st, e)| (e + st.update_s).max(st.sparse_s * m as f64))
         .fold(0.0, f64::max)
 }

@@ -86,6 +86,9 @@ pub struct CoreReport {
     pub throughput_by_precision: BTreeMap<Precision, f64>,
     pub operand_tile: OperandTile,
     pub kernel_launch_s: f64,
+    /// Embedding engines beside the dense cores (TPU SparseCores); 0 when none.
+    #[serde(default)]
+    pub sparse_cores: u64,
     pub area_mm2: Usage,
     pub power_w: Usage,
     pub bounds: Vec<Bound>,
@@ -230,6 +233,7 @@ pub fn generate(design: &Design) -> Architecture {
         throughput_by_precision: c.throughput_by_precision.clone(),
         operand_tile: c.operand_tile,
         kernel_launch_s: c.kernel_launch_s,
+        sparse_cores: c.sparse_cores,
         area_mm2: Usage::new(core_area, bundles as f64 * bundle_area),
         power_w: Usage::new(core_power, op.power_w),
         bounds: vec![
