@@ -383,10 +383,26 @@ fn the_cli_prints_mapping_and_breakdown() {
         "workloads/gpt-1.7b.yaml",
         "--strategy",
         "t2-p2-d4-mb1",
+        "--grid-kg-per-kwh",
+        "0.4",
+        "--pue",
+        "1.2",
         "--json",
     ]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // Operational CO2e of all 16 devices' energy (TPU v4 paper Sec. 7.6).
+    let energy = v["energy_j"].as_f64().unwrap();
+    let kg = v["co2e_kg_per_iteration"].as_f64().unwrap();
+    assert!(energy > 0.0 && (kg / (energy / 3.6e6 * 1.2 * 0.4) - 1.0).abs() < 1e-12);
+    let (code, _, err) = common::stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--grid-kg-per-kwh=-1",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--grid-kg-per-kwh -1: expected"), "{err}");
     for key in [
         "mapping",
         "exposed_communication_s",

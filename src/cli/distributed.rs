@@ -18,6 +18,7 @@ pub struct Args<'a> {
     pub devices: Option<u64>,
     pub strategy: Option<&'a str>,
     pub slice: Option<&'a str>,
+    pub carbon: Option<super::CarbonRates>,
     pub json: bool,
 }
 
@@ -45,8 +46,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let strategy = load_strategy(args.strategy, &system, devices)?;
     super::check_precision(&workload_file, &workload, &arch)?;
     let prediction = predict(&workload, &arch, &network, &strategy)?;
+    // Operational emissions of every device's energy (TPU v4 paper Sec. 7.6).
+    let carbon = args.carbon.map(|r| r.kg_per_joule() * prediction.energy_j);
     if args.json {
-        let text = serde_json::to_string_pretty(&prediction).context("writing the prediction")?;
+        let mut value = serde_json::to_value(&prediction)?;
+        if let Some(kg) = carbon {
+            value["co2e_kg_per_iteration"] = kg.into();
+        }
+        let text = serde_json::to_string_pretty(&value).context("writing the prediction")?;
         println!("{text}");
         return Ok(());
     }
@@ -58,6 +65,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         system.name, devices, design.budget_file
     );
     print!("{}", render(&prediction, arch.peak_flops_per_s));
+    println!(
+        "\nenergy / iteration  {} on {} devices; average {} ({} per device), {} per token",
+        si(prediction.energy_j, "J"),
+        devices,
+        si(prediction.average_power_w, "W"),
+        si(prediction.average_power_w / devices as f64, "W"),
+        si(prediction.joules_per_token, "J")
+    );
+    if let Some(kg) = carbon {
+        println!("operational CO2e    {kg:.3e} kg per iteration");
+    }
     if !prediction.feasible && prediction.violations.is_empty() {
         bail!("infeasible prediction without reasons");
     }

@@ -302,6 +302,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                     devices,
                     strategy: strategy.as_deref(),
                     slice: slice.as_deref(),
+                    carbon: carbon_rates(grid_kg_per_kwh, pue)?,
                     json,
                 });
             }
@@ -352,7 +353,8 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             let prediction = evaluator.predict(&graph, &architecture.violations);
             let energy = stackflow::perf::energy(&architecture, &prediction);
-            let carbon = carbon_kg(&energy, grid_kg_per_kwh, pue);
+            let carbon =
+                carbon_rates(grid_kg_per_kwh, pue)?.map(|r| r.kg_per_joule() * energy.total_j);
             if json {
                 let mut value = serde_json::to_value(&prediction)?;
                 value["energy"] = serde_json::to_value(&energy)?;
@@ -398,9 +400,34 @@ pub(crate) fn check_precision(
     Ok(())
 }
 
-/// Operational CO2e of one iteration: energy x PUE x grid intensity (TPU v4 paper Sec. 7.6).
-fn carbon_kg(e: &stackflow::perf::Energy, grid: Option<f64>, pue: Option<f64>) -> Option<f64> {
-    grid.map(|g| e.total_j / 3.6e6 * pue.unwrap_or(1.1) * g)
+/// Grid intensity and PUE for operational CO2e (TPU v4 paper Sec. 7.6).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CarbonRates {
+    pub grid_kg_per_kwh: f64,
+    pub pue: f64,
+}
+
+impl CarbonRates {
+    /// kg CO2e per joule the devices draw: energy x PUE x grid intensity.
+    pub fn kg_per_joule(self) -> f64 {
+        self.pue * self.grid_kg_per_kwh / 3.6e6
+    }
+}
+
+/// Checks `--grid-kg-per-kwh` and `--pue` (default 1.1).
+fn carbon_rates(grid: Option<f64>, pue: Option<f64>) -> anyhow::Result<Option<CarbonRates>> {
+    let Some(g) = grid else { return Ok(None) };
+    if !(g.is_finite() && g >= 0.0) {
+        bail!("--grid-kg-per-kwh {g}: expected a carbon intensity >= 0 kg CO2e per kWh");
+    }
+    let pue = pue.unwrap_or(1.1);
+    if !(pue.is_finite() && pue >= 1.0) {
+        bail!("--pue {pue}: expected a power usage effectiveness >= 1 (facility over IT energy)");
+    }
+    Ok(Some(CarbonRates {
+        grid_kg_per_kwh: g,
+        pue,
+    }))
 }
 
 /// Loads a design from a budget on disk, or the embedded default budget.
