@@ -781,3 +781,75 @@ fn tpu_v4_over_v3_on_a_dlrm_with_sparse_cores() {
         .iter()
         .any(|c| c.name == "sparse-core all-to-all" && !c.blocking));
 }
+
+#[test]
+fn dlrm_transformer_and_moe_variants() {
+    // MAD Max Table 2 variants of DLRM-A on ZionEX (Insight 4): transformer layers add
+    // compute, experts add blocking all-to-all and, replicated, memory.
+    let (sys, arch) = system("templates/zionex.yaml");
+    let net = sys.network(&arch, 128).unwrap();
+    let load = |f: &str| Workload::load(Source::Disk, &root().join(f)).unwrap();
+    let run =
+        |w: &Workload, s: &str| predict(w, &arch, &net, &Strategy::parse(s).unwrap()).unwrap();
+    let base = run(&load("workloads/dlrm-a.yaml"), "d128");
+    let transformer = run(&load("workloads/dlrm-a-transformer.yaml"), "d128");
+    assert!(transformer.feasible, "{:?}", transformer.violations);
+    assert!(transformer.compute_s > base.compute_s * 1.2);
+    assert!(transformer.time_per_iteration_s > base.time_per_iteration_s);
+
+    let moe = load("workloads/dlrm-a-moe.yaml");
+    // Every device holding all 16 experts (1.3B weights with Adam) runs out of memory.
+    let replicated = run(&moe, "d128");
+    assert!(!replicated.feasible);
+    assert!(
+        replicated.violations[0].contains("out of memory"),
+        "{:?}",
+        replicated.violations
+    );
+    let spread = run(&moe, "d128-e16");
+    assert!(spread.feasible, "{:?}", spread.violations);
+    assert!(spread.weights_bytes < replicated.weights_bytes);
+    let a2a = spread
+        .communication
+        .iter()
+        .find(|c| c.name == "expert all-to-all")
+        .expect("dispatch and combine");
+    // Dispatch and combine, forward and backward, over the 16 devices of an expert group.
+    assert!(
+        a2a.blocking && a2a.group == 16 && a2a.calls == 4.0,
+        "{a2a:?}"
+    );
+    assert!(spread.time_per_iteration_s > base.time_per_iteration_s);
+    println!(
+        "DLRM-A {:.1} ms, -Transformer {:.1} ms, -MoE e16 {:.1} ms (d128 on 128 A100s)",
+        base.time_per_iteration_s * 1e3,
+        transformer.time_per_iteration_s * 1e3,
+        spread.time_per_iteration_s * 1e3
+    );
+}
+
+#[test]
+fn bad_dlrm_variants_fail_with_a_clear_message() {
+    let base = std::fs::read_to_string(root().join("workloads/dlrm-a.yaml")).unwrap();
+    let bad = |edit: &dyn Fn(&str) -> String| Workload::from_yaml("bad.yaml", &edit(&base));
+    let e = bad(&|s| s.replace("interaction: concat", "interaction: transformer"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("bad.yaml") && e.contains("transformer: {layers"),
+        "{e}"
+    );
+    let e = bad(&|s| format!("{s}moe: {{experts: 4, top_k: 8}}\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("moe.top_k = 8: at most moe.experts (4)"), "{e}");
+    let e = bad(&|s| {
+        format!("{s}moe: {{experts: 4, top_k: 2}}\n").replace("[1216, 2048, 1024, 1]", "[1216, 1]")
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("top_mlp") && e.contains("at least 3 layers"),
+        "{e}"
+    );
+}

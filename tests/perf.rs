@@ -419,6 +419,7 @@ fn shipped_models_have_their_published_parameter_counts() {
         ("workloads/megatron-1t.yaml", 1008e9),
         ("workloads/dlrm-a.yaml", 793e9),
         ("workloads/dlrm-b.yaml", 332e9),
+        ("workloads/dlrm-a-transformer.yaml", 795e9),
     ] {
         assert_close(file, workload(file).graph().parameters, params, 0.02);
     }
@@ -430,6 +431,8 @@ fn dlrm_configs_match_mad_max_table_2() {
     for (file, flops, lookup_bytes) in [
         ("workloads/dlrm-a.yaml", 638e6, 22.61e6),
         ("workloads/dlrm-b.yaml", 60e6, 13.19e6),
+        ("workloads/dlrm-a-transformer.yaml", 2.6e9, 22.61e6),
+        ("workloads/dlrm-a-moe.yaml", 957e6, 22.61e6),
     ] {
         let g = workload(file).graph();
         let forward: f64 = g

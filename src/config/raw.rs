@@ -473,6 +473,28 @@ pub struct DlrmRaw {
     pub pooled_precision: Option<Precision>,
     #[serde(default)]
     pub optimizer: Optimizer,
+    /// Transformer layers over the feature vectors (`interaction: transformer`; MAD Max
+    /// Table 2's DLRM-Transformer variants).
+    #[serde(default)]
+    pub transformer: Option<FeatureTransformerRaw>,
+    /// Mixture of experts in the top MLP (MAD Max Table 2's DLRM-MoE variants): the layer
+    /// pair after the first top layer becomes `experts` copies, each sample routed to
+    /// `top_k` of them.
+    #[serde(default)]
+    pub moe: Option<MoeRaw>,
+}
+
+/// Transformer feature interaction: the feature vectors are summed into `sequence` tokens,
+/// projected to `hidden`, run through `layers` transformer layers, and flattened into the
+/// top MLP.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureTransformerRaw {
+    pub layers: u64,
+    pub sequence: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    pub ffn_hidden: u64,
 }
 
 /// A group of identical embedding tables.
@@ -493,6 +515,8 @@ pub enum Interaction {
     Dot,
     /// Concatenation of all feature vectors.
     Concat,
+    /// Transformer layers over the feature vectors (the `transformer:` section).
+    Transformer,
 }
 
 // ---------------------------------------------------------------- strategies

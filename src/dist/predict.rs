@@ -210,12 +210,13 @@ pub fn predict(
     if s.expert > 1 {
         let experts = match workload {
             Workload::Transformer(t) => t.moe.map_or(1, |m| m.experts),
+            Workload::Dlrm(d) => d.moe.map_or(1, |m| m.experts),
             _ => 1,
         };
         if experts == 1 {
             return Err(fail(
                 "the workload has no experts to spread (expert parallelism e > 1); give a \
-                 transformer a moe: {experts, top_k} section"
+                 transformer or a DLRM a moe: {experts, top_k} section"
                     .into(),
             ));
         }
@@ -731,6 +732,10 @@ fn stage_work(
         }
         if stage == p - 1 {
             trained += graph.parameters_by_position[Position::Tail as usize];
+        }
+        if graph.layers == 0 {
+            // Experts outside repeated layers (a DLRM's top MLP): 1/e of them here.
+            trained -= graph.expert_parameters * (1.0 - 1.0 / s.expert as f64);
         }
         w.trained = trained / model_shard;
     }

@@ -19,7 +19,7 @@ pub use graph::{
 };
 
 use crate::config::raw::{
-    DlrmRaw, GemmRaw, Interaction, LstmRaw, Optimizer, Precision, Recompute, TableGroupRaw,
+    DlrmRaw, GemmRaw, Interaction, LstmRaw, MoeRaw, Optimizer, Precision, Recompute, TableGroupRaw,
     TransformerRaw, WorkloadHeader,
 };
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
@@ -81,6 +81,19 @@ pub struct Transformer {
     pub trainable_layers: Option<u64>,
 }
 
+impl Transformer {
+    fn layer_shape(&self) -> LayerShape {
+        LayerShape {
+            hidden: self.hidden,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            ffn_hidden: self.ffn_hidden,
+            gated_ffn: self.gated_ffn,
+            moe: self.moe,
+        }
+    }
+}
+
 /// A mixture-of-experts feed-forward (GShard; Switch Transformer).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Moe {
@@ -103,6 +116,31 @@ pub struct Dlrm {
     /// Precision of the pooled embeddings as they are exchanged.
     pub pooled_precision: Precision,
     pub optimizer: Optimizer,
+    /// Transformer feature interaction (`interaction: transformer`).
+    pub transformer: Option<FeatureTransformer>,
+    /// Mixture of experts on the top MLP's second and third layers.
+    pub moe: Option<Moe>,
+}
+
+/// Transformer layers over a DLRM's feature vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FeatureTransformer {
+    pub layers: u64,
+    pub sequence: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    pub ffn_hidden: u64,
+}
+
+/// One transformer layer's shape, shared by language models and DLRM feature interaction.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct LayerShape {
+    hidden: u64,
+    heads: u64,
+    kv_heads: u64,
+    ffn_hidden: u64,
+    gated_ffn: bool,
+    moe: Option<Moe>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -255,32 +293,7 @@ fn transformer(
                 Some(f.trainable_layers)
             }
         },
-        moe: match raw.moe {
-            None => None,
-            Some(m) => {
-                let experts = check.positive_count("moe.experts", m.experts)?;
-                let top_k = check.positive_count("moe.top_k", m.top_k)?;
-                if top_k > experts {
-                    return Err(ConfigError::invalid(
-                        check.file,
-                        "moe.top_k",
-                        top_k,
-                        format!(
-                            "at most moe.experts ({experts}): a token picks top_k of the experts"
-                        ),
-                    ));
-                }
-                let capacity_factor = match m.capacity_factor {
-                    Some(c) => check.within("moe.capacity_factor", c, 1.0, 8.0)?,
-                    None => 1.25, // Switch Transformer's default training capacity factor
-                };
-                Some(Moe {
-                    experts,
-                    top_k,
-                    capacity_factor,
-                })
-            }
-        },
+        moe: raw.moe.map(|m| moe(check, m)).transpose()?,
         inference: match raw.inference {
             None => None,
             Some(i) => Some(inference::InferenceSpec {
@@ -290,6 +303,29 @@ fn transformer(
             }),
         },
     }))
+}
+
+/// Checks a mixture-of-experts section.
+fn moe(check: &Checker, m: MoeRaw) -> Result<Moe, ConfigError> {
+    let experts = check.positive_count("moe.experts", m.experts)?;
+    let top_k = check.positive_count("moe.top_k", m.top_k)?;
+    if top_k > experts {
+        return Err(ConfigError::invalid(
+            check.file,
+            "moe.top_k",
+            top_k,
+            format!("at most moe.experts ({experts}): a token picks top_k of the experts"),
+        ));
+    }
+    let capacity_factor = match m.capacity_factor {
+        Some(c) => check.within("moe.capacity_factor", c, 1.0, 8.0)?,
+        None => 1.25, // Switch Transformer's default training capacity factor
+    };
+    Ok(Moe {
+        experts,
+        top_k,
+        capacity_factor,
+    })
 }
 
 fn dlrm(check: &Checker, raw: DlrmRaw, stem: String) -> Result<Workload, ConfigError> {
@@ -349,7 +385,57 @@ fn dlrm(check: &Checker, raw: DlrmRaw, stem: String) -> Result<Workload, ConfigE
             ));
         }
     }
+    let transformer = match (raw.interaction, raw.transformer) {
+        (Interaction::Transformer, Some(t)) => {
+            let hidden = check.positive_count("transformer.hidden", t.hidden)?;
+            let heads = check.positive_count("transformer.heads", t.heads)?;
+            if hidden % heads != 0 {
+                return Err(ConfigError::invalid(
+                    check.file,
+                    "transformer.heads",
+                    heads,
+                    format!("a divisor of transformer.hidden ({hidden})"),
+                ));
+            }
+            Some(FeatureTransformer {
+                layers: check.positive_count("transformer.layers", t.layers)?,
+                sequence: check.positive_count("transformer.sequence", t.sequence)?,
+                hidden,
+                heads,
+                ffn_hidden: check.positive_count("transformer.ffn_hidden", t.ffn_hidden)?,
+            })
+        }
+        (Interaction::Transformer, None) => {
+            return Err(ConfigError::invalid(
+                check.file,
+                "transformer",
+                "(missing)",
+                "a transformer: {layers, sequence, hidden, heads, ffn_hidden} section for \
+                 interaction: transformer",
+            ))
+        }
+        (other, Some(_)) => {
+            return Err(ConfigError::invalid(
+                check.file,
+                "transformer",
+                format!("given with interaction: {other:?}").to_lowercase(),
+                "interaction: transformer (the section configures that interaction)",
+            ))
+        }
+        (_, None) => None,
+    };
+    let moe = raw.moe.map(|m| moe(check, m)).transpose()?;
+    if moe.is_some() && top_mlp.len() < 3 {
+        return Err(ConfigError::invalid(
+            check.file,
+            "top_mlp",
+            format!("{top_mlp:?}"),
+            "at least 3 layers with moe: the pair after the first layer becomes the experts",
+        ));
+    }
     Ok(Workload::Dlrm(Dlrm {
+        transformer,
+        moe,
         name: raw.name.unwrap_or(stem),
         batch: check.positive_count("batch", raw.batch)?,
         dense_features: check.positive_count("dense_features", raw.dense_features)?,
@@ -552,8 +638,6 @@ fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Gra
     let (s, h, l) = (queries, w.hidden, w.layers);
     let tokens = batch * s;
     let t = tokens as f64;
-    let head_dim = h / w.heads;
-    let kv = w.kv_heads * head_dim;
 
     g.split = Split::Embedding;
     g.embedding(
@@ -569,6 +653,62 @@ fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Gra
     g.set_in_layer(true);
     g.split = Split::Replicated;
     g.layer_input(t * h as f64 * bytes, l);
+    transformer_layers(&mut g, &w.layer_shape(), l, batch, s, keys, bytes);
+    // One final norm.
+    g.dense_parameters((2 * h) as f64);
+    g.set_in_layer(false);
+    g.pointwise(
+        "final layer norm",
+        KernelClass::Pointwise,
+        1,
+        t * h as f64,
+        1.0,
+        8.0,
+        1.0,
+    );
+    g.split = Split::Column;
+    g.linear("logits", KernelClass::Gemm, 1, tokens, h, w.vocab, 1, false);
+    g.split = Split::Sharded;
+    if w.tie_embeddings {
+        // The logits reuse the embedding matrix: count its parameters once.
+        g.dense_parameters(-(w.vocab as f64 * h as f64));
+    }
+    g.pointwise(
+        "softmax cross-entropy",
+        KernelClass::Pointwise,
+        1,
+        t * w.vocab as f64,
+        1.0,
+        5.0,
+        1.0,
+    );
+    g.finish(
+        w.name.clone(),
+        w.optimizer,
+        batch as f64,
+        t,
+        0.0,
+        l,
+        t * h as f64 * bytes,
+    )
+}
+
+/// `l` transformer layers over `batch` sequences of `s` queries attending to `keys` keys:
+/// norms, attention, residuals and the (dense or mixture-of-experts) feed-forward.
+fn transformer_layers(
+    g: &mut Builder,
+    w: &LayerShape,
+    l: u64,
+    batch: u64,
+    s: u64,
+    keys: u64,
+    bytes: f64,
+) {
+    let h = w.hidden;
+    let tokens = batch * s;
+    let t = tokens as f64;
+    let head_dim = h / w.heads;
+    let kv = w.kv_heads * head_dim;
     g.pointwise(
         "layer norm (attention)",
         KernelClass::Pointwise,
@@ -657,7 +797,7 @@ fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Gra
     );
     match w.moe {
         None => feed_forward(
-            &mut g,
+            g,
             w,
             "mlp",
             l,
@@ -690,14 +830,7 @@ fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Gra
             let e = moe.experts;
             let per_expert =
                 ((t * moe.top_k as f64 * moe.capacity_factor) / e as f64).ceil() as u64;
-            feed_forward(
-                &mut g,
-                w,
-                "expert",
-                l * e,
-                per_expert.max(1),
-                [Split::Expert; 3],
-            );
+            feed_forward(g, w, "expert", l * e, per_expert.max(1), [Split::Expert; 3]);
         }
     }
     g.split = Split::Replicated;
@@ -710,50 +843,15 @@ fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Gra
         1.0,
         0.0,
     );
-    // Two norm scales (and shifts) per layer, one final norm.
-    g.dense_parameters((4 * h * l + 2 * h) as f64);
-    g.set_in_layer(false);
-    g.pointwise(
-        "final layer norm",
-        KernelClass::Pointwise,
-        1,
-        t * h as f64,
-        1.0,
-        8.0,
-        1.0,
-    );
-    g.split = Split::Column;
-    g.linear("logits", KernelClass::Gemm, 1, tokens, h, w.vocab, 1, false);
-    g.split = Split::Sharded;
-    if w.tie_embeddings {
-        // The logits reuse the embedding matrix: count its parameters once.
-        g.dense_parameters(-(w.vocab as f64 * h as f64));
-    }
-    g.pointwise(
-        "softmax cross-entropy",
-        KernelClass::Pointwise,
-        1,
-        t * w.vocab as f64,
-        1.0,
-        5.0,
-        1.0,
-    );
-    g.finish(
-        w.name.clone(),
-        w.optimizer,
-        batch as f64,
-        t,
-        0.0,
-        l,
-        t * h as f64 * bytes,
-    )
+    // Two norm scales (and shifts) per layer.
+    g.dense_parameters((4 * h * l) as f64);
 }
 
 /// A transformer feed-forward, `count` times over `m` tokens: up projection (two for a
 /// gated one), activation, down projection, split for tensor parallelism as `splits` says.
 fn feed_forward(
     g: &mut Builder,
-    w: &Transformer,
+    w: &LayerShape,
     name: &str,
     count: u64,
     m: u64,
@@ -906,9 +1004,111 @@ fn dlrm_graph(w: &Dlrm) -> Graph {
             );
             features * dim
         }
+        Interaction::Transformer => {
+            let t = w
+                .transformer
+                .expect("checked: interaction transformer has its section");
+            let (s, h) = (t.sequence, t.hidden);
+            // The feature vectors are summed into `sequence` tokens (MAD Max Sec. 5:
+            // "downsampled sequence length of 80"), projected to the layers' width.
+            let per_token = features as f64 / s as f64;
+            g.pointwise(
+                "feature grouping",
+                KernelClass::Pointwise,
+                1,
+                (b * s * dim) as f64,
+                per_token,
+                per_token,
+                0.0,
+            );
+            g.linear(
+                "token projection",
+                KernelClass::Gemm,
+                1,
+                b * s,
+                dim,
+                h,
+                1,
+                false,
+            );
+            let shape = LayerShape {
+                hidden: h,
+                heads: t.heads,
+                kv_heads: t.heads,
+                ffn_hidden: t.ffn_hidden,
+                gated_ffn: false,
+                moe: None,
+            };
+            transformer_layers(&mut g, &shape, t.layers, b, s, s, w.precision.bytes());
+            g.split = Split::Replicated;
+            s * h
+        }
     };
     g.split = Split::Replicated;
-    let width = mlp(&mut g, "top", b, top_in, &w.top_mlp);
+    let width = match w.moe {
+        None => mlp(&mut g, "top", b, top_in, &w.top_mlp),
+        Some(moe) => {
+            // The first top layer, then the pair after it as experts: a router picks
+            // top_k of them per sample; each expert takes its capacity of the routed
+            // samples (samples x top_k x capacity / experts); the rest of the MLP follows.
+            let first = mlp(&mut g, "top", b, top_in, &w.top_mlp[..1]);
+            let e = moe.experts;
+            g.linear("router", KernelClass::Gemm, 1, b, first, e, 1, false);
+            g.pointwise(
+                "router softmax and top-k",
+                KernelClass::Pointwise,
+                1,
+                (b * e) as f64,
+                1.0,
+                6.0,
+                1.0,
+            );
+            let per_expert =
+                ((b as f64 * moe.top_k as f64 * moe.capacity_factor) / e as f64).ceil() as u64;
+            let (up, down) = (w.top_mlp[1], w.top_mlp[2]);
+            g.split = Split::Expert;
+            g.linear(
+                "expert up",
+                KernelClass::Gemm,
+                e,
+                per_expert,
+                first,
+                up,
+                e,
+                false,
+            );
+            g.pointwise(
+                "expert activation",
+                KernelClass::Pointwise,
+                e,
+                (per_expert * up) as f64,
+                1.0,
+                1.0,
+                1.0,
+            );
+            g.linear(
+                "expert down",
+                KernelClass::Gemm,
+                e,
+                per_expert,
+                up,
+                down,
+                e,
+                false,
+            );
+            g.split = Split::Replicated;
+            g.pointwise(
+                "expert combine",
+                KernelClass::Pointwise,
+                1,
+                (b * down) as f64,
+                moe.top_k as f64,
+                2.0 * moe.top_k as f64,
+                moe.top_k as f64,
+            );
+            mlp(&mut g, "top tail", b, down, &w.top_mlp[3..])
+        }
+    };
     g.pointwise(
         "loss",
         KernelClass::Pointwise,
