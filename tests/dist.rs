@@ -853,3 +853,76 @@ fn bad_dlrm_variants_fail_with_a_clear_message() {
         "{e}"
     );
 }
+
+#[test]
+fn serving_splits_weights_and_kv_cache_over_tensor_parallel_devices() {
+    use stackflow::dist::predict_inference;
+    let w = Workload::load(
+        Source::Disk,
+        &root().join("workloads/llama2-70b-decode.yaml"),
+    )
+    .unwrap();
+    let Workload::Transformer(t) = &w else {
+        unreachable!()
+    };
+    let spec = t.inference.unwrap();
+    let (sys, h100) = system("templates/dgx-h100.yaml");
+    let net = sys.network(&h100, 8).unwrap();
+    let serve =
+        |s: &str| predict_inference(t, &spec, &h100, &net, &Strategy::parse(s).unwrap()).unwrap();
+    let tp = serve("t8");
+    let replicas = serve("d8");
+    assert!(tp.feasible && replicas.feasible);
+    // Decode at batch 1 reads every weight once per token: 8-way tensor parallelism reads
+    // an eighth per device, plus a small all-reduce per layer over NVLink.
+    let speedup = replicas.time_per_output_token_s / tp.time_per_output_token_s;
+    println!(
+        "LLaMA-2-70B decode on 8 H100: t8 {:.2} ms/token, 8 replicas {:.2} ms/token ({speedup:.1}x); \
+         TTFT {:.1} vs {:.1} ms",
+        tp.time_per_output_token_s * 1e3,
+        replicas.time_per_output_token_s * 1e3,
+        tp.time_to_first_token_s * 1e3,
+        replicas.time_to_first_token_s * 1e3
+    );
+    assert!((6.0..=8.0).contains(&speedup), "{speedup}");
+    assert!(
+        tp.decode_communication_s > 0.0
+            && tp.decode_communication_s < 0.1 * tp.time_per_output_token_s
+    );
+    assert_close(
+        "weights per device",
+        tp.weights_bytes,
+        replicas.weights_bytes / 8.0,
+        0.01,
+    );
+    // Eight replicas serve eight batches: throughput counts them all.
+    assert_close(
+        "replica throughput",
+        replicas.tokens_per_s,
+        8.0 * 256.0 / (replicas.time_to_first_token_s + 255.0 * replicas.time_per_output_token_s),
+        1e-9,
+    );
+    // A KV cache too large for one device is an infeasible result with the reason.
+    let mut big = t.clone();
+    big.inference = Some(stackflow::workload::inference::InferenceSpec { batch: 64, ..spec });
+    let p = predict_inference(
+        &big,
+        &big.inference.unwrap(),
+        &h100,
+        &net,
+        &Strategy::parse("d8").unwrap(),
+    )
+    .unwrap();
+    assert!(
+        !p.feasible && p.violations[0].contains("KV cache"),
+        "{:?}",
+        p.violations
+    );
+    // Training-only parallelism is refused.
+    let e =
+        predict_inference(t, &spec, &h100, &net, &Strategy::parse("d8-z1").unwrap()).unwrap_err();
+    assert!(
+        e.message.contains("serving splits a model by tensor"),
+        "{e}"
+    );
+}

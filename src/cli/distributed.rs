@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use stackflow::config::Source;
-use stackflow::dist::{predict, DistPrediction, Strategy, System};
+use stackflow::dist::{
+    predict, predict_inference, DistInference, DistPrediction, Strategy, System,
+};
 use stackflow::workload::Workload;
 
 use super::predict::seconds;
@@ -45,6 +47,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let network = system.network(&arch, devices)?;
     let strategy = load_strategy(args.strategy, &system, devices)?;
     super::check_precision(&workload_file, &workload, &arch)?;
+    if let Workload::Transformer(
+        t @ stackflow::workload::Transformer {
+            inference: Some(spec),
+            ..
+        },
+    ) = &workload
+    {
+        let p = predict_inference(t, spec, &arch, &network, &strategy)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&p)?);
+        } else {
+            println!(
+                "System: {} ({} devices of {}).\n",
+                system.name, devices, design.budget_file
+            );
+            print!("{}", render_inference(&p));
+        }
+        return Ok(());
+    }
     let prediction = predict(&workload, &arch, &network, &strategy)?;
     // Operational emissions of every device's energy (TPU v4 paper Sec. 7.6).
     let carbon = args.carbon.map(|r| r.kg_per_joule() * prediction.energy_j);
@@ -116,30 +137,10 @@ pub fn render(p: &DistPrediction, peak: f64) -> String {
         "strategy          {} ({} micro-batches of {})",
         p.strategy, p.micro_batches, p.micro_batch
     );
-    let order: Vec<String> = p
-        .mapping
-        .spans
-        .iter()
-        .map(|(a, f)| {
-            format!(
-                "{} over {}",
-                a.name(),
-                if f.is_empty() {
-                    "-".into()
-                } else {
-                    f.join("+")
-                }
-            )
-        })
-        .collect();
     let _ = writeln!(
         s,
         "mapping           {} (best of {} orderings)",
-        if order.is_empty() {
-            "one device".into()
-        } else {
-            order.join(", ")
-        },
+        describe_mapping(&p.mapping),
         p.mappings_tried
     );
     let _ = writeln!(s, "time / iteration  {}", seconds(p.time_per_iteration_s));
@@ -213,6 +214,77 @@ pub fn render(p: &DistPrediction, peak: f64) -> String {
         let _ = writeln!(s, "feasible: every device holds its share");
     } else {
         let _ = writeln!(s, "INFEASIBLE:");
+        for v in &p.violations {
+            let _ = writeln!(s, "  - {v}");
+        }
+    }
+    s
+}
+
+/// Each parallel axis and the fabrics its groups span.
+fn describe_mapping(m: &stackflow::dist::mapping::Mapping) -> String {
+    if m.spans.is_empty() {
+        return "one device".into();
+    }
+    let axes: Vec<String> = m
+        .spans
+        .iter()
+        .map(|(a, f)| {
+            let fabrics = if f.is_empty() {
+                "-".into()
+            } else {
+                f.join("+")
+            };
+            format!("{} over {}", a.name(), fabrics)
+        })
+        .collect();
+    axes.join(", ")
+}
+
+/// The serving report: latency of one replica, throughput of all.
+pub fn render_inference(p: &DistInference) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "workload          {} (serving)", p.workload);
+    let _ = writeln!(
+        s,
+        "strategy          {} (batch {} per replica, prompt {}, {} output tokens)",
+        p.strategy, p.spec.batch, p.spec.prompt_tokens, p.spec.output_tokens
+    );
+    let _ = writeln!(
+        s,
+        "mapping           {} (best of {} orderings)",
+        describe_mapping(&p.mapping),
+        p.mappings_tried
+    );
+    let _ = writeln!(
+        s,
+        "time to first token   {} (communication {})",
+        seconds(p.time_to_first_token_s),
+        seconds(p.prefill_communication_s)
+    );
+    let _ = writeln!(
+        s,
+        "time per output token {} (communication {})",
+        seconds(p.time_per_output_token_s),
+        seconds(p.decode_communication_s)
+    );
+    let _ = writeln!(
+        s,
+        "throughput        {} over all replicas",
+        si(p.tokens_per_s, "tokens/s")
+    );
+    let _ = writeln!(
+        s,
+        "memory / device   {} of {}: weights {}, KV cache {}",
+        bytes(p.memory_per_device_bytes),
+        bytes(p.memory_capacity_bytes),
+        bytes(p.weights_bytes),
+        bytes(p.kv_cache_bytes)
+    );
+    if p.feasible {
+        let _ = writeln!(s, "\nfeasible: every device holds its share");
+    } else {
+        let _ = writeln!(s, "\nINFEASIBLE:");
         for v in &p.violations {
             let _ = writeln!(s, "  - {v}");
         }

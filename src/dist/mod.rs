@@ -5,9 +5,11 @@ pub mod mapping;
 pub mod network;
 pub mod predict;
 pub mod schedule;
+pub mod serve;
 pub mod strategy;
 pub mod system;
 
 pub use predict::{predict, DistPrediction, FitError};
+pub use serve::{predict_inference, DistInference};
 pub use strategy::Strategy;
 pub use system::System;

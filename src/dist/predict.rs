@@ -100,10 +100,10 @@ pub struct FitError {
 }
 
 /// A collective a kernel needs, per instance.
-struct Need {
-    collective: Collective,
-    axis: Axis,
-    bytes: f64,
+pub(super) struct Need {
+    pub(super) collective: Collective,
+    pub(super) axis: Axis,
+    pub(super) bytes: f64,
 }
 
 /// What a graph without repeated layers does next in its backward step.
@@ -122,15 +122,15 @@ enum StepEvent {
 
 /// One stage's work for one micro-batch, before communication costs.
 #[derive(Default)]
-struct StageWork {
-    forward_s: f64,
+pub(super) struct StageWork {
+    pub(super) forward_s: f64,
     backward_s: f64,
     /// Blocking collectives, (kernel count x need).
-    forward_needs: Vec<(f64, Need)>,
+    pub(super) forward_needs: Vec<(f64, Need)>,
     backward_needs: Vec<(f64, Need)>,
     by_class: Vec<(KernelClass, f64, String)>,
     /// Dense parameters held (before model-parallel sharding).
-    parameters: f64,
+    pub(super) parameters: f64,
     update_s: f64,
     /// Graphs without repeated layers: the backward step in order, so that gradient
     /// buckets meet the blocking collectives they share a fabric with.
@@ -145,7 +145,7 @@ struct StageWork {
     sparse_needs: Vec<(f64, Need)>,
     /// Compute and memory energy of one micro-batch's forward and backward, and of the
     /// optimizer step, on one device of the stage.
-    step_j: f64,
+    pub(super) step_j: f64,
     update_j: f64,
 }
 
@@ -167,9 +167,7 @@ pub fn predict(
     if let Workload::Transformer(t) = workload {
         if t.inference.is_some() {
             return Err(fail(
-                "serving (inference:) is modelled on one device so far; run predict without \
-                 --system"
-                    .into(),
+                "a serving workload (inference:): use dist::predict_inference".into(),
             ));
         }
     }
@@ -685,7 +683,7 @@ fn split_kernel(k: &mut Kernel, s: &Strategy) -> (Vec<Need>, u64) {
     (needs, 1)
 }
 
-fn stage_work(
+pub(super) fn stage_work(
     graph: &Graph,
     s: &Strategy,
     stage: u64,

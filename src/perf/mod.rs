@@ -167,6 +167,7 @@ pub struct KernelTime {
 struct GemmKey {
     problem: Problem,
     precision: Precision,
+    weight_bytes: u64,
 }
 
 /// Evaluates kernels on one machine, caching GEMM searches by shape and precision.
@@ -197,14 +198,16 @@ impl Evaluator {
                     n,
                     bytes: kernel.precision.bytes() as u64,
                 };
+                let weight_bytes = kernel.weight_elements() * problem.bytes;
                 let key = GemmKey {
                     problem,
                     precision: kernel.precision,
+                    weight_bytes,
                 };
                 if let Some(hit) = self.cache.get(&key) {
                     return hit.clone();
                 }
-                let t = self.gemm(problem, kernel.precision);
+                let t = self.gemm(problem, kernel.precision, weight_bytes as f64);
                 self.cache.insert(key, t.clone());
                 t
             }
@@ -238,7 +241,10 @@ impl Evaluator {
         self.cache.len()
     }
 
-    fn gemm(&self, p: Problem, precision: Precision) -> KernelTime {
+    /// A GEMM whose operands live at their home; a layer weight of `weight_bytes` lives in
+    /// main memory between uses, so it crosses main memory once even when the working set
+    /// fits a level closer in (decode steps, small recommendation MLPs).
+    fn gemm(&self, p: Problem, precision: Precision, weight_bytes: f64) -> KernelTime {
         let m = &self.machine;
         let rate = m.matrix_rate(precision).unwrap_or(0.0);
         let b = p.bytes as f64;
@@ -246,7 +252,11 @@ impl Evaluator {
             * (p.m as f64 * p.k as f64 + p.k as f64 * p.n as f64 + p.m as f64 * p.n as f64)
             * b;
         let home = m.home(footprint);
-        let cost = tiling::search(&m.hierarchy, &p, home, rate);
+        let mut cost = tiling::search(&m.hierarchy, &p, home, rate);
+        let main = m.levels.len() - 1;
+        if home < main {
+            cost.level_bytes[main] += weight_bytes;
+        }
         let level_s: Vec<f64> = cost
             .level_bytes
             .iter()

@@ -145,6 +145,20 @@ impl Kernel {
     pub fn is_matmul(&self) -> bool {
         matches!(self.op, Op::Gemm { .. })
     }
+
+    /// Elements of the layer weight a linear-layer GEMM reads (forward, input gradient) or
+    /// writes (weight gradient); 0 for products of two activations (attention).
+    pub fn weight_elements(&self) -> u64 {
+        match self.op {
+            Op::Gemm { batch: 1, m, k, n } if self.class != KernelClass::Attention => {
+                match self.phase {
+                    Phase::BackwardWeight => m * n,
+                    _ => k * n,
+                }
+            }
+            _ => 0,
+        }
+    }
 }
 
 /// Bytes one device holds for training.

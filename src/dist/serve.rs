@@ -1,0 +1,176 @@
+//! Serving a transformer on many devices (MAD Max Sec. 2.3): tensor parallelism splits
+//! every layer's weights, work and KV cache over `t` devices, with a blocking all-reduce
+//! (or, under sequence parallelism, reduce-scatter and all-gather) after each row-parallel
+//! layer; pipeline parallelism splits the layers over `p` stages that hand each token's
+//! activations on; data parallelism runs `d` independent replicas, each serving its own
+//! batch. The prefill gives the time to the first token; a decode step at the mean context
+//! (one launch per stage, as captured CUDA graphs do) gives the time per output token.
+
+use serde::Serialize;
+
+use super::collective::Collective;
+use super::mapping::{self, Axis, Mapping};
+use super::network::Network;
+use super::predict::{stage_work, FitError, StageWork};
+use super::strategy::Strategy;
+use crate::generator::Architecture;
+use crate::perf::{EnergyRates, Evaluator};
+use crate::workload::inference::{
+    decode_graph, kv_cache_bytes, mean_context, prefill_graph, InferenceSpec,
+};
+use crate::workload::{Graph, Transformer};
+
+/// One replica's serving latency and the system's throughput.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DistInference {
+    pub workload: String,
+    pub strategy: String,
+    pub devices: u64,
+    pub spec: InferenceSpec,
+    /// The prefill of one batch through every stage.
+    pub time_to_first_token_s: f64,
+    /// One decode step through every stage.
+    pub time_per_output_token_s: f64,
+    /// Output tokens per second of all `d` replicas together.
+    pub tokens_per_s: f64,
+    /// Blocking collectives and stage hand-offs inside those two times.
+    pub prefill_communication_s: f64,
+    pub decode_communication_s: f64,
+    pub mapping: Mapping,
+    pub mappings_tried: usize,
+    /// Per device on the fullest stage.
+    pub weights_bytes: f64,
+    pub kv_cache_bytes: f64,
+    pub memory_per_device_bytes: f64,
+    pub memory_capacity_bytes: f64,
+    pub feasible: bool,
+    pub violations: Vec<String>,
+}
+
+/// Predicts serving `w` (its `inference:` batch per replica) on `net` under `s`.
+pub fn predict_inference(
+    w: &Transformer,
+    spec: &InferenceSpec,
+    arch: &Architecture,
+    net: &Network,
+    s: &Strategy,
+) -> Result<DistInference, FitError> {
+    let fail = |message: String| FitError {
+        strategy: s.to_string(),
+        workload: w.name.clone(),
+        message,
+    };
+    s.check_devices(net.devices).map_err(|e| fail(e.message))?;
+    if s.kernel.is_some() || s.zero > 0 || s.interleave > 1 || s.expert > 1 {
+        return Err(fail(
+            "serving splits a model by tensor (t), pipeline (p) and data (d) parallelism only; \
+             drop RC/CR, ZeRO, interleaving and expert parallelism"
+                .into(),
+        ));
+    }
+    if w.layers % s.pipeline != 0 {
+        return Err(fail(format!(
+            "{} layers do not split evenly into {} stages",
+            w.layers, s.pipeline
+        )));
+    }
+    let p = s.pipeline;
+    let rates = EnergyRates::of(arch);
+    let stages = |graph: &Graph, evaluator: &mut Evaluator| -> Vec<StageWork> {
+        (0..p)
+            .map(|stage| stage_work(graph, s, stage, 1.0, evaluator, &rates, false))
+            .collect()
+    };
+    let prefill = prefill_graph(w, spec);
+    let mut evaluator = Evaluator::new(arch);
+    let prefill_stages = stages(&prefill, &mut evaluator);
+    // Decode steps replay as one captured graph per stage: one launch each.
+    let decode = decode_graph(w, spec, mean_context(spec));
+    let launch = evaluator.machine.kernel_launch_s;
+    let mut evaluator = Evaluator::new(arch);
+    evaluator.machine.kernel_launch_s = 0.0;
+    let decode_stages = stages(&decode, &mut evaluator);
+
+    // Memory on the fullest stage: its weight shard and its share of the KV cache (split
+    // over the stages' layers and over tensor-parallel ranks, one whole key/value head at
+    // least per rank).
+    let bytes = w.precision.bytes();
+    let t = s.tensor as f64;
+    let weights_bytes = prefill_stages
+        .iter()
+        .map(|st| st.parameters)
+        .fold(0.0, f64::max)
+        * bytes
+        / t;
+    let heads_per_rank = w.kv_heads.div_ceil(s.tensor) as f64;
+    let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens) / p as f64
+        * heads_per_rank
+        / w.kv_heads as f64;
+    let memory = weights_bytes + kv;
+    let mut violations = arch.violations.clone();
+    if memory > arch.memory_capacity_bytes {
+        violations.push(format!(
+            "out of memory: {:.1} GiB per device (weights {:.1}, KV cache {:.1}) > {:.1} GiB",
+            memory / 2f64.powi(30),
+            weights_bytes / 2f64.powi(30),
+            kv / 2f64.powi(30),
+            arch.memory_capacity_bytes / 2f64.powi(30)
+        ));
+    }
+
+    // Every mapping; keep the one that serves a batch fastest.
+    let sp = if s.sequence_parallel { t } else { 1.0 };
+    let latency = |map: &Mapping, stages: &[StageWork], graph: &Graph| -> (f64, f64) {
+        let mut comm = 0.0;
+        let mut compute = 0.0;
+        for st in stages {
+            compute += st.forward_s;
+            comm += st
+                .forward_needs
+                .iter()
+                .map(|(count, n)| count * map.link(n.axis).time(n.collective, n.bytes))
+                .sum::<f64>();
+        }
+        let hand_off = map
+            .link(Axis::Pipeline)
+            .time(Collective::PointToPoint, graph.boundary_bytes / sp);
+        comm += (p - 1) as f64 * hand_off;
+        (compute + comm, comm)
+    };
+    let orders = mapping::orderings(s);
+    let mut cache = Vec::new();
+    // (time for a batch, mapping, (TTFT, its communication), (TPOT, its communication)).
+    type Best = (f64, Mapping, (f64, f64), (f64, f64));
+    let mut best: Option<Best> = None;
+    for order in &orders {
+        let map = mapping::place_cached(net, s, order, false, &mut cache);
+        let first = latency(&map, &prefill_stages, &prefill);
+        let (step, step_comm) = latency(&map, &decode_stages, &decode);
+        let step = (step + p as f64 * launch, step_comm);
+        let total = first.0 + spec.output_tokens.saturating_sub(1) as f64 * step.0;
+        if best.as_ref().map_or(true, |b| total < b.0) {
+            best = Some((total, map, first, step));
+        }
+    }
+    let (total, map, (ttft, prefill_comm), (tpot, decode_comm)) =
+        best.expect("at least one ordering");
+    Ok(DistInference {
+        workload: w.name.clone(),
+        strategy: s.to_string(),
+        devices: net.devices,
+        spec: *spec,
+        time_to_first_token_s: ttft,
+        time_per_output_token_s: tpot,
+        tokens_per_s: (s.data * spec.batch * spec.output_tokens) as f64 / total,
+        prefill_communication_s: prefill_comm,
+        decode_communication_s: decode_comm,
+        mapping: map,
+        mappings_tried: orders.len(),
+        weights_bytes,
+        kv_cache_bytes: kv,
+        memory_per_device_bytes: memory,
+        memory_capacity_bytes: arch.memory_capacity_bytes,
+        feasible: violations.is_empty(),
+        violations,
+    })
+}
