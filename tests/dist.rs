@@ -926,3 +926,19 @@ fn serving_splits_weights_and_kv_cache_over_tensor_parallel_devices() {
         "{e}"
     );
 }
+
+#[test]
+fn zion_scales_out_through_the_cpus_nics() {
+    // Zion Sec. V: two Zions exchange through the CPUs' 100 GbE NICs (12.5 GB/s per
+    // accelerator), far below the accelerator fabric: an all-to-all over 16 OAMs sends half
+    // of each device's message to the other Zion.
+    let (sys, v100) = system("templates/zion.yaml");
+    let net = sys.network(&v100, 16).unwrap();
+    let all = net.group_link(&[(0..16).collect::<Vec<u64>>()]);
+    let m = 1e9;
+    let t = all.time(Collective::AllToAll, m);
+    assert_close("all-to-all over 2 Zions", t, m / 2.0 / 12.5e9, 0.05);
+    let one = sys.network(&v100, 8).unwrap();
+    let inside = one.group_link(&[(0..8).collect::<Vec<u64>>()]);
+    assert!(inside.time(Collective::AllToAll, m) * 2.0 < t);
+}
