@@ -1188,6 +1188,20 @@ fn evaluate(
                     .iter()
                     .flat_map(|&axis| map.link(axis).phases(grad_collective, bucket))
                     .collect();
+                if !per_layer
+                    .iter()
+                    .any(|a| bucket_phases.iter().any(|b| a.0 == b.0))
+                {
+                    // Nothing meets on a fabric: each bucket leaves as its layer ends.
+                    let layer =
+                        st.backward_s / (vf * l) + per_layer.iter().map(|p| p.1).sum::<f64>();
+                    let send: f64 = bucket_phases.iter().map(|p| p.1).sum();
+                    for j in 0..layers_per_chunk {
+                        charge(bucket, &mut ledger);
+                        comm_free = comm_free.max(start + layer * (j + 1) as f64) + send;
+                    }
+                    continue;
+                }
                 let mut pieces = Vec::with_capacity(3 * layers_per_chunk);
                 for _ in 0..layers_per_chunk {
                     pieces.push(Piece::Compute(st.backward_s / (vf * l)));
