@@ -244,16 +244,7 @@ fn transformer(
     raw: TransformerRaw,
     stem: String,
 ) -> Result<Workload, ConfigError> {
-    let hidden = check.positive_count("hidden", raw.hidden)?;
-    let heads = check.positive_count("heads", raw.heads)?;
-    if hidden % heads != 0 {
-        return Err(ConfigError::invalid(
-            check.file,
-            "heads",
-            heads,
-            format!("a divisor of hidden ({hidden})"),
-        ));
-    }
+    let (hidden, heads) = hidden_and_heads(check, "", raw.hidden, raw.heads)?;
     let kv_heads = check.positive_count("kv_heads", raw.kv_heads.unwrap_or(heads))?;
     if heads % kv_heads != 0 {
         return Err(ConfigError::invalid(
@@ -303,6 +294,26 @@ fn transformer(
             }),
         },
     }))
+}
+
+/// Checks a layer width and its attention heads (`prefix` names the section).
+fn hidden_and_heads(
+    check: &Checker,
+    prefix: &str,
+    hidden: u64,
+    heads: u64,
+) -> Result<(u64, u64), ConfigError> {
+    let hidden = check.positive_count(&format!("{prefix}hidden"), hidden)?;
+    let heads = check.positive_count(&format!("{prefix}heads"), heads)?;
+    if hidden % heads != 0 {
+        return Err(ConfigError::invalid(
+            check.file,
+            format!("{prefix}heads"),
+            heads,
+            format!("a divisor of {prefix}hidden ({hidden})"),
+        ));
+    }
+    Ok((hidden, heads))
 }
 
 /// Checks a mixture-of-experts section.
@@ -387,16 +398,7 @@ fn dlrm(check: &Checker, raw: DlrmRaw, stem: String) -> Result<Workload, ConfigE
     }
     let transformer = match (raw.interaction, raw.transformer) {
         (Interaction::Transformer, Some(t)) => {
-            let hidden = check.positive_count("transformer.hidden", t.hidden)?;
-            let heads = check.positive_count("transformer.heads", t.heads)?;
-            if hidden % heads != 0 {
-                return Err(ConfigError::invalid(
-                    check.file,
-                    "transformer.heads",
-                    heads,
-                    format!("a divisor of transformer.hidden ({hidden})"),
-                ));
-            }
+            let (hidden, heads) = hidden_and_heads(check, "transformer.", t.hidden, t.heads)?;
             Some(FeatureTransformer {
                 layers: check.positive_count("transformer.layers", t.layers)?,
                 sequence: check.positive_count("transformer.sequence", t.sequence)?,
