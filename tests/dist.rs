@@ -942,3 +942,26 @@ fn zion_scales_out_through_the_cpus_nics() {
     let inside = one.group_link(&[(0..8).collect::<Vec<u64>>()]);
     assert!(inside.time(Collective::AllToAll, m) * 2.0 < t);
 }
+
+#[test]
+fn dlrm_tables_beyond_all_device_memory_are_an_infeasible_result() {
+    // DLRM-A's 793B fp32 parameters (2.9 TiB) on 64 A100-40GB (2.5 TiB in all).
+    let (code, out, err) = common::stackflow(&[
+        "predict",
+        "--system",
+        "templates/zionex.yaml",
+        "--devices",
+        "64",
+        "--workload",
+        "workloads/dlrm-a.yaml",
+        "--strategy",
+        "d64",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("INFEASIBLE")
+            && out
+                .contains("embedding tables of 2956.4 GiB exceed the 2560.0 GiB of all 64 devices"),
+        "{out}"
+    );
+}

@@ -54,6 +54,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
     ) = &workload
     {
+        if args.carbon.is_some() {
+            bail!(
+                "--grid-kg-per-kwh: distributed serving reports no energy yet; drop it, or \
+                 predict serving on one device (without --system)"
+            );
+        }
         let p = predict_inference(t, spec, &arch, &network, &strategy)?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&p)?);
@@ -270,7 +276,7 @@ pub fn render_inference(p: &DistInference) -> String {
     );
     let _ = writeln!(
         s,
-        "throughput        {} over all replicas",
+        "throughput        {} over all replicas (one batch in flight per replica)",
         si(p.tokens_per_s, "tokens/s")
     );
     let _ = writeln!(

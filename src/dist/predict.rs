@@ -288,11 +288,12 @@ pub fn predict(
         + expert_stage / (s.expert * s.tensor) as f64;
     let z = s.zero;
     let shard_if = |stage: u8| if z >= stage { weight_replicas } else { 1.0 };
-    // Sparse tables (recommendation models) are sharded table-wise over every device.
-    let sparse = (graph.memory.weights_bytes
+    // Sparse tables (recommendation models) are sharded over every device, evenly as a
+    // sharding planner balances them (whole tables, or column- and row-wise shards).
+    let tables = (graph.memory.weights_bytes
         - graph.parameters_by_position.iter().sum::<f64>() * bytes)
-        .max(0.0)
-        / net.devices as f64;
+        .max(0.0);
+    let sparse = tables / net.devices as f64;
     let weights_bytes = max_params * bytes / shard_if(3) + sparse;
     // Frozen weights (fine-tuning) have no gradients or optimizer state.
     let max_trained = stages.iter().map(|st| st.trained).fold(0.0, f64::max);
@@ -329,6 +330,16 @@ pub fn predict(
     let activations_bytes = per_micro_batch * in_flight;
     let memory = weights_bytes + gradients_bytes + optimizer_state_bytes + activations_bytes;
     let mut violations = arch.violations.clone();
+    let all = arch.memory_capacity_bytes * net.devices as f64;
+    if tables > all {
+        violations.push(format!(
+            "embedding tables of {:.1} GiB exceed the {:.1} GiB of all {} devices together: \
+             more devices, or smaller tables",
+            tables / 2f64.powi(30),
+            all / 2f64.powi(30),
+            net.devices
+        ));
+    }
     if memory > arch.memory_capacity_bytes {
         violations.push(format!(
             "out of memory: {:.1} GiB per device (weights {:.1}, gradients {:.1}, optimizer {:.1}, \
@@ -1066,8 +1077,15 @@ fn evaluate(
                 };
                 fwd = run(&st.forward_order, &st.forward_needs, None).end_s;
                 let b = run(&st.backward_order, &st.backward_needs, Some(&r));
+                // Reduce-scatters left over after a step hold up the next step's gathers
+                // on the same stream; the last step's run past compute.
+                let tail = (b.sync_end_s - b.end_s).max(0.0);
                 bwd = b.end_s;
-                tails[i] = (b.sync_end_s - b.end_s).max(0.0);
+                if m > 1 {
+                    bwd += tail;
+                } else {
+                    tails[i] = tail;
+                }
             } else if s.prefetch {
                 fwd = fwd.max(gather_s);
                 bwd = bwd.max(gather_s + scatter_s);
@@ -1155,7 +1173,7 @@ fn evaluate(
             if data_axes.is_empty() {
                 break;
             }
-            let (start, _) = timeline.last_backward[i][c];
+            let (start, stop) = timeline.last_backward[i][c];
             let vf = v as f64;
             let pieces = if by_weight {
                 // A bucket per weight, when its gradient is computed (DDP's order: last
@@ -1193,8 +1211,7 @@ fn evaluate(
                     .any(|a| bucket_phases.iter().any(|b| a.0 == b.0))
                 {
                     // Nothing meets on a fabric: each bucket leaves as its layer ends.
-                    let layer =
-                        st.backward_s / (vf * l) + per_layer.iter().map(|p| p.1).sum::<f64>();
+                    let layer = (stop - start) / l;
                     let send: f64 = bucket_phases.iter().map(|p| p.1).sum();
                     for j in 0..layers_per_chunk {
                         charge(bucket, &mut ledger);
@@ -1202,9 +1219,13 @@ fn evaluate(
                     }
                     continue;
                 }
+                // The step's own length per layer (it may also hold ZeRO gathers): what
+                // blocking collectives leave of it is compute.
+                let blocking: f64 = per_layer.iter().map(|p| p.1).sum();
+                let compute = ((stop - start) / l - blocking).max(st.backward_s / (vf * l));
                 let mut pieces = Vec::with_capacity(3 * layers_per_chunk);
                 for _ in 0..layers_per_chunk {
-                    pieces.push(Piece::Compute(st.backward_s / (vf * l)));
+                    pieces.push(Piece::Compute(compute));
                     pieces.push(Piece::Blocking(per_layer.clone()));
                     pieces.push(Piece::Bucket(bucket_phases.clone()));
                     charge(bucket, &mut ledger);

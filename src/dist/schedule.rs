@@ -325,6 +325,21 @@ pub fn shared_step(pieces: &[Piece], start: f64, sync_free: f64) -> SharedStep {
             }
         }
     }
+    // Work that can never finish (an infinite duration, a bucket never handed over) makes
+    // the step endless rather than silently short.
+    let stuck = compute_left > 0.0
+        || block.is_some()
+        || sync.is_some()
+        || waiting.is_some()
+        || !queue.is_empty()
+        || next < pieces.len();
+    if stuck {
+        return SharedStep {
+            end_s: f64::INFINITY,
+            delay_s: delay,
+            sync_end_s: f64::INFINITY,
+        };
+    }
     SharedStep {
         end_s: end.unwrap_or(now),
         delay_s: delay,

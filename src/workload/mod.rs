@@ -427,13 +427,25 @@ fn dlrm(check: &Checker, raw: DlrmRaw, stem: String) -> Result<Workload, ConfigE
         (_, None) => None,
     };
     let moe = raw.moe.map(|m| moe(check, m)).transpose()?;
-    if moe.is_some() && top_mlp.len() < 3 {
+    if moe.is_some() && !(top_mlp.len() >= 3 && top_mlp[1] > top_mlp[0].max(top_mlp[2])) {
         return Err(ConfigError::invalid(
             check.file,
             "top_mlp",
             format!("{top_mlp:?}"),
-            "at least 3 layers with moe: the pair after the first layer becomes the experts",
+            "at least 3 layers with moe, the second wider than the first and third: that pair \
+             (up, then down) becomes the experts",
         ));
+    }
+    if let Some(t) = transformer {
+        let features = 1 + embeddings.iter().map(|g| g.tables).sum::<u64>();
+        if t.sequence > features {
+            return Err(ConfigError::invalid(
+                check.file,
+                "transformer.sequence",
+                t.sequence,
+                format!("at most the {features} feature vectors (tables + 1) it groups"),
+            ));
+        }
     }
     Ok(Workload::Dlrm(Dlrm {
         transformer,
