@@ -895,6 +895,19 @@ fn serving_splits_weights_and_kv_cache_over_tensor_parallel_devices() {
         replicas.weights_bytes / 8.0,
         0.01,
     );
+    // Energy: every device's work, network bytes and leakage; average power stays under
+    // the 8 x 700 W TDP, and splitting a replica over 8 devices costs about the same energy
+    // per token as keeping it whole.
+    for p in [&tp, &replicas] {
+        let w = p.average_power_w;
+        assert!(w > 0.0 && w < 8.0 * 700.0, "{w}");
+    }
+    assert_close(
+        "energy per token",
+        tp.joules_per_token,
+        replicas.joules_per_token,
+        0.5,
+    );
     // Eight replicas serve eight batches: throughput counts them all.
     assert_close(
         "replica throughput",

@@ -54,21 +54,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
     ) = &workload
     {
-        if args.carbon.is_some() {
-            bail!(
-                "--grid-kg-per-kwh: distributed serving reports no energy yet; drop it, or \
-                 predict serving on one device (without --system)"
-            );
-        }
         let p = predict_inference(t, spec, &arch, &network, &strategy)?;
+        let carbon = args.carbon.map(|r| r.kg_per_joule() * p.joules_per_token);
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&p)?);
+            let mut value = serde_json::to_value(&p)?;
+            if let Some(kg) = carbon {
+                value["co2e_kg_per_token"] = kg.into();
+            }
+            println!("{}", serde_json::to_string_pretty(&value)?);
         } else {
             println!(
                 "System: {} ({} devices of {}).\n",
                 system.name, devices, design.budget_file
             );
             print!("{}", render_inference(&p));
+            if let Some(kg) = carbon {
+                println!("operational CO2e    {kg:.3e} kg per output token");
+            }
         }
         return Ok(());
     }
@@ -286,6 +288,12 @@ pub fn render_inference(p: &DistInference) -> String {
         bytes(p.memory_capacity_bytes),
         bytes(p.weights_bytes),
         bytes(p.kv_cache_bytes)
+    );
+    let _ = writeln!(
+        s,
+        "energy            {} per output token; average {} for all devices",
+        si(p.joules_per_token, "J"),
+        si(p.average_power_w, "W")
     );
     if p.feasible {
         let _ = writeln!(s, "\nfeasible: every device holds its share");

@@ -36,6 +36,11 @@ pub struct DistInference {
     /// Blocking collectives and stage hand-offs inside those two times.
     pub prefill_communication_s: f64,
     pub decode_communication_s: f64,
+    /// Energy of one replica serving its batch (prefill and every decode step on all its
+    /// devices: compute and memory traffic, bytes through network ports, leakage), per
+    /// output token, and the system's average power.
+    pub joules_per_token: f64,
+    pub average_power_w: f64,
     pub mapping: Mapping,
     pub mappings_tried: usize,
     /// Per device on the fullest stage.
@@ -154,6 +159,33 @@ pub fn predict_inference(
     }
     let (total, map, (ttft, prefill_comm), (tpot, decode_comm)) =
         best.expect("at least one ordering");
+    // Energy of one replica's batch: each stage's t devices run its kernels; the bytes of
+    // its collectives (all-reduce sends twice) and hand-offs cross network ports.
+    let steps = spec.output_tokens.saturating_sub(1) as f64;
+    let work_j: f64 = prefill_stages
+        .iter()
+        .zip(&decode_stages)
+        .map(|(a, b)| (a.step_j + steps * b.step_j) * t)
+        .sum();
+    let sent = |stages: &[StageWork], graph: &Graph| -> f64 {
+        let collectives: f64 = stages
+            .iter()
+            .flat_map(|st| &st.forward_needs)
+            .map(|(count, n)| {
+                let twice = if n.collective == Collective::AllReduce {
+                    2.0
+                } else {
+                    1.0
+                };
+                count * n.bytes * twice * t
+            })
+            .sum();
+        collectives + (p - 1) as f64 * graph.boundary_bytes / sp * t
+    };
+    let bytes_sent = sent(&prefill_stages, &prefill) + steps * sent(&decode_stages, &decode);
+    let replica = (s.tensor * p) as f64;
+    let energy = work_j + bytes_sent * rates.link_j_per_byte + rates.leakage_w * total * replica;
+    let tokens = (spec.batch * spec.output_tokens) as f64;
     Ok(DistInference {
         workload: w.name.clone(),
         strategy: s.to_string(),
@@ -164,6 +196,8 @@ pub fn predict_inference(
         tokens_per_s: (s.data * spec.batch * spec.output_tokens) as f64 / total,
         prefill_communication_s: prefill_comm,
         decode_communication_s: decode_comm,
+        joules_per_token: energy / tokens,
+        average_power_w: energy / total * s.data as f64,
         mapping: map,
         mappings_tried: orders.len(),
         weights_bytes,
