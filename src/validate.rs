@@ -43,6 +43,9 @@ struct CaseRaw {
 struct Training {
     system: String,
     devices: u64,
+    /// A mesh or torus slice to reshape the system into (TPU slices).
+    #[serde(default)]
+    slice: Option<Vec<u64>>,
     workload: String,
     strategy: String,
 }
@@ -152,7 +155,10 @@ impl Ctx {
     }
 
     fn train(&self, t: &Training) -> anyhow::Result<DistPrediction> {
-        let system = self.system(&t.system)?;
+        let mut system = self.system(&t.system)?;
+        if let Some(dims) = &t.slice {
+            system = system.with_slice(dims)?;
+        }
         let arch = system.accelerator()?;
         let net = system.network(&arch, t.devices)?;
         let w = self.workload(&t.workload)?;

@@ -196,6 +196,18 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "workloads/dlrm-b.yaml",
         include_str!("../../workloads/dlrm-b.yaml"),
     ),
+    (
+        "workloads/dlrm-a-transformer.yaml",
+        include_str!("../../workloads/dlrm-a-transformer.yaml"),
+    ),
+    (
+        "workloads/dlrm-a-moe.yaml",
+        include_str!("../../workloads/dlrm-a-moe.yaml"),
+    ),
+    (
+        "workloads/dlrm0-tpu.yaml",
+        include_str!("../../workloads/dlrm0-tpu.yaml"),
+    ),
 ];
 
 /// Where to read files from. Paths named inside a file (a budget's template, a technology
