@@ -671,15 +671,7 @@ fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Gra
     // One final norm.
     g.dense_parameters((2 * h) as f64);
     g.set_in_layer(false);
-    g.pointwise(
-        "final layer norm",
-        KernelClass::Pointwise,
-        1,
-        t * h as f64,
-        1.0,
-        8.0,
-        1.0,
-    );
+    layer_norm(&mut g, "final layer norm", 1, t * h as f64);
     g.split = Split::Column;
     g.linear("logits", KernelClass::Gemm, 1, tokens, h, w.vocab, 1, false);
     g.split = Split::Sharded;
@@ -723,15 +715,7 @@ fn transformer_layers(
     let t = tokens as f64;
     let head_dim = h / w.heads;
     let kv = w.kv_heads * head_dim;
-    g.pointwise(
-        "layer norm (attention)",
-        KernelClass::Pointwise,
-        l,
-        t * h as f64,
-        1.0,
-        8.0,
-        1.0,
-    );
+    layer_norm(g, "layer norm (attention)", l, t * h as f64);
     g.split = Split::Column;
     g.linear(
         "qkv projection",
@@ -800,15 +784,7 @@ fn transformer_layers(
         1.0,
         0.0,
     );
-    g.pointwise(
-        "layer norm (mlp)",
-        KernelClass::Pointwise,
-        l,
-        t * h as f64,
-        1.0,
-        8.0,
-        1.0,
-    );
+    layer_norm(g, "layer norm (mlp)", l, t * h as f64);
     match w.moe {
         None => feed_forward(
             g,
@@ -859,6 +835,12 @@ fn transformer_layers(
     );
     // Two norm scales (and shifts) per layer.
     g.dense_parameters((4 * h * l) as f64);
+}
+
+/// A layer norm over `elements`, `count` times (statistics, scale and shift: ~8 FLOPs per
+/// element, input kept for the backward).
+fn layer_norm(g: &mut Builder, name: &str, count: u64, elements: f64) {
+    g.pointwise(name, KernelClass::Pointwise, count, elements, 1.0, 8.0, 1.0);
 }
 
 /// A transformer feed-forward, `count` times over `m` tokens: up projection (two for a
