@@ -897,6 +897,13 @@ impl Ledger<'_> {
     }
 }
 
+/// The per-fabric phases of `scale` calls of `need` under `map`.
+fn need_phases(map: &Mapping, need: &Need, scale: f64) -> Vec<(usize, f64)> {
+    let mut out = map.link(need.axis).phases(need.collective, need.bytes);
+    out.iter_mut().for_each(|p| p.1 *= scale);
+    out
+}
+
 /// Traffic the communication stream carries during a step: per weight, its share of
 /// `bytes` through `collective` over each of `axes`.
 struct StreamTraffic<'a> {
@@ -953,9 +960,7 @@ fn step_pieces(
             StepEvent::Compute(t) => pieces.push(Piece::Compute(t * scale)),
             StepEvent::Need(j) => {
                 let (count, n) = &needs[j];
-                let mut ph = phases(n.collective, n.axis, n.bytes);
-                ph.iter_mut().for_each(|p| p.1 *= count * scale);
-                pieces.push(Piece::Blocking(ph));
+                pieces.push(Piece::Blocking(need_phases(map, n, count * scale)));
             }
             StepEvent::Weight(n) => match gathers {
                 Some((_, true)) => {
@@ -1150,11 +1155,7 @@ fn evaluate(
         let report = (i == 0).then_some(1.0);
         let mut comm_free = 0.0f64;
         let mut delay = 0.0;
-        let phases = |need: &Need, scale: f64| -> Vec<(usize, f64)> {
-            let mut out = map.link(need.axis).phases(need.collective, need.bytes);
-            out.iter_mut().for_each(|p| p.1 *= scale);
-            out
-        };
+        let phases = |need: &Need, scale: f64| need_phases(map, need, scale);
         let charge = |bytes: f64, ledger: &mut Ledger| {
             for &axis in &data_axes {
                 let need = Need {
