@@ -432,4 +432,43 @@ mod tests {
         assert!((s.end_s - 3.0).abs() < 1e-12, "{s:?}");
         assert!((s.sync_end_s - 2.0).abs() < 1e-12, "{s:?}");
     }
+
+    use proptest::prelude::*;
+
+    fn pieces_from(raw: &[(u8, usize, f64)], bucket_fabric: Option<usize>) -> Vec<Piece> {
+        raw.iter()
+            .map(|&(kind, fabric, t)| match kind {
+                0 => Piece::Compute(t),
+                1 => Piece::Blocking(vec![(fabric, t), (fabric + 1, t / 2.0)]),
+                _ => Piece::Bucket(vec![(bucket_fabric.unwrap_or(fabric), t)]),
+            })
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn shared_steps_conserve_work(
+            raw in proptest::collection::vec((0u8..3, 0usize..2, 0.0f64..5.0), 0..12),
+            start in 0.0f64..3.0,
+            busy in 0.0f64..6.0,
+        ) {
+            let pieces = pieces_from(&raw, None);
+            let sum = |pick: fn(&Piece) -> f64| pieces.iter().map(pick).sum::<f64>();
+            let compute = sum(|p| if let Piece::Compute(t) = p { *t } else { 0.0 });
+            let blocking =
+                sum(|p| if let Piece::Blocking(v) = p { v.iter().map(|x| x.1).sum() } else { 0.0 });
+            let buckets =
+                sum(|p| if let Piece::Bucket(v) = p { v.iter().map(|x| x.1).sum() } else { 0.0 });
+            let s = shared_step(&pieces, start, busy);
+            // Compute waits only for blocking collectives, each late by the delay.
+            prop_assert!((s.end_s - (start + compute + blocking + s.delay_s)).abs() < 1e-9, "{s:?}");
+            // A blocking collective loses at most what the buckets beside it send.
+            prop_assert!(s.delay_s >= 0.0 && s.delay_s <= buckets + 1e-9, "{s:?}");
+            // The gradient stream starts when free and sends every bucket.
+            prop_assert!(s.sync_end_s >= busy.max(start) + buckets - 1e-9 || buckets == 0.0, "{s:?}");
+            // Buckets on a fabric no blocking collective uses never slow one.
+            let apart = shared_step(&pieces_from(&raw, Some(7)), start, busy);
+            prop_assert_eq!(apart.delay_s, 0.0);
+        }
+    }
 }
