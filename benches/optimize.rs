@@ -1,7 +1,9 @@
 //! Optimizer speed. Run with `cargo bench --bench optimize`.
 //! - a full S = 10 x T = 100 budget optimization of the embedded default (DeepFlow Sec. 9's
 //!   LSTM on 512 nodes) under a fixed strategy, restarts in parallel;
-//! - the full strategy enumeration for 512 devices on it.
+//! - the full strategy enumeration for 512 devices on it;
+//! - the README's main job, `stackflow optimize` on the embedded defaults: the three searches
+//!   of DeepFlow Fig. 10 (strategy, budgets, both) from pure data parallelism.
 
 use std::path::Path;
 
@@ -11,7 +13,7 @@ use stackflow::dist::{Strategy, System};
 use stackflow::opt::budget::{optimize_budgets, Settings};
 use stackflow::opt::problem::{feasible_set, layout};
 use stackflow::opt::search::{enumerate, search};
-use stackflow::opt::BudgetProblem;
+use stackflow::opt::{co_optimize, BudgetProblem};
 use stackflow::workload::Workload;
 
 fn bench(c: &mut Criterion) {
@@ -33,6 +35,24 @@ fn bench(c: &mut Criterion) {
     g.bench_function("strategy enumeration, lstm-sec9 on 512 nodes", |b| {
         b.iter(|| search(&lstm, &arch, &net, &enumerate(&lstm, 512)))
     });
+    let base = stackflow::opt::search::baseline(&lstm, &arch, &net, 512).unwrap();
+    g.bench_function(
+        "default optimize (co-optimization), lstm-sec9 on 512 nodes",
+        |b| {
+            b.iter(|| {
+                let mut problem = BudgetProblem::new(
+                    system.clone(),
+                    system.design().unwrap(),
+                    512,
+                    lstm.clone(),
+                    base,
+                    feasible_set(&layout(&system.design().unwrap()), None).unwrap(),
+                )
+                .unwrap();
+                co_optimize(&mut problem, &Settings::default(), &bar).unwrap()
+            })
+        },
+    );
     g.finish();
 }
 
