@@ -5,9 +5,9 @@
 use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use stackflow::config::raw::Precision;
 use stackflow::config::Source;
 use stackflow::design::{Design, DesignFiles};
+use stackflow::domain::Precision;
 use stackflow::generator::{generate, Architecture};
 use stackflow::perf::Evaluator;
 use stackflow::workload::{Gemm, Workload};

@@ -7,8 +7,9 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::budget::Budget;
-use crate::config::raw::{Dataflow, McuShape, OperandTile, Precision, Scope, Topology};
+use crate::config::raw::OperandTile;
 use crate::config::{ConfigError, Source};
+use crate::domain::{Dataflow, McuShape, Precision, Scope, Topology};
 use crate::tech::{ComputeTech, DramTech, LinkTech, SramTech, TechLibrary};
 use crate::template::Template;
 

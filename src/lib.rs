@@ -39,6 +39,7 @@ pub mod budget;
 pub mod config;
 pub mod design;
 pub mod dist;
+pub mod domain;
 pub mod generator;
 pub mod opt;
 pub mod perf;

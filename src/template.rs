@@ -9,10 +9,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::config::raw::{
-    self, Dataflow, McuShape, OperandTile, Precision, Scope, TemplateFile, Topology,
-};
+use crate::config::raw::{self, OperandTile, TemplateFile};
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
+use crate::domain::{Dataflow, McuShape, Precision, Scope, Topology};
 
 /// Reserved budget component names that a memory level may not take.
 pub const RESERVED_NAMES: [&str; 3] = ["core", "intra_package", "inter_package"];

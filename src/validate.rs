@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::raw::{Precision, Topology};
 use crate::config::{parse_yaml, ConfigError, Source};
 use crate::design::{Design, DesignFiles};
 use crate::dist::collective::Collective;
 use crate::dist::network::{Fabric, Network};
 use crate::dist::{predict, DistPrediction, Strategy, System};
+use crate::domain::{Precision, Topology};
 use crate::generator::generate;
 use crate::perf::Evaluator;
 use crate::workload::{Gemm, Workload};

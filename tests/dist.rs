@@ -28,10 +28,10 @@ fn gpt(heads: u64, hidden: u64, layers: u64, batch: u64, recompute: &str) -> Wor
 
 // ------------------------------------------------------------------ collectives
 
-use stackflow::config::raw::Topology;
 use stackflow::dist::collective::Collective;
 use stackflow::dist::mapping::{self, Axis};
 use stackflow::dist::network::{Fabric, Network};
+use stackflow::domain::Topology;
 
 fn one_fabric(topology: Topology, size: u64, egress: f64, hop: f64) -> Network {
     Network::new(vec![Fabric::new("f", &topology, size, egress, hop)])

@@ -6,9 +6,9 @@ mod common;
 use common::{assert_close, root, stackflow, Scratch};
 
 use proptest::prelude::*;
-use stackflow::config::raw::Precision;
 use stackflow::config::{parse_yaml, Source};
 use stackflow::design::{Design, DesignFiles};
+use stackflow::domain::Precision;
 use stackflow::generator::{generate, Architecture};
 use stackflow::perf::{Bound, Evaluator};
 use stackflow::workload::{Gemm, Kernel, KernelClass, Op, Phase, Position, Split, Workload};
@@ -367,11 +367,10 @@ fn transformer_flops_match_narayanan_within_1_percent() {
             t.vocab as f64,
         );
         let expected = match t.recompute {
-            stackflow::config::raw::Recompute::None
-            | stackflow::config::raw::Recompute::Selective => {
+            stackflow::domain::Recompute::None | stackflow::domain::Recompute::Selective => {
                 72.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * l * h))
             }
-            stackflow::config::raw::Recompute::Full => {
+            stackflow::domain::Recompute::Full => {
                 96.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h))
             }
         };
@@ -406,9 +405,8 @@ fn transformer_flops_per_token_are_6n_plus_attention() {
         let n = l * (h * (h + 2.0 * kv) + h * h + ffn_mats * h * f) + h * v;
         let attention = 12.0 * l * s * h;
         let recompute = match t.recompute {
-            stackflow::config::raw::Recompute::None
-            | stackflow::config::raw::Recompute::Selective => 1.0,
-            stackflow::config::raw::Recompute::Full => 4.0 / 3.0,
+            stackflow::domain::Recompute::None | stackflow::domain::Recompute::Selective => 1.0,
+            stackflow::domain::Recompute::Full => 4.0 / 3.0,
         };
         let graph = w.graph();
         let per_token = graph.matmul_flops() / graph.tokens;

@@ -5,6 +5,11 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::domain::{
+    Dataflow, EmbeddingOptimizer, InferenceSpec, Interaction, KernelSplitKind, McuShape, Optimizer,
+    Precision, Recompute, Scope, Topology,
+};
+
 // ---------------------------------------------------------------- technology library
 
 #[derive(Debug, Clone, Deserialize)]
@@ -139,77 +144,6 @@ pub struct OperandTile {
     pub cols: u64,
 }
 
-/// Number format of a workload's tensors.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, serde::Serialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Precision {
-    Fp32,
-    Tf32,
-    Bf16,
-    Fp16,
-    Fp8,
-}
-
-impl Precision {
-    /// Bytes per stored element (tf32 is stored as fp32).
-    pub fn bytes(self) -> f64 {
-        match self {
-            Precision::Fp32 | Precision::Tf32 => 4.0,
-            Precision::Bf16 | Precision::Fp16 => 2.0,
-            Precision::Fp8 => 1.0,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::Fp32 => "fp32",
-            Precision::Tf32 => "tf32",
-            Precision::Bf16 => "bf16",
-            Precision::Fp16 => "fp16",
-            Precision::Fp8 => "fp8",
-        }
-    }
-}
-
-/// Shape of the minimal compute unit.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum McuShape {
-    /// A tensor core computing an `m x k` by `k x n` product per cycle (`m*n*k` MACs).
-    TensorCore { m: u64, n: u64, k: u64 },
-    /// A `rows x cols` systolic array (`rows*cols` MACs per cycle).
-    SystolicArray { rows: u64, cols: u64 },
-}
-
-impl McuShape {
-    /// Multiply-accumulates per cycle.
-    pub fn macs_per_cycle(&self) -> u64 {
-        match *self {
-            McuShape::TensorCore { m, n, k } => m * n * k,
-            McuShape::SystolicArray { rows, cols } => rows * cols,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Dataflow {
-    WeightStationary,
-    ActivationStationary,
-    OutputStationary,
-    Best,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Scope {
-    Mcu,
-    Bundle,
-    Global,
-}
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryLevelRaw {
@@ -239,30 +173,6 @@ pub struct SystemRaw {
 pub struct NetworkRaw {
     pub technology: String,
     pub topology: Topology,
-}
-
-/// How the endpoints of one network level are connected.
-#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Topology {
-    Ring,
-    FullyConnected,
-    /// A single non-blocking switch (NVSwitch-class).
-    Switch,
-    Mesh {
-        dims: Vec<u64>,
-    },
-    Torus {
-        dims: Vec<u64>,
-    },
-    /// Twisted torus of shape n x n x 2n (TPU v4).
-    TwistedTorus {
-        dims: Vec<u64>,
-    },
-    /// Switched fat tree with a given number of levels.
-    FatTree {
-        levels: u64,
-    },
 }
 
 // ---------------------------------------------------------------- budgets
@@ -330,60 +240,6 @@ pub struct GemmRaw {
     pub precision: Precision,
 }
 
-/// Training optimizer, which sets the state kept per parameter and the update traffic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Optimizer {
-    /// Adam with fp32 master weights and two fp32 moments.
-    #[default]
-    Adam,
-    /// SGD with momentum: fp32 master weights and one fp32 momentum.
-    Sgd,
-}
-
-/// Optimizer of sparse embedding tables, applied to the rows a batch touches as their
-/// gradients arrive (fused into the lookup's backward, so no table-sized gradient exists).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EmbeddingOptimizer {
-    /// Plain SGD: no state.
-    Sgd,
-    /// Row-wise Adagrad: one fp32 accumulator per row (the tables may be reduced
-    /// precision, the accumulator is not).
-    #[default]
-    RowwiseAdagrad,
-    /// Adagrad: one fp32 accumulator per element.
-    Adagrad,
-    /// Adam: two fp32 moments per element.
-    Adam,
-}
-
-impl EmbeddingOptimizer {
-    /// Optimizer-state bytes of one table row of `dim` elements.
-    pub fn state_bytes_per_row(self, dim: u64) -> f64 {
-        match self {
-            EmbeddingOptimizer::Sgd => 0.0,
-            EmbeddingOptimizer::RowwiseAdagrad => 4.0,
-            EmbeddingOptimizer::Adagrad => 4.0 * dim as f64,
-            EmbeddingOptimizer::Adam => 8.0 * dim as f64,
-        }
-    }
-}
-
-/// Activation recomputation (Narayanan et al. 2021).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Recompute {
-    /// Keep every activation the backward pass needs.
-    #[default]
-    None,
-    /// Drop the attention core's activations (scores, softmax, context) and rerun it
-    /// during backward (Korthikanti et al. 2022).
-    Selective,
-    /// Keep only each layer's input; rerun the layer's forward pass during backward.
-    Full,
-}
-
 /// LSTM language model (DeepFlow Sec. 9): embedding, stacked LSTM layers, softmax over the
 /// vocabulary.
 #[derive(Debug, Clone, Deserialize)]
@@ -446,7 +302,7 @@ pub struct TransformerRaw {
     pub optimizer: Optimizer,
     /// Serve instead of train: `{batch, prompt_tokens, output_tokens}`.
     #[serde(default)]
-    pub inference: Option<crate::workload::inference::InferenceSpec>,
+    pub inference: Option<InferenceSpec>,
     /// Mixture of experts: the feed-forward of every layer is `experts` experts, each token
     /// routed to `top_k` of them (GShard, Switch Transformer).
     #[serde(default)]
@@ -540,22 +396,7 @@ pub struct TableGroupRaw {
     pub lookups_per_sample: u64,
 }
 
-/// How the bottom-MLP output and the pooled embeddings are combined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Interaction {
-    /// Pairwise dot products between all feature vectors (DLRM default).
-    Dot,
-    /// Concatenation of all feature vectors.
-    Concat,
-    /// Transformer layers over the feature vectors (the `transformer:` section).
-    Transformer,
-}
-
 // ---------------------------------------------------------------- strategies
-
-/// Recomputation a strategy asks for is the workload's [`Recompute`].
-pub type RecomputeMode = Recompute;
 
 /// Distributed-GEMM kernel parallelism of DeepFlow Sec. 3.3.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -565,13 +406,6 @@ pub struct KernelRaw {
     pub kind: KernelSplitKind,
     pub kp1: u64,
     pub kp2: Option<u64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KernelSplitKind {
-    Rc,
-    Cr,
 }
 
 /// A parallelism strategy file; absent keys mean 1 or off.
@@ -589,7 +423,7 @@ pub struct StrategyRaw {
     pub schedule: Option<String>,
     #[serde(default)]
     pub sequence_parallel: bool,
-    pub recompute: Option<RecomputeMode>,
+    pub recompute: Option<Recompute>,
     pub zero: Option<u64>,
     pub expert: Option<u64>,
     /// ZeRO-3: gather weights ahead of use (true, the default) or just in time.

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 
 use super::collective::GroupLink;
-use crate::config::raw::Topology;
+use crate::domain::Topology;
 
 /// How a fabric connects its members.
 #[derive(Debug, Clone, PartialEq, Serialize)]

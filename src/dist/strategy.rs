@@ -11,9 +11,10 @@ use std::fmt;
 use serde::Serialize;
 
 use super::mapping::Axis;
-pub use crate::config::raw::RecomputeMode;
-use crate::config::raw::{KernelSplitKind, StrategyRaw};
+use crate::config::raw::StrategyRaw;
 use crate::config::{parse_yaml, Checker, ConfigError};
+use crate::domain::KernelSplitKind;
+use crate::domain::Recompute;
 
 /// Examples printed with every strategy-string error.
 pub const EXAMPLES: &str = "RC-4-2-d8-p2, CR-16-d4-p1 or t8-p8-d16-mb1-i3-sp-rc=selective";
@@ -59,7 +60,7 @@ pub struct Strategy {
     /// Megatron sequence parallelism in the tensor-parallel group.
     pub sequence_parallel: bool,
     /// Recomputation override; `None` keeps the workload's.
-    pub recompute: Option<RecomputeMode>,
+    pub recompute: Option<Recompute>,
     /// ZeRO stage over the data-parallel group: 1 shards optimizer state, 2 also gradients,
     /// 3 also weights (FSDP).
     pub zero: u8,
@@ -218,9 +219,9 @@ impl Strategy {
                 "gpipe" if value.is_empty() => s.gpipe = true,
                 "rc=" => {
                     s.recompute = Some(match value {
-                        "none" => RecomputeMode::None,
-                        "selective" => RecomputeMode::Selective,
-                        "full" => RecomputeMode::Full,
+                        "none" => Recompute::None,
+                        "selective" => Recompute::Selective,
+                        "full" => Recompute::Full,
                         _ => {
                             return Err(fail(format!(
                                 "rc={value}: recompute must be none, selective or full"
@@ -476,9 +477,9 @@ impl fmt::Display for Strategy {
         }
         if let Some(r) = self.recompute {
             let name = match r {
-                RecomputeMode::None => "none",
-                RecomputeMode::Selective => "selective",
-                RecomputeMode::Full => "full",
+                Recompute::None => "none",
+                Recompute::Selective => "selective",
+                Recompute::Full => "full",
             };
             parts.push(format!("rc={name}"));
         }
@@ -515,7 +516,7 @@ mod tests {
         assert_eq!((s.tensor, s.pipeline, s.data, s.micro_batch), (8, 8, 16, 1));
         assert_eq!(s.interleave, 3);
         assert!(s.sequence_parallel);
-        assert_eq!(s.recompute, Some(RecomputeMode::Selective));
+        assert_eq!(s.recompute, Some(Recompute::Selective));
         assert_eq!(Strategy::parse(&s.to_string()).unwrap(), s);
         assert_eq!(Strategy::parse(&rc.to_string()).unwrap(), rc);
         let jit = Strategy::parse("d16-t32-sp-z3-prefetch=off").unwrap();

@@ -10,9 +10,10 @@ use serde::Serialize;
 
 use super::network::{Fabric, Network};
 use crate::budget::Budget;
-use crate::config::raw::{SystemFile, Topology};
+use crate::config::raw::SystemFile;
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
 use crate::design::{Design, DesignFiles};
+use crate::domain::Topology;
 use crate::generator::Architecture;
 use crate::tech::TechLibrary;
 use crate::template::check_topology;

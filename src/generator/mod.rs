@@ -30,8 +30,9 @@ pub use operating_point::{operating_point, Limit, OperatingPoint};
 
 use std::collections::BTreeMap;
 
-use crate::config::raw::{Dataflow, McuShape, OperandTile, Precision, Scope, Topology};
+use crate::config::raw::OperandTile;
 use crate::design::{Design, LevelTech, NetworkDesign};
+use crate::domain::{Dataflow, McuShape, Precision, Scope, Topology};
 use crate::tech::{DramTech, SramTech};
 
 /// Relative slack when comparing used against allocated budget.

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::config::raw::{McuShape, Precision, Scope};
+use crate::domain::{McuShape, Precision, Scope};
 use crate::generator::Architecture;
 use crate::workload::{Graph, Kernel, KernelClass, Op, Phase};
 use tiling::{Hierarchy, Problem, Tile};

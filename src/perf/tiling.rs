@@ -21,7 +21,7 @@
 //! other is the largest that fits, shrunk to the smallest size with the same number of
 //! reloads (ceilings).
 
-use crate::config::raw::Dataflow;
+use crate::domain::Dataflow;
 
 /// What the search needs to know about the machine, per level from the innermost.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::config::raw::{Optimizer, Precision, Recompute};
+use crate::domain::{Optimizer, Precision, Recompute};
 
 /// What a kernel is, for the breakdown table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

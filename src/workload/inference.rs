@@ -1,22 +1,9 @@
 //! Inference of a transformer (MAD Max Sec. 2.3): a prefill over the prompt, then one decode
 //! step per output token, each reading the weights and the KV cache.
 
-use serde::{Deserialize, Serialize};
-
 use super::{transformer_pass, Transformer};
+pub use crate::domain::InferenceSpec;
 use crate::workload::graph::{Graph, Phase};
-
-/// Requests served together.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct InferenceSpec {
-    /// Sequences decoded together.
-    pub batch: u64,
-    /// Prompt length (tokens per sequence) processed by the prefill.
-    pub prompt_tokens: u64,
-    /// Tokens generated per sequence.
-    pub output_tokens: u64,
-}
 
 /// Bytes of the KV cache for `batch` sequences of `context` tokens.
 pub fn kv_cache_bytes(w: &Transformer, batch: u64, context: u64) -> f64 {

@@ -19,10 +19,10 @@ pub use graph::{
 };
 
 use crate::config::raw::{
-    DlrmRaw, EmbeddingOptimizer, GemmRaw, Interaction, LstmRaw, MoeRaw, Optimizer, Precision,
-    Recompute, TableGroupRaw, TransformerRaw, WorkloadHeader,
+    DlrmRaw, GemmRaw, LstmRaw, MoeRaw, TableGroupRaw, TransformerRaw, WorkloadHeader,
 };
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
+use crate::domain::{EmbeddingOptimizer, Interaction, Optimizer, Precision, Recompute};
 use graph::Builder;
 
 /// A checked workload.

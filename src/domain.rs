@@ -1,0 +1,184 @@
+//! The shared vocabulary of the pipeline: number formats, memory scopes, topologies,
+//! optimizers, recomputation modes, serving batches. Every stage speaks it, so it sits below
+//! them all (below [`crate::config`], whose raw files deserialize into these types
+//! directly). It imports nothing from the crate.
+
+use serde::{Deserialize, Serialize};
+
+/// Number format of a workload's tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    Fp32,
+    Tf32,
+    Bf16,
+    Fp16,
+    Fp8,
+}
+
+impl Precision {
+    /// Bytes per stored element (tf32 is stored as fp32).
+    pub fn bytes(self) -> f64 {
+        match self {
+            Precision::Fp32 | Precision::Tf32 => 4.0,
+            Precision::Bf16 | Precision::Fp16 => 2.0,
+            Precision::Fp8 => 1.0,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+            Precision::Fp8 => "fp8",
+        }
+    }
+}
+
+/// Shape of the minimal compute unit.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum McuShape {
+    /// A tensor core computing an `m x k` by `k x n` product per cycle (`m*n*k` MACs).
+    TensorCore { m: u64, n: u64, k: u64 },
+    /// A `rows x cols` systolic array (`rows*cols` MACs per cycle).
+    SystolicArray { rows: u64, cols: u64 },
+}
+
+impl McuShape {
+    /// Multiply-accumulates per cycle.
+    pub fn macs_per_cycle(&self) -> u64 {
+        match *self {
+            McuShape::TensorCore { m, n, k } => m * n * k,
+            McuShape::SystolicArray { rows, cols } => rows * cols,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dataflow {
+    WeightStationary,
+    ActivationStationary,
+    OutputStationary,
+    Best,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    Mcu,
+    Bundle,
+    Global,
+}
+
+/// How the endpoints of one network level are connected.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Topology {
+    Ring,
+    FullyConnected,
+    /// A single non-blocking switch (NVSwitch-class).
+    Switch,
+    Mesh {
+        dims: Vec<u64>,
+    },
+    Torus {
+        dims: Vec<u64>,
+    },
+    /// Twisted torus of shape n x n x 2n (TPU v4).
+    TwistedTorus {
+        dims: Vec<u64>,
+    },
+    /// Switched fat tree with a given number of levels.
+    FatTree {
+        levels: u64,
+    },
+}
+
+/// Training optimizer, which sets the state kept per parameter and the update traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Optimizer {
+    /// Adam with fp32 master weights and two fp32 moments.
+    #[default]
+    Adam,
+    /// SGD with momentum: fp32 master weights and one fp32 momentum.
+    Sgd,
+}
+
+/// Optimizer of sparse embedding tables, applied to the rows a batch touches as their
+/// gradients arrive (fused into the lookup's backward, so no table-sized gradient exists).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmbeddingOptimizer {
+    /// Plain SGD: no state.
+    Sgd,
+    /// Row-wise Adagrad: one fp32 accumulator per row (the tables may be reduced
+    /// precision, the accumulator is not).
+    #[default]
+    RowwiseAdagrad,
+    /// Adagrad: one fp32 accumulator per element.
+    Adagrad,
+    /// Adam: two fp32 moments per element.
+    Adam,
+}
+
+impl EmbeddingOptimizer {
+    /// Optimizer-state bytes of one table row of `dim` elements.
+    pub fn state_bytes_per_row(self, dim: u64) -> f64 {
+        match self {
+            EmbeddingOptimizer::Sgd => 0.0,
+            EmbeddingOptimizer::RowwiseAdagrad => 4.0,
+            EmbeddingOptimizer::Adagrad => 4.0 * dim as f64,
+            EmbeddingOptimizer::Adam => 8.0 * dim as f64,
+        }
+    }
+}
+
+/// Activation recomputation (Narayanan et al. 2021).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Recompute {
+    /// Keep every activation the backward pass needs.
+    #[default]
+    None,
+    /// Drop the attention core's activations (scores, softmax, context) and rerun it
+    /// during backward (Korthikanti et al. 2022).
+    Selective,
+    /// Keep only each layer's input; rerun the layer's forward pass during backward.
+    Full,
+}
+
+/// How the bottom-MLP output and the pooled embeddings are combined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Interaction {
+    /// Pairwise dot products between all feature vectors (DLRM default).
+    Dot,
+    /// Concatenation of all feature vectors.
+    Concat,
+    /// Transformer layers over the feature vectors (the `transformer:` section).
+    Transformer,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelSplitKind {
+    Rc,
+    Cr,
+}
+
+/// Requests served together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferenceSpec {
+    /// Sequences decoded together.
+    pub batch: u64,
+    /// Prompt length (tokens per sequence) processed by the prefill.
+    pub prompt_tokens: u64,
+    /// Tokens generated per sequence.
+    pub output_tokens: u64,
+}
