@@ -10,7 +10,9 @@ use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use stackflow::config::Source;
-use stackflow::dist::{predict, Strategy, System};
+use stackflow::distributed::predict;
+use stackflow::network::System;
+use stackflow::parallel::Strategy;
 use stackflow::workload::Workload;
 
 fn bench(c: &mut Criterion) {

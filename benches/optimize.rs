@@ -9,11 +9,12 @@ use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use stackflow::config::Source;
-use stackflow::dist::{Strategy, System};
+use stackflow::network::System;
 use stackflow::opt::budget::{optimize_budgets, Settings};
 use stackflow::opt::problem::{feasible_set, layout};
 use stackflow::opt::search::{enumerate, search};
 use stackflow::opt::{co_optimize, BudgetProblem};
+use stackflow::parallel::Strategy;
 use stackflow::workload::Workload;
 
 fn bench(c: &mut Criterion) {

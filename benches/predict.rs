@@ -115,7 +115,7 @@ fn bench(c: &mut Criterion) {
     });
     // Distributed: GPT-3 175B on 1024 A100s, tensor x pipeline x data = 8 x 8 x 16, every
     // mapping ordering tried, interleaved 1F1B schedule simulated.
-    let system = stackflow::dist::System::load(
+    let system = stackflow::network::System::load(
         Source::Disk,
         &std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("templates/dgx-a100.yaml"),
     )
@@ -123,7 +123,7 @@ fn bench(c: &mut Criterion) {
     let a100 = system.accelerator().unwrap();
     let net = system.network(&a100, 1024).unwrap();
     let gpt3 = workload("workloads/gpt3-175b.yaml", |t| t);
-    let strategy = stackflow::dist::Strategy::parse("t8-p8-d16-mb1-i2").unwrap();
+    let strategy = stackflow::parallel::Strategy::parse("t8-p8-d16-mb1-i2").unwrap();
     // Cold: a network with no group shapes yet, so every group set is routed (as in one
     // CLI prediction).
     c.bench_function(
@@ -131,7 +131,7 @@ fn bench(c: &mut Criterion) {
         |b| {
             b.iter(|| {
                 let net = net.fresh();
-                stackflow::dist::predict(std::hint::black_box(&gpt3), &a100, &net, &strategy)
+                stackflow::distributed::predict(std::hint::black_box(&gpt3), &a100, &net, &strategy)
             })
         },
     );
@@ -140,7 +140,9 @@ fn bench(c: &mut Criterion) {
     c.bench_function(
         "predict gpt3-175b on 1024 a100 (t8-p8-d16, 6 mappings, warm network)",
         |b| {
-            b.iter(|| stackflow::dist::predict(std::hint::black_box(&gpt3), &a100, &net, &strategy))
+            b.iter(|| {
+                stackflow::distributed::predict(std::hint::black_box(&gpt3), &a100, &net, &strategy)
+            })
         },
     );
 }

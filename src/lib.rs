@@ -38,10 +38,12 @@
 pub mod budget;
 pub mod config;
 pub mod design;
-pub mod dist;
+pub mod distributed;
 pub mod domain;
 pub mod generator;
+pub mod network;
 pub mod opt;
+pub mod parallel;
 pub mod perf;
 pub mod study;
 pub mod tech;

@@ -8,11 +8,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{parse_yaml, ConfigError, Source};
 use crate::design::{Design, DesignFiles};
-use crate::dist::collective::Collective;
-use crate::dist::network::{Fabric, Network};
-use crate::dist::{predict, DistPrediction, Strategy, System};
+use crate::distributed::{predict, DistPrediction};
 use crate::domain::{Precision, Topology};
 use crate::generator::generate;
+use crate::network::collective::Collective;
+use crate::network::System;
+use crate::network::{Fabric, Network};
+use crate::parallel::Strategy;
 use crate::perf::Evaluator;
 use crate::workload::{Gemm, Workload};
 

@@ -5,8 +5,10 @@ mod common;
 
 use common::{assert_close, root};
 use stackflow::config::Source;
-use stackflow::dist::{predict, Strategy, System};
+use stackflow::distributed::predict;
 use stackflow::generator::Architecture;
+use stackflow::network::System;
+use stackflow::parallel::Strategy;
 use stackflow::workload::Workload;
 
 fn system(file: &str) -> (System, Architecture) {
@@ -28,10 +30,10 @@ fn gpt(heads: u64, hidden: u64, layers: u64, batch: u64, recompute: &str) -> Wor
 
 // ------------------------------------------------------------------ collectives
 
-use stackflow::dist::collective::Collective;
-use stackflow::dist::mapping::{self, Axis};
-use stackflow::dist::network::{Fabric, Network};
 use stackflow::domain::Topology;
+use stackflow::network::collective::Collective;
+use stackflow::network::{Fabric, Network};
+use stackflow::parallel::{mapping, Axis};
 
 fn one_fabric(topology: Topology, size: u64, egress: f64, hop: f64) -> Network {
     Network::new(vec![Fabric::new("f", &topology, size, egress, hop)])
@@ -528,7 +530,7 @@ fn experts_spread_over_expert_parallel_groups_with_all_to_all() {
     let moe = Workload::load(Source::Disk, &root().join("workloads/llm-moe.yaml")).unwrap();
     let run = |s: &str| predict(&moe, &arch, &net, &Strategy::parse(s).unwrap()).unwrap();
     let (plain, spread) = (run("t8-p8-d16-mb1"), run("t8-p8-d16-e16-mb1"));
-    let a2a = |p: &stackflow::dist::DistPrediction| {
+    let a2a = |p: &stackflow::distributed::DistPrediction| {
         p.communication
             .iter()
             .filter(|c| c.collective == Collective::AllToAll)
@@ -581,7 +583,7 @@ fn expert_gradients_synchronise_among_the_experts_replicas() {
     let graph = moe.graph();
     let run = |s: &str| predict(&moe, &arch, &net, &Strategy::parse(s).unwrap()).unwrap();
     let (whole, half) = (run("t8-p8-d16-e16-mb1"), run("t8-p8-d16-e8-mb1"));
-    let line = |p: &stackflow::dist::DistPrediction, name: &str| {
+    let line = |p: &stackflow::distributed::DistPrediction, name: &str| {
         p.communication
             .iter()
             .find(|c| c.name == name)
@@ -686,7 +688,7 @@ fn fine_tuning_frozen_layers_skip_their_backward_and_gradients() {
     assert!(b.gradients_bytes < 0.5 * a.gradients_bytes);
     assert!(b.optimizer_state_bytes < 0.5 * a.optimizer_state_bytes);
     assert_eq!(b.weights_bytes, a.weights_bytes);
-    let sync = |p: &stackflow::dist::DistPrediction| {
+    let sync = |p: &stackflow::distributed::DistPrediction| {
         p.communication
             .iter()
             .find(|c| c.name == "gradient sync")
@@ -1003,7 +1005,7 @@ fn bad_dlrm_variants_fail_with_a_clear_message() {
 
 #[test]
 fn serving_splits_weights_and_kv_cache_over_tensor_parallel_devices() {
-    use stackflow::dist::predict_inference;
+    use stackflow::distributed::predict_inference;
     let w = Workload::load(
         Source::Disk,
         &root().join("workloads/llama2-70b-decode.yaml"),

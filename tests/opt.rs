@@ -10,11 +10,12 @@ use argmin::core::{CostFunction, Error, Executor, Gradient, IterState, State, KV
 use common::{root, stackflow, Scratch};
 use proptest::prelude::*;
 use stackflow::config::Source;
-use stackflow::dist::{Strategy as DistStrategy, System};
+use stackflow::network::System;
 use stackflow::opt::budget::{optimize_budgets, Settings};
 use stackflow::opt::problem::{feasible_set, layout};
 use stackflow::opt::simplex::project_capped;
 use stackflow::opt::{BudgetProblem, ProjectedGradient, SimplexGroup, Simplices};
+use stackflow::parallel::Strategy as DistStrategy;
 use stackflow::workload::Workload;
 
 fn one_group(n: usize, lower: Vec<f64>, upper: Vec<f64>) -> Simplices {

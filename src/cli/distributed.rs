@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use stackflow::config::Source;
-use stackflow::dist::{
-    predict, predict_inference, DistInference, DistPrediction, Strategy, System,
-};
+use stackflow::distributed::{predict, predict_inference, DistInference, DistPrediction};
+use stackflow::network::System;
+use stackflow::parallel::Strategy;
 use stackflow::workload::Workload;
 
 use super::predict::seconds;
@@ -230,7 +230,7 @@ pub fn render(p: &DistPrediction, peak: f64) -> String {
 }
 
 /// Each parallel axis and the fabrics its groups span.
-fn describe_mapping(m: &stackflow::dist::mapping::Mapping) -> String {
+fn describe_mapping(m: &stackflow::parallel::mapping::Mapping) -> String {
     if m.spans.is_empty() {
         return "one device".into();
     }

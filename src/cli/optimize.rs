@@ -13,7 +13,7 @@ use serde::Serialize;
 use stackflow::config::raw::{AreaBudgetRaw, BudgetFile, PerimeterBudgetRaw, PowerBudgetRaw};
 use stackflow::config::{normalize, to_yaml, write_atomic, Source, SHIPPED};
 use stackflow::design::{Design, DesignFiles};
-use stackflow::dist::System;
+use stackflow::network::System;
 use stackflow::opt::budget::{self, BudgetResult, Sensitivity, Settings, TracePoint};
 use stackflow::opt::problem::{feasible_set, with_shares, BoundsFile, Evaluation};
 use stackflow::opt::{co_optimize, BudgetProblem, CoOptimization, Resource};

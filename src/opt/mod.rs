@@ -14,7 +14,7 @@ pub use solver::ProjectedGradient;
 use indicatif::ProgressBar;
 use serde::Serialize;
 
-use crate::dist::Strategy;
+use crate::parallel::Strategy;
 
 /// One step of the co-optimization: a strategy, the shares and the time they give.
 #[derive(Debug, Clone, Serialize)]

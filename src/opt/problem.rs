@@ -12,9 +12,11 @@ use serde::{Deserialize, Serialize};
 use super::simplex::{SimplexGroup, Simplices};
 use crate::config::{parse_yaml, Checker, ConfigError};
 use crate::design::Design;
-use crate::dist::network::Network;
-use crate::dist::{predict, DistPrediction, Strategy, System};
+use crate::distributed::{predict, DistPrediction};
 use crate::generator::{generate, Architecture};
+use crate::network::Network;
+use crate::network::System;
+use crate::parallel::Strategy;
 use crate::workload::Workload;
 
 /// The three budgets a design splits.

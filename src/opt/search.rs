@@ -7,10 +7,11 @@
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::dist::network::Network;
-use crate::dist::strategy::KernelSplit;
-use crate::dist::{predict, Strategy};
+use crate::distributed::predict;
 use crate::generator::Architecture;
+use crate::network::Network;
+use crate::parallel::strategy::KernelSplit;
+use crate::parallel::Strategy;
 use crate::workload::Workload;
 
 /// One strategy evaluated.

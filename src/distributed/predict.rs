@@ -5,12 +5,13 @@
 
 use serde::Serialize;
 
-use super::collective::Collective;
-use super::mapping::{self, Axis, Mapping};
-use super::network::Network;
 use super::schedule::{self, Piece, StageSteps};
-use super::strategy::{KernelSplit, Strategy};
 use crate::generator::Architecture;
+use crate::network::collective::Collective;
+use crate::network::Network;
+use crate::parallel::mapping::{self, Mapping};
+use crate::parallel::strategy::{KernelSplit, Strategy};
+use crate::parallel::Axis;
 use crate::perf::{EnergyRates, Evaluator};
 use crate::workload::{
     optimizer_state_bytes, Graph, Kernel, KernelClass, Op, Phase, Position, Split, Workload,
@@ -181,7 +182,7 @@ pub fn predict(
     if let Workload::Transformer(t) = workload {
         if t.inference.is_some() {
             return Err(fail(
-                "a serving workload (inference:): use dist::predict_inference".into(),
+                "a serving workload (inference:): use distributed::predict_inference".into(),
             ));
         }
     }
@@ -282,7 +283,7 @@ pub fn predict(
         .collect();
 
     // Memory on the fullest stage.
-    let degrees = mapping::degrees(s);
+    let degrees = s.degrees();
     let model_shard = match s.kernel {
         Some(KernelSplit::Rc { kp2, .. }) => kp2,
         Some(KernelSplit::Cr { kp1 }) => kp1,

@@ -13,12 +13,13 @@
 
 use serde::Serialize;
 
-use super::collective::Collective;
-use super::mapping::{self, Axis, Mapping};
-use super::network::Network;
 use super::predict::{stage_work, FitError, StageWork};
-use super::strategy::Strategy;
 use crate::generator::Architecture;
+use crate::network::collective::Collective;
+use crate::network::Network;
+use crate::parallel::mapping::{self, Mapping};
+use crate::parallel::Axis;
+use crate::parallel::Strategy;
 use crate::perf::{EnergyRates, Evaluator};
 use crate::workload::inference::{
     decode_graph, kv_cache_bytes, mean_context, prefill_graph, InferenceSpec,

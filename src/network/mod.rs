@@ -7,14 +7,23 @@
 //! Device `i` has, in fabric `f`, the local index `(i / stride_f) % size_f`; inside a direct
 //! fabric (ring, mesh, torus) the local index splits into coordinates, first dimension
 //! fastest.
+//!
+//! Owns: [`Fabric`] and [`Network`] (topologies, routing, link loads), [`collective`]
+//! (collective algorithms and their cost), [`system`] (a system file: accelerator and fabrics).
+//! Imports the generator and configuration stages only.
+
+pub mod collective;
+pub mod system;
+
+pub use system::System;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use super::collective::GroupLink;
 use crate::domain::Topology;
+use collective::GroupLink;
 
 /// How a fabric connects its members.
 #[derive(Debug, Clone, PartialEq, Serialize)]

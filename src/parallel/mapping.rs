@@ -5,82 +5,10 @@
 
 use serde::Serialize;
 
-use super::collective::GroupLink;
-use super::network::Network;
-use super::strategy::{KernelSplit, Strategy};
-
-/// A parallel dimension of a strategy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Axis {
-    Tensor,
-    /// RC rows or CR's shared dimension.
-    Kp1,
-    /// RC columns.
-    Kp2,
-    Data,
-    Pipeline,
-    /// Every device of the system as one group (all-to-all of table-wise sharded
-    /// embeddings); not a parallel dimension of the strategy.
-    Every,
-    /// Expert-parallel groups: runs of `expert` consecutive ranks of each data-parallel
-    /// group.
-    Expert,
-    /// The replicas of one expert: every `expert`-th rank of a data-parallel group (they
-    /// synchronise that expert's gradients).
-    ExpertReplica,
-}
-
-impl Axis {
-    pub const ALL: [Axis; 5] = [
-        Axis::Tensor,
-        Axis::Kp1,
-        Axis::Kp2,
-        Axis::Data,
-        Axis::Pipeline,
-    ];
-
-    /// The short-form letter (`order=t.d.p`).
-    pub fn letter(self) -> &'static str {
-        match self {
-            Axis::Tensor => "t",
-            Axis::Kp1 => "k1",
-            Axis::Kp2 => "k2",
-            Axis::Data => "d",
-            Axis::Pipeline => "p",
-            Axis::Every => "all",
-            Axis::Expert => "e",
-            Axis::ExpertReplica => "er",
-        }
-    }
-
-    pub fn from_letter(letter: &str) -> Option<Axis> {
-        Axis::ALL.into_iter().find(|a| a.letter() == letter)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Axis::Tensor => "tensor",
-            Axis::Kp1 => "kp1",
-            Axis::Kp2 => "kp2",
-            Axis::Data => "data",
-            Axis::Pipeline => "pipeline",
-            Axis::Every => "all devices",
-            Axis::Expert => "expert",
-            Axis::ExpertReplica => "expert replicas",
-        }
-    }
-}
-
-/// The degree of every axis of a strategy (1 where unused).
-pub fn degrees(s: &Strategy) -> [u64; 5] {
-    let (kp1, kp2) = match s.kernel {
-        Some(KernelSplit::Rc { kp1, kp2 }) => (kp1, kp2),
-        Some(KernelSplit::Cr { kp1 }) => (kp1, 1),
-        None => (1, 1),
-    };
-    [s.tensor, kp1, kp2, s.data, s.pipeline]
-}
+use super::axis::Axis;
+use super::strategy::Strategy;
+use crate::network::collective::GroupLink;
+use crate::network::Network;
 
 /// One placement: the axis order (innermost first) and what each axis's groups get.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -103,7 +31,7 @@ impl Mapping {
 
 /// Every ordering of the used axes (one, if there are none).
 pub fn orderings(s: &Strategy) -> Vec<Vec<Axis>> {
-    let d = degrees(s);
+    let d = s.degrees();
     let used: Vec<Axis> = Axis::ALL
         .iter()
         .copied()
@@ -161,7 +89,7 @@ pub fn place_cached(
     all_devices: bool,
     cache: &mut Vec<((u64, u64), GroupLink, Vec<String>)>,
 ) -> Mapping {
-    let d = degrees(s);
+    let d = s.degrees();
     let mut stride = [0u64; 5];
     let mut next = 1;
     for &a in order {

@@ -10,7 +10,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::mapping::Axis;
+use super::axis::Axis;
 use crate::config::raw::StrategyRaw;
 use crate::config::{parse_yaml, Checker, ConfigError};
 use crate::domain::KernelSplitKind;
@@ -137,6 +137,16 @@ pub struct StrategyError {
 }
 
 impl Strategy {
+    /// The degree of every axis of [`Axis::ALL`] (1 where unused).
+    pub fn degrees(&self) -> [u64; 5] {
+        let (kp1, kp2) = match self.kernel {
+            Some(KernelSplit::Rc { kp1, kp2 }) => (kp1, kp2),
+            Some(KernelSplit::Cr { kp1 }) => (kp1, 1),
+            None => (1, 1),
+        };
+        [self.tensor, kp1, kp2, self.data, self.pipeline]
+    }
+
     /// Devices one copy of the strategy occupies.
     pub fn devices(&self) -> u64 {
         self.data * self.model_degree() * self.pipeline
