@@ -25,7 +25,7 @@ fn bench(c: &mut Criterion) {
     let strategy = Strategy::parse("CR-16-d32").unwrap();
     let problem =
         BudgetProblem::new(system.clone(), design, 512, lstm.clone(), strategy, set).unwrap();
-    let bar = indicatif::ProgressBar::hidden();
+    let bar = stackflow::opt::Progress::none();
     let mut g = c.benchmark_group("optimize");
     g.sample_size(10);
     g.bench_function("budgets S=10 x T=100, lstm-sec9 on 512 nodes", |b| {

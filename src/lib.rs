@@ -31,6 +31,31 @@
 //! assert!(!prediction.feasible); // 38 billion parameters do not fit in 16 GiB
 //! ```
 //!
+//! ## The pipeline, upstream first
+//!
+//! Imports flow one way, down this list (`tests/architecture.rs` fails on an import against
+//! it, and on `anyhow` or `indicatif` outside the command line):
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`domain`] | the shared vocabulary: precisions, topologies, optimizers, recomputation |
+//! | [`config`] | the one place that parses YAML/JSON; raw unit-suffixed file structs, errors |
+//! | [`tech`], [`template`], [`budget`] | technology libraries, architecture templates, budgets |
+//! | [`design`] | a budget with its template and technology, loaded together |
+//! | [`generator`] | voltage-frequency-area scaling: a design -> an [`Architecture`] |
+//! | [`workload`] | GEMM, LSTM, transformer, DLRM lowered to a graph of kernels |
+//! | [`perf`] | the single-device hierarchical roofline with tiling |
+//! | [`network`] | fabrics, topologies, routing, link loads, collectives, system files |
+//! | [`parallel`] | strategies, parallel axes, device mapping |
+//! | [`distributed`] | the evaluator of one strategy and mapping; serving |
+//! | [`error`] | the library's error for work above the model |
+//! | [`opt`] | budget optimization, strategy search, co-optimization |
+//! | [`study`] | sweeps over roadmap axes |
+//! | [`validate`] | replays published measurements |
+//!
+//! The command line (`src/cli/`, in the binary) sits on top and alone reads arguments, prints
+//! and uses `anyhow`.
+//!
 //! Units: SI inside the model (seconds, bytes, FLOP/s, watts, volts, hertz), except areas
 //! in mm2 and lengths in mm, which every field name says. Input files carry the unit in
 //! every key (`area_mm2`, `data_rate_gbps` = 1e9 bit/s, `device_capacity_gib` = 2^30 bytes).
@@ -40,6 +65,7 @@ pub mod config;
 pub mod design;
 pub mod distributed;
 pub mod domain;
+pub mod error;
 pub mod generator;
 pub mod network;
 pub mod opt;

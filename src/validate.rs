@@ -10,6 +10,7 @@ use crate::config::{parse_yaml, ConfigError, Source};
 use crate::design::{Design, DesignFiles};
 use crate::distributed::{predict, DistPrediction};
 use crate::domain::{Precision, Topology};
+use crate::error::ModelError;
 use crate::generator::generate;
 use crate::network::collective::Collective;
 use crate::network::System;
@@ -156,7 +157,7 @@ impl Ctx {
         Workload::load(self.source, &self.path(reference))
     }
 
-    fn train(&self, t: &Training) -> anyhow::Result<DistPrediction> {
+    fn train(&self, t: &Training) -> Result<DistPrediction, ModelError> {
         let mut system = self.system(&t.system)?;
         if let Some(dims) = &t.slice {
             system = system.with_slice(dims)?;
@@ -183,7 +184,7 @@ fn within(predicted: f64, measured: f64, tolerance: f64) -> (f64, String, bool) 
 }
 
 /// Runs every case of the index at `path` (read from `source`).
-pub fn run(source: Source, path: &Path) -> anyhow::Result<Report> {
+pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
     let file = path.display().to_string();
     let index: CasesFile = parse_yaml(&file, &source.read(path)?)?;
     crate::config::Checker { file: &file }.version(index.version)?;
@@ -285,14 +286,15 @@ pub fn run(source: Source, path: &Path) -> anyhow::Result<Report> {
                 let arch = system.accelerator()?;
                 let mut within = 0;
                 for r in &rows.rows {
-                    anyhow::ensure!(
-                        r.t > 0 && r.p > 0 && r.gpus % (r.t * r.p) == 0 && r.gpus >= r.t * r.p,
-                        "{file}: row {}B: gpus {} must be a positive multiple of t x p = {} x {}",
-                        r.params_b,
-                        r.gpus,
-                        r.t,
-                        r.p
-                    );
+                    if !(r.t > 0 && r.p > 0 && r.gpus % (r.t * r.p) == 0 && r.gpus >= r.t * r.p) {
+                        return Err(ConfigError::invalid(
+                            file,
+                            format!("rows[{}B].gpus", r.params_b),
+                            r.gpus,
+                            format!("a positive multiple of t x p = {} x {}", r.t, r.p),
+                        )
+                        .into());
+                    }
                     let net = system.network(&arch, r.gpus)?;
                     let p = predict(&megatron_gpt(r)?, &arch, &net, &megatron_strategy(r))?;
                     let tflops = narayanan_flops(r) / p.time_per_iteration_s / r.gpus as f64 / 1e12;
@@ -322,7 +324,7 @@ pub fn run(source: Source, path: &Path) -> anyhow::Result<Report> {
                 let w = ctx.workload(workload)?;
                 let pod = ctx.system(system)?;
                 for case in &table.cases {
-                    let rate = |run: &Table3Run| -> anyhow::Result<f64> {
+                    let rate = |run: &Table3Run| -> Result<f64, ModelError> {
                         let s = pod.with_slice(&run.topology)?;
                         let chip = s.accelerator()?;
                         let net = s.network(&chip, run.topology.iter().product())?;

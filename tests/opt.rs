@@ -239,8 +239,16 @@ fn same_seed_same_result_bit_for_bit() {
         seed,
         ..Settings::default()
     };
-    let bar = indicatif::ProgressBar::hidden();
+    let steps = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let bar = {
+        let steps = steps.clone();
+        stackflow::opt::Progress::new(move |n| {
+            steps.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        })
+    };
     let a = optimize_budgets(&problem, &settings(7), &bar).unwrap();
+    // Every step of every restart is reported, early stops included.
+    assert_eq!(steps.load(std::sync::atomic::Ordering::Relaxed), 3 * 15);
     let b = optimize_budgets(&problem, &settings(7), &bar).unwrap();
     assert_eq!(a.best, b.best);
     assert_eq!(a.best_objective.to_bits(), b.best_objective.to_bits());

@@ -151,17 +151,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ProgressStyle::with_template("{bar:40} {pos}/{len} steps {elapsed} {msg}")
             .expect("static template"),
     );
+    let progress = {
+        let bar = bar.clone();
+        stackflow::opt::Progress::new(move |steps| bar.inc(steps))
+    };
     let initial = problem.initial();
     let initial_eval = problem.evaluate(&initial);
     let (result, co) = if search {
         bar.set_length(per_run * 3);
         bar.set_message("strategy search and budget optimization");
-        let co = co_optimize(&mut problem, &args.settings, &bar)?;
+        let co = co_optimize(&mut problem, &args.settings, &progress)?;
         (co.budgets.clone(), Some(co))
     } else {
         bar.set_message("budget optimization");
         (
-            budget::optimize_budgets(&problem, &args.settings, &bar)?,
+            budget::optimize_budgets(&problem, &args.settings, &progress)?,
             None,
         )
     };

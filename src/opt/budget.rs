@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex};
 
 use argmin::core::observers::{Observe, ObserverMode};
 use argmin::core::{Error, Executor, IterState, State, KV};
-use indicatif::ProgressBar;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
@@ -13,6 +12,8 @@ use serde::Serialize;
 
 use super::problem::{with_shares, BudgetProblem, Evaluation, Resource, Share};
 use super::solver::ProjectedGradient;
+use super::Progress;
+use crate::error::ModelError;
 use crate::generator::generate;
 
 /// Search settings; defaults are DeepFlow's (T = 100, S = 10).
@@ -70,10 +71,10 @@ pub struct BudgetResult {
     pub trace: Vec<TracePoint>,
 }
 
-/// Counts steps on the progress bar and records the trace of one restart.
+/// Reports steps to the progress callback and records the trace of one restart.
 struct Recorder {
     restart: usize,
-    bar: ProgressBar,
+    progress: Progress,
     trace: Arc<Mutex<Vec<TracePoint>>>,
 }
 
@@ -87,7 +88,7 @@ impl Observe<PgState> for Recorder {
 
     fn observe_iter(&mut self, state: &PgState, _: &KV) -> Result<(), Error> {
         self.push(state.get_iter(), state.get_cost());
-        self.bar.inc(1);
+        self.progress.inc(1);
         Ok(())
     }
 }
@@ -125,10 +126,22 @@ pub fn random_start(problem: &BudgetProblem, rng: &mut StdRng) -> Vec<f64> {
 pub fn optimize_budgets(
     problem: &BudgetProblem,
     settings: &Settings,
-    bar: &ProgressBar,
-) -> anyhow::Result<BudgetResult> {
-    anyhow::ensure!(settings.restarts > 0, "restarts must be at least 1");
-    anyhow::ensure!(settings.steps > 0, "steps must be at least 1");
+    progress: &Progress,
+) -> Result<BudgetResult, ModelError> {
+    if settings.restarts == 0 {
+        return Err(ModelError::Setting {
+            setting: "restarts",
+            value: "0".into(),
+            expected: "at least 1",
+        });
+    }
+    if settings.steps == 0 {
+        return Err(ModelError::Setting {
+            setting: "steps",
+            value: "0".into(),
+            expected: "at least 1",
+        });
+    }
     let initial = problem.initial();
     let initial_objective = problem.evaluate(&initial).objective;
     let starts: Vec<Vec<f64>> = (0..settings.restarts)
@@ -157,7 +170,7 @@ pub fn optimize_budgets(
             }
         })
         .collect();
-    let runs: Vec<anyhow::Result<(Restart, Vec<TracePoint>)>> = starts
+    let runs: Vec<Result<(Restart, Vec<TracePoint>), ModelError>> = starts
         .into_par_iter()
         .enumerate()
         .map(|(r, start)| {
@@ -168,17 +181,20 @@ pub fn optimize_budgets(
                 .with_tolerance(settings.tolerance);
             let recorder = Recorder {
                 restart: r,
-                bar: bar.clone(),
+                progress: progress.clone(),
                 trace: trace.clone(),
             };
             let result = Executor::new(Shared(problem), solver)
                 .configure(|s| s.param(start.clone()).max_iters(settings.steps))
                 .add_observer(recorder, ObserverMode::Always)
                 .run()
-                .map_err(|e| anyhow::anyhow!("restart {r}: {e}"))?;
+                .map_err(|e| ModelError::Solver {
+                    restart: r,
+                    message: e.to_string(),
+                })?;
             let state = result.state();
-            // Steps the early stop saved still count on the bar.
-            bar.inc(settings.steps.saturating_sub(state.get_iter()));
+            // Steps the early stop saved still count as progress.
+            progress.inc(settings.steps.saturating_sub(state.get_iter()));
             let best = state
                 .get_best_param()
                 .cloned()

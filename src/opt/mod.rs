@@ -11,10 +11,46 @@ pub use problem::{BudgetProblem, Resource, Share};
 pub use simplex::{SimplexGroup, Simplices};
 pub use solver::ProjectedGradient;
 
-use indicatif::ProgressBar;
+use std::sync::Arc;
+
 use serde::Serialize;
 
+use crate::error::ModelError;
 use crate::parallel::Strategy;
+
+/// Progress of a long search, in steps, reported to whoever shows it (the command line's
+/// progress bar); [`Progress::none`] reports nowhere.
+#[derive(Clone, Default)]
+pub struct Progress(Option<Arc<dyn Fn(u64) + Send + Sync>>);
+
+impl Progress {
+    /// Reports nowhere.
+    pub fn none() -> Progress {
+        Progress(None)
+    }
+
+    /// Calls `report(steps)` each time `steps` more steps are done.
+    pub fn new(report: impl Fn(u64) + Send + Sync + 'static) -> Progress {
+        Progress(Some(Arc::new(report)))
+    }
+
+    /// Reports `steps` more steps done.
+    pub fn inc(&self, steps: u64) {
+        if let Some(report) = &self.0 {
+            report(steps);
+        }
+    }
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Progress(reporting)"
+        } else {
+            "Progress(none)"
+        })
+    }
+}
 
 /// One step of the co-optimization: a strategy, the shares and the time they give.
 #[derive(Debug, Clone, Serialize)]
@@ -64,15 +100,15 @@ fn point(
 pub fn co_optimize(
     problem: &mut BudgetProblem,
     settings: &budget::Settings,
-    bar: &ProgressBar,
-) -> anyhow::Result<CoOptimization> {
+    progress: &Progress,
+) -> Result<CoOptimization, ModelError> {
     let baseline_strategy = problem.strategy;
     let start = problem.initial();
     let base = problem.evaluate(&start);
     let baseline_s = base.time_per_iteration_s;
     let candidates = search::enumerate(&problem.workload, problem.devices);
     let best_strategy =
-        |problem: &BudgetProblem, w: &[f64]| -> anyhow::Result<search::SearchResult> {
+        |problem: &BudgetProblem, w: &[f64]| -> Result<search::SearchResult, ModelError> {
             let (arch, net) = problem.machine(w)?;
             Ok(search::search(&problem.workload, &arch, &net, &candidates))
         };
@@ -83,17 +119,14 @@ pub fn co_optimize(
         .as_ref()
         .or(first.fastest.as_ref())
         .map(|c| c.parsed)
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "no strategy of the {} enumerated runs workload {} on {} devices",
-                first.enumerated,
-                problem.workload.name(),
-                problem.devices
-            )
+        .ok_or_else(|| ModelError::NoStrategy {
+            tried: first.enumerated,
+            workload: problem.workload.name().to_string(),
+            devices: problem.devices,
         })?;
     let strategy_only = point(problem, "strategy", &chosen, &start, baseline_s);
     // (b) budgets only, under the baseline strategy.
-    let budgets_only_result = budget::optimize_budgets(problem, settings, bar)?;
+    let budgets_only_result = budget::optimize_budgets(problem, settings, progress)?;
     let budgets_only = point(
         problem,
         "budgets",
@@ -111,7 +144,7 @@ pub fn co_optimize(
         rounds += 1;
         let strategy = next;
         problem.strategy = strategy;
-        let result = budget::optimize_budgets(problem, settings, bar)?;
+        let result = budget::optimize_budgets(problem, settings, progress)?;
         let again = best_strategy(problem, &result.best)?;
         next = again.best.as_ref().map(|c| c.parsed).unwrap_or(strategy);
         if best

@@ -13,6 +13,7 @@ use super::simplex::{SimplexGroup, Simplices};
 use crate::config::{parse_yaml, Checker, ConfigError};
 use crate::design::Design;
 use crate::distributed::{predict, DistPrediction};
+use crate::error::ModelError;
 use crate::generator::{generate, Architecture};
 use crate::network::Network;
 use crate::network::System;
@@ -336,7 +337,7 @@ impl BudgetProblem {
         workload: Workload,
         strategy: Strategy,
         set: Simplices,
-    ) -> anyhow::Result<BudgetProblem> {
+    ) -> Result<BudgetProblem, ModelError> {
         let layout = layout(&design);
         let arch = system.apply_caps(generate(&design));
         let base_network = system.network(&arch, devices)?;
@@ -420,7 +421,7 @@ impl BudgetProblem {
     }
 
     /// The accelerator and network at shares `w`, for a strategy search on that design.
-    pub fn machine(&self, w: &[f64]) -> anyhow::Result<(Architecture, Network)> {
+    pub fn machine(&self, w: &[f64]) -> Result<(Architecture, Network), ModelError> {
         let arch = self
             .system
             .apply_caps(generate(&with_shares(&self.design, &self.layout, w)));

@@ -5,16 +5,17 @@
 
 use std::path::{Path, PathBuf};
 
-use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
 use crate::budget::Budget;
 use crate::config::raw::{StudyAction, StudyFile, StudyPlot};
 use crate::config::{edit_yaml, normalize, parse_yaml, Checker, ConfigError, Source};
 use crate::design::Design;
+use crate::error::ModelError;
 use crate::network::System;
 use crate::opt::budget::{optimize_budgets, sensitivities, Settings};
 use crate::opt::problem::{feasible_set, layout};
+use crate::opt::Progress;
 use crate::opt::{co_optimize, search, BudgetProblem};
 use crate::parallel::Strategy;
 use crate::tech::TechLibrary;
@@ -398,7 +399,7 @@ impl Study {
         r
     }
 
-    fn run(&self, index: usize, r: &mut PointResult) -> anyhow::Result<()> {
+    fn run(&self, index: usize, r: &mut PointResult) -> Result<(), ModelError> {
         let (system, design, workload) = self.inputs(&self.coords(index))?;
         let devices = self.devices.unwrap_or_else(|| system.default_devices());
         let strategy = match &self.strategy {
@@ -407,7 +408,11 @@ impl Study {
                 let arch = system.apply_caps(crate::generator::generate(&design));
                 let net = system.network(&arch, devices)?;
                 search::baseline(&workload, &arch, &net, devices).ok_or_else(|| {
-                    anyhow::anyhow!("no strategy runs the workload on {devices} devices")
+                    ModelError::NoStrategy {
+                        tried: search::enumerate(&workload, devices).len(),
+                        workload: workload.name().to_string(),
+                        devices,
+                    }
                 })?
             }
         };
@@ -421,7 +426,7 @@ impl Study {
             .iter()
             .map(|s| format!("{}.{}", s.resource, s.component))
             .collect();
-        let quiet = ProgressBar::hidden();
+        let quiet = Progress::none();
         let (shares, strategy) = match self.action {
             StudyAction::Predict => (start, problem.strategy),
             StudyAction::Optimize => {
