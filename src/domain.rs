@@ -74,6 +74,16 @@ pub enum Scope {
     Global,
 }
 
+impl Scope {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Mcu => "mcu",
+            Scope::Bundle => "bundle",
+            Scope::Global => "global",
+        }
+    }
+}
+
 /// How the endpoints of one network level are connected.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]

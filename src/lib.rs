@@ -75,6 +75,7 @@ pub mod study;
 pub mod tech;
 pub mod template;
 pub mod validate;
+pub mod violation;
 pub mod workload;
 
 pub use design::{Design, DesignFiles};

@@ -11,6 +11,7 @@ use std::path::Path;
 /// The pipeline, upstream first: a module may import only itself and the modules before it.
 const ORDER: &[&str] = &[
     "domain",
+    "violation",
     "config",
     "tech",
     "template",

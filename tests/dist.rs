@@ -216,7 +216,7 @@ fn a_model_too_big_for_memory_is_infeasible_with_reasons() {
     let p = predict(&w, &arch, &net, &s).unwrap();
     assert!(!p.feasible);
     assert!(
-        p.violations[0].starts_with("out of memory"),
+        p.violations[0].memory_excess().is_some(),
         "{:?}",
         p.violations
     );
@@ -905,7 +905,7 @@ fn embedding_optimizer_state_sits_beside_the_tables() {
             && adagrad
                 .violations
                 .iter()
-                .any(|v| v.contains("out of memory")),
+                .any(|v| v.memory_excess().is_some()),
         "{:?}",
         adagrad.violations
     );
@@ -951,7 +951,7 @@ fn dlrm_transformer_and_moe_variants() {
     let replicated = run(&moe, "d128");
     assert!(!replicated.feasible);
     assert!(
-        replicated.violations[0].contains("out of memory"),
+        replicated.violations[0].memory_excess().is_some(),
         "{:?}",
         replicated.violations
     );
@@ -1119,7 +1119,8 @@ fn serving_splits_weights_and_kv_cache_over_tensor_parallel_devices() {
     )
     .unwrap();
     assert!(
-        !p.feasible && p.violations[0].contains("KV cache"),
+        !p.feasible
+            && matches!(p.violations[0], stackflow::violation::Violation::OutOfMemory { kv_cache_bytes, .. } if kv_cache_bytes > 0.0),
         "{:?}",
         p.violations
     );

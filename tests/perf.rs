@@ -121,7 +121,11 @@ fn oracle_lstm_gemm_time_matches_the_compute_bound_reference() {
     }
     // 38 billion parameters cannot train on a 16 GiB device: infeasible, with numbers.
     assert!(!p.feasible);
-    assert!(p.violations.iter().any(|v| v.starts_with("memory: needs")));
+    assert!(p.violations.iter().any(|v| matches!(
+        v,
+        stackflow::violation::Violation::OutOfMemory { needed_bytes, capacity_bytes, .. }
+            if needed_bytes > capacity_bytes && *capacity_bytes == 16.0 * 2f64.powi(30)
+    )));
 }
 
 #[test]
@@ -495,11 +499,12 @@ fn memory_footprint_is_counted_and_checked() {
     );
     let p = Evaluator::new(&a).predict(&g, &a.violations);
     assert!(!p.feasible);
-    assert!(
-        p.violations[0].contains("but the device holds 85.90 GB"),
-        "{:?}",
-        p.violations
-    );
+    match &p.violations[0] {
+        stackflow::violation::Violation::OutOfMemory { capacity_bytes, .. } => {
+            assert_close("capacity", *capacity_bytes, 85.90e9, 1e-3)
+        }
+        v => panic!("expected out of memory, got {v:?}"),
+    }
     assert!(p.time_per_iteration_s.is_finite());
     // The default fits.
     let g = workload("workloads/gpt-1.7b.yaml").graph();
@@ -674,10 +679,11 @@ fn predict_reports_an_infeasible_footprint_without_failing() {
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["feasible"], false);
-    assert!(v["violations"][0]
+    assert_eq!(v["violations"][0]["kind"], "out_of_memory");
+    assert!(v["violations"][0]["message"]
         .as_str()
         .unwrap()
-        .starts_with("memory: needs"));
+        .starts_with("out of memory: "));
 }
 
 #[test]

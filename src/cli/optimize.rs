@@ -64,7 +64,7 @@ struct Report<'a> {
     best_time_per_iteration_s: f64,
     speedup: f64,
     feasible: bool,
-    violations: &'a [String],
+    violations: &'a [stackflow::violation::Violation],
     shares: Vec<ShareReport>,
     sensitivities: &'a [Sensitivity],
     /// Share of each whole budget the best design uses; a class at 100% binds.

@@ -13,6 +13,7 @@ use crate::parallel::mapping::{self, Mapping};
 use crate::parallel::strategy::{KernelSplit, Strategy};
 use crate::parallel::Axis;
 use crate::perf::{EnergyRates, Evaluator};
+use crate::violation::Violation;
 use crate::workload::{
     optimizer_state_bytes, Graph, Kernel, KernelClass, Op, Phase, Position, Split, Workload,
 };
@@ -88,7 +89,7 @@ pub struct DistPrediction {
     pub optimizer_state_bytes: f64,
     pub activations_bytes: f64,
     pub feasible: bool,
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
 }
 
 /// A strategy that does not fit the workload.
@@ -370,30 +371,23 @@ pub fn predict(
     let state = graph.table_state_bytes;
     let tables = tables + state;
     if tables > all {
-        violations.push(format!(
-            "embedding tables of {:.1} GiB{} exceed the {:.1} GiB of all {} devices together: \
-             more devices, or smaller tables",
-            tables / 2f64.powi(30),
-            if state > 0.0 {
-                " (with their optimizer state)"
-            } else {
-                ""
-            },
-            all / 2f64.powi(30),
-            net.devices
-        ));
+        violations.push(Violation::TablesExceedSystem {
+            tables_bytes: tables,
+            with_optimizer_state: state > 0.0,
+            capacity_bytes: all,
+            devices: net.devices,
+        });
     }
     if memory > arch.memory_capacity_bytes {
-        violations.push(format!(
-            "out of memory: {:.1} GiB per device (weights {:.1}, gradients {:.1}, optimizer {:.1}, \
-             activations {:.1}) > {:.1} GiB",
-            memory / 2f64.powi(30),
-            weights_bytes / 2f64.powi(30),
-            gradients_bytes / 2f64.powi(30),
-            optimizer_state_bytes / 2f64.powi(30),
-            activations_bytes / 2f64.powi(30),
-            arch.memory_capacity_bytes / 2f64.powi(30)
-        ));
+        violations.push(Violation::OutOfMemory {
+            needed_bytes: memory,
+            capacity_bytes: arch.memory_capacity_bytes,
+            weights_bytes,
+            gradients_bytes,
+            optimizer_state_bytes,
+            activations_bytes,
+            kv_cache_bytes: 0.0,
+        });
     }
 
     // Every mapping; keep the fastest.

@@ -21,6 +21,7 @@ use crate::parallel::mapping::{self, Mapping};
 use crate::parallel::Axis;
 use crate::parallel::Strategy;
 use crate::perf::{EnergyRates, Evaluator};
+use crate::violation::Violation;
 use crate::workload::inference::{
     decode_graph, kv_cache_bytes, mean_context, prefill_graph, InferenceSpec,
 };
@@ -59,7 +60,7 @@ pub struct DistInference {
     pub memory_per_device_bytes: f64,
     pub memory_capacity_bytes: f64,
     pub feasible: bool,
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
 }
 
 /// Predicts serving `w` (its `inference:` batch per replica) on `net` under `s`.
@@ -128,13 +129,15 @@ pub fn predict_inference(
     let memory = weights_bytes + kv;
     let mut violations = arch.violations.clone();
     if memory > arch.memory_capacity_bytes {
-        violations.push(format!(
-            "out of memory: {:.1} GiB per device (weights {:.1}, KV cache {:.1}) > {:.1} GiB",
-            memory / 2f64.powi(30),
-            weights_bytes / 2f64.powi(30),
-            kv / 2f64.powi(30),
-            arch.memory_capacity_bytes / 2f64.powi(30)
-        ));
+        violations.push(Violation::OutOfMemory {
+            needed_bytes: memory,
+            capacity_bytes: arch.memory_capacity_bytes,
+            weights_bytes,
+            gradients_bytes: 0.0,
+            optimizer_state_bytes: 0.0,
+            activations_bytes: 0.0,
+            kv_cache_bytes: kv,
+        });
     }
 
     // Every mapping; keep the one that serves the batches in flight fastest.

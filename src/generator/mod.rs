@@ -34,6 +34,7 @@ use crate::config::raw::OperandTile;
 use crate::design::{Design, LevelTech, NetworkDesign};
 use crate::domain::{Dataflow, McuShape, Precision, Scope, Topology};
 use crate::tech::{DramTech, SramTech};
+use crate::violation::Violation;
 
 /// Relative slack when comparing used against allocated budget.
 const BUDGET_SLACK: f64 = 1e-9;
@@ -178,7 +179,7 @@ pub struct Architecture {
     pub perimeter_mm: Usage,
     /// Why the design is not usable (empty when it is). An over-budget component is listed
     /// here rather than panicking, though the generator is built never to produce one.
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
 }
 
 impl Architecture {
@@ -250,9 +251,10 @@ pub fn generate(design: &Design) -> Architecture {
         ],
     };
     if mcus == 0 {
-        violations.push(format!(
-            "core: no compute unit fits (area share {core_area:.3} mm2, power share {core_power:.3} W)"
-        ));
+        violations.push(Violation::NoComputeUnit {
+            area_mm2: core_area,
+            power_w: core_power,
+        });
     }
 
     // ---- on-chip levels
@@ -280,14 +282,13 @@ pub fn generate(design: &Design) -> Architecture {
                     level.power_share * tdp,
                 );
                 if mcus > 0 && report.banks == 0 {
-                    violations.push(format!(
-                        "{}: cannot give each of its {} {} instance(s) a bank ({:.4} mm2, {:.4} W)",
-                        level.name,
+                    violations.push(Violation::NoBank {
+                        level: level.name.clone(),
                         instances,
-                        scope_name(level.scope),
-                        report.area_mm2.allocated,
-                        report.power_w.allocated
-                    ));
+                        scope: level.scope,
+                        area_mm2: report.area_mm2.allocated,
+                        power_w: report.power_w.allocated,
+                    });
                 }
                 on_chip.push(report);
                 below = level.scope;
@@ -307,10 +308,10 @@ pub fn generate(design: &Design) -> Architecture {
     }
     let main_memory = main_memory.expect("a bound design ends with an off-chip level");
     if main_memory.devices == 0 {
-        violations.push(format!(
-            "{}: no memory device fits (limited by {})",
-            main_memory.name, main_memory.bounds[0].limit
-        ));
+        violations.push(Violation::NoMemoryDevice {
+            memory: main_memory.name.clone(),
+            limit: main_memory.bounds[0].limit.to_string(),
+        });
     }
 
     // ---- networks
@@ -331,10 +332,12 @@ pub fn generate(design: &Design) -> Architecture {
     let mut perimeter_used = main_memory.perimeter_mm.used;
     let mut check = |name: &str, what: &str, u: &Usage| {
         if u.exceeded() {
-            violations.push(format!(
-                "{name}: uses {:.6} of {:.6} {what} allocated",
-                u.used, u.allocated
-            ));
+            violations.push(Violation::OverBudget {
+                component: name.to_string(),
+                unit: what.to_string(),
+                used: u.used,
+                allocated: u.allocated,
+            });
         }
     };
     check("core", "mm2", &core.area_mm2);
@@ -395,14 +398,6 @@ pub fn generate(design: &Design) -> Architecture {
         power_w,
         perimeter_mm,
         violations,
-    }
-}
-
-fn scope_name(scope: Scope) -> &'static str {
-    match scope {
-        Scope::Mcu => "mcu",
-        Scope::Bundle => "bundle",
-        Scope::Global => "global",
     }
 }
 

@@ -18,6 +18,7 @@ use crate::generator::{generate, Architecture};
 use crate::network::Network;
 use crate::network::System;
 use crate::parallel::Strategy;
+use crate::violation::Violation;
 use crate::workload::Workload;
 
 /// The three budgets a design splits.
@@ -301,7 +302,7 @@ pub struct Evaluation {
     /// `ln(time)` plus the penalties: what the optimizer minimises.
     pub objective: f64,
     pub feasible: bool,
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
     #[serde(skip)]
     pub architecture: Architecture,
     /// `None` when the strategy cannot run on the design at all.
@@ -390,7 +391,7 @@ impl BudgetProblem {
                     time_per_iteration_s: f64::INFINITY,
                     objective: f64::INFINITY,
                     feasible: false,
-                    violations: vec![e],
+                    violations: vec![Violation::CannotRun { reason: e }],
                     architecture: arch,
                     prediction: None,
                 }
@@ -398,12 +399,16 @@ impl BudgetProblem {
         };
         let time = prediction.time_per_iteration_s;
         // Out of memory: a smooth penalty in the excess ratio, so the search can leave.
-        let excess =
-            (prediction.memory_per_device_bytes / prediction.memory_capacity_bytes - 1.0).max(0.0);
+        let excess = prediction
+            .violations
+            .iter()
+            .filter_map(Violation::memory_excess)
+            .fold(1.0, f64::max)
+            - 1.0;
         let others = prediction
             .violations
             .iter()
-            .filter(|v| !v.starts_with("out of memory"))
+            .filter(|v| v.memory_excess().is_none())
             .count();
         let objective = if time.is_finite() && time > 0.0 {
             time.ln() + 5.0 * excess + 25.0 * excess * excess + others as f64

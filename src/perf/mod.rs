@@ -22,6 +22,7 @@ use serde::Serialize;
 
 use crate::domain::{McuShape, Precision, Scope};
 use crate::generator::Architecture;
+use crate::violation::Violation;
 use crate::workload::{Graph, Kernel, KernelClass, Op, Phase};
 use tiling::{Hierarchy, Problem, Tile};
 
@@ -316,7 +317,7 @@ impl Evaluator {
 
     /// Predicts one iteration of `graph` on this machine. `arch_violations` are the
     /// architecture's own (over-budget) problems, carried into the result.
-    pub fn predict(&mut self, graph: &Graph, arch_violations: &[String]) -> Prediction {
+    pub fn predict(&mut self, graph: &Graph, arch_violations: &[Violation]) -> Prediction {
         let mut kernels = Vec::with_capacity(graph.kernels.len());
         let mut total = 0.0;
         for k in &graph.kernels {
@@ -370,25 +371,20 @@ impl Evaluator {
             capacity_bytes: self.machine.levels.last().map_or(0.0, |l| l.capacity_bytes),
         };
         let footprint = graph.memory.total_bytes();
-        let mut violations: Vec<String> = arch_violations.to_vec();
+        let mut violations: Vec<Violation> = arch_violations.to_vec();
         if footprint > memory.capacity_bytes {
-            violations.push(format!(
-                "memory: needs {:.2} GB per device (weights {:.2} + gradients {:.2} + optimizer \
-                 state {:.2} + activations {:.2}) but the device holds {:.2} GB",
-                footprint / 1e9,
-                memory.weights_bytes / 1e9,
-                memory.gradients_bytes / 1e9,
-                memory.optimizer_state_bytes / 1e9,
-                memory.activations_bytes / 1e9,
-                memory.capacity_bytes / 1e9,
-            ));
+            violations.push(Violation::OutOfMemory {
+                needed_bytes: footprint,
+                capacity_bytes: memory.capacity_bytes,
+                weights_bytes: memory.weights_bytes,
+                gradients_bytes: memory.gradients_bytes,
+                optimizer_state_bytes: memory.optimizer_state_bytes,
+                activations_bytes: memory.activations_bytes,
+                kv_cache_bytes: 0.0,
+            });
         }
         if !total.is_finite() {
-            violations.push(
-                "time: a kernel needs a memory level or compute unit that has no bandwidth or \
-                 throughput in this design"
-                    .into(),
-            );
+            violations.push(Violation::NoBandwidth);
         }
         let achieved = if total > 0.0 { flops / total } else { 0.0 };
         Prediction {
@@ -489,7 +485,7 @@ pub struct Prediction {
     pub parameters: f64,
     pub tokens_per_iteration: f64,
     pub feasible: bool,
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
     pub memory_per_device_bytes: f64,
     pub memory: MemoryReport,
     pub breakdown: Vec<ClassTime>,
@@ -512,7 +508,7 @@ pub struct InferencePrediction {
     /// Main-memory bytes one decode step reads: weights plus the mean KV cache.
     pub decode_bytes_per_step: f64,
     pub feasible: bool,
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
     pub prefill: Prediction,
     pub decode: Prediction,
 }
@@ -523,7 +519,7 @@ impl Evaluator {
         &mut self,
         w: &crate::workload::Transformer,
         spec: &crate::workload::inference::InferenceSpec,
-        arch_violations: &[String],
+        arch_violations: &[Violation],
     ) -> InferencePrediction {
         use crate::workload::inference::{
             decode_graph, kv_cache_bytes, mean_context, prefill_graph,

@@ -20,6 +20,7 @@ use crate::opt::{co_optimize, search, BudgetProblem};
 use crate::parallel::Strategy;
 use crate::tech::TechLibrary;
 use crate::template::Template;
+use crate::violation::Violation;
 use crate::workload::Workload;
 
 /// The files an axis can edit.
@@ -68,7 +69,7 @@ pub struct PointResult {
     pub time_per_iteration_s: Option<f64>,
     pub speedup: Option<f64>,
     pub feasible: bool,
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
     pub peak_flops_per_s: f64,
     pub memory_bandwidth_bytes_per_s: f64,
     pub memory_capacity_bytes: f64,
