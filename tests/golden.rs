@@ -483,6 +483,27 @@ const CASES: &[(&str, Run, i32)] = &[
         ]),
         0,
     ),
+    // An optimization that runs but finds nothing feasible: its report, exit code 3.
+    (
+        "optimize-infeasible",
+        Run::Stdout(&[
+            "optimize",
+            "--system",
+            "templates/dgx-a100.yaml",
+            "--devices",
+            "64",
+            "--workload",
+            "workloads/gpt3-175b.yaml",
+            "--strategy",
+            "d64",
+            "--restarts",
+            "1",
+            "--steps",
+            "2",
+            "--json",
+        ]),
+        3,
+    ),
     ("validate", Run::Stdout(&["validate", "--json"]), 0),
     (
         "sweep-dlrm-fabric",

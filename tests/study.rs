@@ -320,3 +320,30 @@ fn bad_studies_exit_2_naming_the_valid_choices() {
     assert_eq!(code, 2);
     assert!(err.contains("expected K/N with 1 <= K <= N"), "{err}");
 }
+
+#[test]
+fn a_sweep_that_finds_nothing_feasible_exits_3_with_its_results_written() {
+    let dir = Scratch::new("study-infeasible");
+    let r = root();
+    // GPT-3 175B data parallel on 64 A100s: 6 TiB per device at every IB bandwidth.
+    let base = format!(
+        "base:\n  system: {}\n  workload: {}\n  devices: 64\n  strategy: d64\n",
+        r.join("templates/dgx-a100.yaml").display(),
+        r.join("workloads/gpt3-175b.yaml").display()
+    );
+    let axes =
+        "  - name: ib\n    field: system.fabrics[1].bandwidth_gb_per_s\n    values: [25, 50]\n";
+    let s = study(&dir, "oom", &base, "predict", axes);
+    let out = r.join("target/test-scratch/study-infeasible/out");
+    let (code, stdout, err) = stackflow(&["sweep", &s, "--out", &out.display().to_string()]);
+    assert_eq!(code, 3, "{stdout}{err}");
+    assert!(
+        stdout.contains("2 points evaluated: 2 infeasible"),
+        "{stdout}"
+    );
+    let results: serde_json::Value = serde_json::from_str(&file(&out, "results.json")).unwrap();
+    for p in results["points"].as_array().unwrap() {
+        assert_eq!(p["feasible"], false);
+        assert_eq!(p["violations"][0]["kind"], "out_of_memory");
+    }
+}

@@ -187,11 +187,22 @@ enum Command {
     },
 }
 
-/// Runs the command line and returns the process exit code.
+/// What a command that ran to the end found.
+pub(crate) enum Outcome {
+    /// Its answer (an infeasible design included, for `predict` and `generate`).
+    Done,
+    /// A search, `optimize` or `sweep` that ran but found nothing feasible: the report is
+    /// printed and the exit code is 3.
+    NothingFeasible,
+}
+
+/// Runs the command line and returns the process exit code: 0 done, 2 bad input, 3 a search
+/// that ran but found nothing feasible.
 pub fn run() -> i32 {
     let cli = Cli::parse();
     match execute(cli) {
-        Ok(()) => 0,
+        Ok(Outcome::Done) => 0,
+        Ok(Outcome::NothingFeasible) => 3,
         Err(e) => {
             eprintln!("error: {e}");
             for cause in e.chain().skip(1) {
@@ -202,8 +213,8 @@ pub fn run() -> i32 {
     }
 }
 
-fn execute(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
+fn execute(cli: Cli) -> anyhow::Result<Outcome> {
+    let done: anyhow::Result<()> = match cli.command {
         Command::Generate {
             design:
                 DesignArgs {
@@ -234,13 +245,15 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             jobs,
             shard,
             resume,
-        } => sweep::run(sweep::Args {
-            study,
-            out,
-            jobs,
-            shard,
-            resume,
-        }),
+        } => {
+            return sweep::run(sweep::Args {
+                study,
+                out,
+                jobs,
+                shard,
+                resume,
+            })
+        }
         Command::Merge { dirs, out } => sweep::merge(&dirs, &out),
         Command::Validate { file, json } => validate::run(file, json),
         Command::Optimize {
@@ -261,25 +274,27 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             seed,
             out,
             json,
-        } => optimize::run(optimize::Args {
-            workload,
-            system,
-            budget,
-            template,
-            tech,
-            devices,
-            strategy,
-            search_strategy,
-            bounds,
-            settings: stackflow::opt::budget::Settings {
-                restarts: restarts as usize,
-                steps,
-                seed,
-                ..Default::default()
-            },
-            out,
-            json,
-        }),
+        } => {
+            return optimize::run(optimize::Args {
+                workload,
+                system,
+                budget,
+                template,
+                tech,
+                devices,
+                strategy,
+                search_strategy,
+                bounds,
+                settings: stackflow::opt::budget::Settings {
+                    restarts: restarts as usize,
+                    steps,
+                    seed,
+                    ..Default::default()
+                },
+                out,
+                json,
+            })
+        }
         Command::Predict {
             workload,
             budget,
@@ -304,7 +319,8 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                     slice: slice.as_deref(),
                     carbon: carbon_rates(grid_kg_per_kwh, pue)?,
                     json,
-                });
+                })
+                .map(|()| Outcome::Done);
             }
             let workload_file = workload
                 .clone()
@@ -349,7 +365,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                     println!("Accelerator: {described}.\n");
                     print!("{}", predict::render_inference(&p, &architecture));
                 }
-                return Ok(());
+                return Ok(Outcome::Done);
             }
             let prediction = evaluator.predict(&graph, &architecture.violations);
             let energy = stackflow::perf::energy(&architecture, &prediction);
@@ -377,7 +393,8 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-    }
+    };
+    done.map(|()| Outcome::Done)
 }
 
 /// Refuses a workload whose precision the accelerator's template cannot compute.

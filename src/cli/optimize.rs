@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use super::Outcome;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
@@ -74,7 +75,7 @@ struct Report<'a> {
     restarts: Vec<(usize, u64, f64)>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let defaults = args.workload.is_none() && args.system.is_none() && args.budget.is_none();
     let (wsource, wfile) = match &args.workload {
         Some(p) => (Source::Disk, p.clone()),
@@ -239,9 +240,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(dir) = &args.out {
         write_outputs(dir, &problem, &best_design, &report, &result)?;
     }
+    let outcome = if report.feasible {
+        Outcome::Done
+    } else {
+        Outcome::NothingFeasible
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
+        return Ok(outcome);
     }
     print!(
         "{}",
@@ -256,7 +262,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             println!("\n(--out DIR writes budget.yaml, report.json, trace.csv and convergence.svg)")
         }
     }
-    Ok(())
+    if !report.feasible {
+        println!("\nNothing feasible was found (exit code 3).");
+    }
+    Ok(outcome)
 }
 
 fn render_report(

@@ -11,6 +11,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use super::Outcome;
 use anyhow::{bail, ensure, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
@@ -71,7 +72,7 @@ fn read_journal(path: &Path) -> anyhow::Result<BTreeMap<usize, PointResult>> {
     Ok(out)
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let study = Study::load(&args.study)?;
     let total = study.len();
     let (k, n) = match &args.shard {
@@ -191,7 +192,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .collect();
     write_results(&study, &out, &results)?;
     summarize(&study, &results);
-    Ok(())
+    Ok(if results.iter().any(|r| r.feasible) {
+        Outcome::Done
+    } else {
+        Outcome::NothingFeasible
+    })
 }
 
 /// `stackflow merge`: joins the journals of shard folders into one result.
