@@ -6,9 +6,15 @@
 //! Owns: [`predict`] (the best mapping of a strategy), the per-stage work and memory,
 //! [`schedule`] (the pipeline schedules and the shared communication stream), [`serve`].
 //! Imports [`crate::parallel`], [`crate::network`], [`crate::perf`] and nothing downstream.
+mod fit;
 pub mod predict;
+mod report;
 pub mod schedule;
 pub mod serve;
+mod timeline;
+mod work;
 
-pub use predict::{predict, DistPrediction, FitError};
+pub use fit::FitError;
+pub use predict::predict;
+pub use report::{CommReport, ComputeReport, DistPrediction};
 pub use serve::{predict_inference, DistInference};

@@ -13,7 +13,8 @@
 
 use serde::Serialize;
 
-use super::predict::{stage_work, FitError, StageWork};
+use super::fit::FitError;
+use super::work::{stage_work, StageWork};
 use crate::generator::Architecture;
 use crate::network::collective::Collective;
 use crate::network::Network;

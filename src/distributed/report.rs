@@ -1,0 +1,83 @@
+//! What a distributed prediction reports: time, compute and communication per kind, memory,
+//! energy, the mapping chosen and the typed violations.
+
+use serde::Serialize;
+
+use crate::network::collective::Collective;
+use crate::parallel::{Axis, Mapping};
+use crate::violation::Violation;
+use crate::workload::KernelClass;
+
+/// One collective (or transfer) of the iteration, per device.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CommReport {
+    pub name: String,
+    pub collective: Collective,
+    pub axis: Axis,
+    /// Devices in the group.
+    pub group: u64,
+    /// Bytes of one call's message (the mean when calls differ, as gradient buckets do),
+    /// and calls per iteration on the busiest stage.
+    pub bytes: f64,
+    pub calls: f64,
+    /// Time of all calls, s.
+    pub time_s: f64,
+    /// Whether compute waits for it (tensor and kernel parallelism) or it runs beside
+    /// compute on the communication stream.
+    pub blocking: bool,
+}
+
+/// Compute time per kernel class on the busiest stage.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ComputeReport {
+    pub class: KernelClass,
+    pub time_s: f64,
+    /// The resource bounding most of that time.
+    pub bound: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DistPrediction {
+    pub workload: String,
+    pub strategy: String,
+    pub devices: u64,
+    pub micro_batches: u64,
+    pub micro_batch: u64,
+    pub time_per_iteration_s: f64,
+    pub tokens_per_s: f64,
+    /// Model FLOPs (no recomputation) per second over the devices' dense 16-bit peak.
+    pub model_flops_utilization: f64,
+    /// FLOPs actually executed (with recomputation) per device per second.
+    pub achieved_flops_per_s_per_device: f64,
+    pub compute_s: f64,
+    pub compute: Vec<ComputeReport>,
+    pub communication: Vec<CommReport>,
+    /// Iteration time beyond the same schedule with free communication.
+    pub exposed_communication_s: f64,
+    /// Compute of the busiest stage plus every collective of the first stage, one after
+    /// the other (MAD Max Table 1's "serialized iteration time").
+    pub serialized_time_s: f64,
+    /// Exposed communication as a share of all communication time (MAD Max Table 1's
+    /// "% communication exposed").
+    pub exposed_communication_fraction: f64,
+    /// Energy of the iteration on every device: compute and memory traffic from the
+    /// technology energies, bytes sent through network ports, SRAM leakage.
+    pub energy_j: f64,
+    pub average_power_w: f64,
+    pub joules_per_token: f64,
+    /// Time the embedding engines (SparseCores) are busy per iteration: lookups, updates and
+    /// their all-to-alls, beside the dense step; 0 without them.
+    pub sparse_core_s: f64,
+    /// Idle time of the busiest stage while the pipeline fills and drains.
+    pub pipeline_bubble_s: f64,
+    pub mapping: Mapping,
+    pub mappings_tried: usize,
+    pub memory_per_device_bytes: f64,
+    pub memory_capacity_bytes: f64,
+    pub weights_bytes: f64,
+    pub gradients_bytes: f64,
+    pub optimizer_state_bytes: f64,
+    pub activations_bytes: f64,
+    pub feasible: bool,
+    pub violations: Vec<Violation>,
+}
