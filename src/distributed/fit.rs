@@ -1,5 +1,9 @@
 //! Whether a strategy fits a workload at all: devices, pipeline stages, tensor and expert
-//! parallelism, batch and micro-batch splits.
+//! parallelism, batch and micro-batch splits. A strategy that does not fit is an error
+//! ([`FitError`]), not an infeasible design: there is nothing to price.
+
+use crate::parallel::Strategy;
+use crate::workload::{Graph, Split, Workload};
 
 /// A strategy that does not fit the workload.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -8,4 +12,136 @@ pub struct FitError {
     pub strategy: String,
     pub workload: String,
     pub message: String,
+}
+
+/// A workload's graph under a strategy that fits it, and its batch split.
+pub(super) struct Fit {
+    /// The graph with the strategy's recomputation.
+    pub(super) graph: Graph,
+    /// Samples per micro-batch.
+    pub(super) micro_batch: u64,
+    /// Micro-batches per replica and iteration.
+    pub(super) micro_batches: u64,
+    /// A micro-batch's share of the graph's batch.
+    pub(super) f_tok: f64,
+}
+
+/// Checks that `s` can run `workload` on `devices` devices and splits its batch.
+pub(super) fn fit(workload: &Workload, s: &Strategy, devices: u64) -> Result<Fit, FitError> {
+    let fail = |message: String| FitError {
+        strategy: s.to_string(),
+        workload: workload.name(),
+        message,
+    };
+    s.check_devices(devices).map_err(|e| fail(e.message))?;
+    if let Workload::Transformer(t) = workload {
+        if t.inference.is_some() {
+            return Err(fail(
+                "a serving workload (inference:): use distributed::predict_inference".into(),
+            ));
+        }
+    }
+    let graph = match (workload, s.recompute) {
+        (Workload::Transformer(t), Some(r)) => {
+            let mut t = t.clone();
+            t.recompute = r;
+            Workload::Transformer(t).graph()
+        }
+        _ => workload.graph(),
+    };
+    check_model_split(workload, &graph, s).map_err(fail)?;
+    let (micro_batch, micro_batches) = split_batch(&graph, s).map_err(fail)?;
+    let f_tok = micro_batch as f64 / graph.samples;
+    Ok(Fit {
+        graph,
+        micro_batch,
+        micro_batches,
+        f_tok,
+    })
+}
+
+/// Pipeline stages need repeated layers that split evenly; tensor parallelism needs
+/// column/row layers; expert parallelism needs experts that split evenly.
+fn check_model_split(workload: &Workload, graph: &Graph, s: &Strategy) -> Result<(), String> {
+    let (p, v) = (s.pipeline, s.interleave);
+    if p > 1 {
+        if graph.layers == 0 {
+            return Err("the workload has no repeated layers to split into pipeline stages".into());
+        }
+        if graph.layers % (p * v) != 0 {
+            return Err(format!(
+                "{} layers do not split evenly into {p} stages x {v} chunks",
+                graph.layers
+            ));
+        }
+    }
+    let has_tensor_split = graph
+        .kernels
+        .iter()
+        .any(|k| matches!(k.split, Split::Column | Split::Row));
+    if s.tensor > 1 && !has_tensor_split {
+        return Err(
+            "tensor parallelism needs a transformer's column/row linear layers; use RC or CR \
+             kernel parallelism"
+                .into(),
+        );
+    }
+    if s.expert > 1 {
+        let experts = match workload {
+            Workload::Transformer(t) => t.moe.map_or(1, |m| m.experts),
+            Workload::Dlrm(d) => d.moe.map_or(1, |m| m.experts),
+            _ => 1,
+        };
+        if experts == 1 {
+            return Err(
+                "the workload has no experts to spread (expert parallelism e > 1); give a \
+                 transformer or a DLRM a moe: {experts, top_k} section"
+                    .into(),
+            );
+        }
+        if s.kernel.is_some() {
+            return Err(
+                "expert parallelism (e) splits experts with tensor parallelism (t), not with \
+                 RC/CR kernel parallelism"
+                    .into(),
+            );
+        }
+        if experts % s.expert != 0 {
+            return Err(format!(
+                "{experts} experts do not split evenly over expert parallelism e{}",
+                s.expert
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Samples per micro-batch and micro-batches per replica.
+fn split_batch(graph: &Graph, s: &Strategy) -> Result<(u64, u64), String> {
+    let (p, v) = (s.pipeline, s.interleave);
+    let replicas = s.data;
+    let samples = graph.samples.round() as u64;
+    if samples % replicas != 0 {
+        return Err(format!(
+            "a batch of {samples} samples does not split over {replicas} data-parallel replicas"
+        ));
+    }
+    let per_replica = samples / replicas;
+    let micro_batch = if s.micro_batch == 0 {
+        per_replica
+    } else {
+        s.micro_batch
+    };
+    if per_replica % micro_batch != 0 {
+        return Err(format!(
+            "{per_replica} samples per replica do not split into micro-batches of {micro_batch}"
+        ));
+    }
+    let m = per_replica / micro_batch;
+    if v > 1 && m % p != 0 {
+        return Err(format!(
+            "the interleaved schedule needs the {m} micro-batches to be a multiple of the {p} stages"
+        ));
+    }
+    Ok((micro_batch, m))
 }

@@ -7,6 +7,7 @@
 //! [`schedule`] (the pipeline schedules and the shared communication stream), [`serve`].
 //! Imports [`crate::parallel`], [`crate::network`], [`crate::perf`] and nothing downstream.
 mod fit;
+mod memory;
 pub mod predict;
 mod report;
 pub mod schedule;
@@ -15,6 +16,6 @@ mod timeline;
 mod work;
 
 pub use fit::FitError;
-pub use predict::predict;
+pub use predict::{predict, Plan};
 pub use report::{CommReport, ComputeReport, DistPrediction};
 pub use serve::{predict_inference, DistInference};

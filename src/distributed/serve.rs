@@ -18,7 +18,7 @@ use super::work::{stage_work, StageWork};
 use crate::generator::Architecture;
 use crate::network::collective::Collective;
 use crate::network::Network;
-use crate::parallel::mapping::{self, Mapping};
+use crate::parallel::mapping::{best_placement, Mapping};
 use crate::parallel::Axis;
 use crate::parallel::Strategy;
 use crate::perf::{EnergyRates, Evaluator};
@@ -64,20 +64,14 @@ pub struct DistInference {
     pub violations: Vec<Violation>,
 }
 
-/// Predicts serving `w` (its `inference:` batch per replica) on `net` under `s`.
-pub fn predict_inference(
-    w: &Transformer,
-    spec: &InferenceSpec,
-    arch: &Architecture,
-    net: &Network,
-    s: &Strategy,
-) -> Result<DistInference, FitError> {
+/// Refuses what serving does not split: RC/CR, ZeRO, interleaving, experts, uneven stages.
+fn check(w: &Transformer, s: &Strategy, devices: u64) -> Result<(), FitError> {
     let fail = |message: String| FitError {
         strategy: s.to_string(),
         workload: w.name.clone(),
         message,
     };
-    s.check_devices(net.devices).map_err(|e| fail(e.message))?;
+    s.check_devices(devices).map_err(|e| fail(e.message))?;
     if s.kernel.is_some() || s.zero > 0 || s.interleave > 1 || s.expert > 1 {
         return Err(fail(
             "serving splits a model by tensor (t), pipeline (p) and data (d) parallelism only; \
@@ -91,38 +85,73 @@ pub fn predict_inference(
             w.layers, s.pipeline
         )));
     }
-    let p = s.pipeline;
-    // One batch per stage in flight.
-    let in_flight = p;
-    let rates = EnergyRates::of(arch);
-    let stages = |graph: &Graph, evaluator: &mut Evaluator| -> Vec<StageWork> {
-        (0..p)
-            .map(|stage| stage_work(graph, s, stage, 1.0, evaluator, &rates, false))
-            .collect()
-    };
-    let prefill = prefill_graph(w, spec);
-    let mut evaluator = Evaluator::new(arch);
-    let prefill_stages = stages(&prefill, &mut evaluator);
-    // Decode steps replay as one captured graph per stage: one launch each.
-    let decode = decode_graph(w, spec, mean_context(spec));
-    let launch = evaluator.machine.kernel_launch_s;
-    let mut evaluator = Evaluator::new(arch);
-    evaluator.machine.kernel_launch_s = 0.0;
-    let decode_stages = stages(&decode, &mut evaluator);
+    Ok(())
+}
 
-    // Memory on the fullest stage: its weight shard and its share of the KV cache (split
-    // over the stages' layers and over tensor-parallel ranks, one whole key/value head at
-    // least per rank).
+/// A replica's prefill and decode step, each as per-stage work.
+struct Work {
+    prefill: Graph,
+    prefill_stages: Vec<StageWork>,
+    decode: Graph,
+    decode_stages: Vec<StageWork>,
+    /// Kernel launch time of one decode step per stage (one captured graph).
+    launch_s: f64,
+}
+
+impl Work {
+    fn new(
+        w: &Transformer,
+        spec: &InferenceSpec,
+        arch: &Architecture,
+        s: &Strategy,
+        rates: &EnergyRates,
+    ) -> Work {
+        let stages = |graph: &Graph, evaluator: &mut Evaluator| -> Vec<StageWork> {
+            (0..s.pipeline)
+                .map(|stage| stage_work(graph, s, stage, 1.0, evaluator, rates, false))
+                .collect()
+        };
+        let prefill = prefill_graph(w, spec);
+        let mut evaluator = Evaluator::new(arch);
+        let prefill_stages = stages(&prefill, &mut evaluator);
+        // Decode steps replay as one captured graph per stage: one launch each.
+        let decode = decode_graph(w, spec, mean_context(spec));
+        let launch_s = evaluator.machine.kernel_launch_s;
+        let mut evaluator = Evaluator::new(arch);
+        evaluator.machine.kernel_launch_s = 0.0;
+        let decode_stages = stages(&decode, &mut evaluator);
+        Work {
+            prefill,
+            prefill_stages,
+            decode,
+            decode_stages,
+            launch_s,
+        }
+    }
+}
+
+/// Memory on the fullest stage: its weight shard and its share of the KV cache of every
+/// batch in flight (split over the stages' layers and over tensor-parallel ranks, one whole
+/// key/value head at least per rank). Returns (weights, KV cache) bytes and the violations.
+fn memory(
+    w: &Transformer,
+    spec: &InferenceSpec,
+    arch: &Architecture,
+    s: &Strategy,
+    work: &Work,
+) -> (f64, f64, Vec<Violation>) {
+    let p = s.pipeline;
+    let in_flight = p;
     let bytes = w.precision.bytes();
     let t = s.tensor as f64;
-    let weights_bytes = prefill_stages
+    let weights_bytes = work
+        .prefill_stages
         .iter()
         .map(|st| st.parameters)
         .fold(0.0, f64::max)
         * bytes
         / t;
     let heads_per_rank = w.kv_heads.div_ceil(s.tensor) as f64;
-    // Each stage keeps the caches of every batch in flight for its layers.
     let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens) / p as f64
         * heads_per_rank
         / w.kv_heads as f64
@@ -140,60 +169,84 @@ pub fn predict_inference(
             kv_cache_bytes: kv,
         });
     }
+    (weights_bytes, kv, violations)
+}
 
-    // Every mapping; keep the one that serves the batches in flight fastest.
-    let sp = if s.sequence_parallel { t } else { 1.0 };
-    // Through every stage: (latency, its communication, the slowest stage's turn with its
-    // hand-off).
-    let latency = |map: &Mapping, stages: &[StageWork], graph: &Graph, launch: f64| {
-        let hand_off = map
-            .link(Axis::Pipeline)
-            .time(Collective::PointToPoint, graph.boundary_bytes / sp);
-        let (mut total, mut comm, mut slowest) = (0.0, 0.0, 0.0f64);
-        for (i, st) in stages.iter().enumerate() {
-            let mut c: f64 = st
-                .forward_needs
-                .iter()
-                .map(|(count, n)| count * map.link(n.axis).time(n.collective, n.bytes))
-                .sum();
-            if i + 1 < stages.len() {
-                c += hand_off;
-            }
-            let turn = st.forward_s + c + launch;
-            total += turn;
-            comm += c;
-            slowest = slowest.max(turn);
+/// Through every stage under `map`: (latency, its communication, the slowest stage's turn
+/// with its hand-off). `sp`: the sequence-parallel share of a hand-off.
+fn latency(
+    map: &Mapping,
+    stages: &[StageWork],
+    graph: &Graph,
+    launch: f64,
+    sp: f64,
+) -> (f64, f64, f64) {
+    let hand_off = map
+        .link(Axis::Pipeline)
+        .time(Collective::PointToPoint, graph.boundary_bytes / sp);
+    let (mut total, mut comm, mut slowest) = (0.0, 0.0, 0.0f64);
+    for (i, st) in stages.iter().enumerate() {
+        let mut c: f64 = st
+            .forward_needs
+            .iter()
+            .map(|(count, n)| count * map.link(n.axis).time(n.collective, n.bytes))
+            .sum();
+        if i + 1 < stages.len() {
+            c += hand_off;
         }
-        (total, comm, slowest)
-    };
-    let orders = mapping::orderings(s);
-    let mut cache = Vec::new();
-    // (time for the batches in flight, mapping, (TTFT, its communication), (TPOT, its
-    // communication)).
-    type Best = (f64, Mapping, (f64, f64), (f64, f64));
-    let mut best: Option<Best> = None;
-    let k = in_flight as f64;
-    for order in &orders {
-        let map = mapping::place_cached(net, s, order, false, &mut cache);
-        let (first, first_comm, first_slowest) = latency(&map, &prefill_stages, &prefill, 0.0);
-        let (step, step_comm, step_slowest) = latency(&map, &decode_stages, &decode, launch);
-        // The batches' prefills follow each other through the stages; then every batch
-        // takes a decode step per cycle.
-        let cycle = step.max(k * step_slowest);
-        let fill = first + (k - 1.0) * first_slowest;
-        let total = fill + spec.output_tokens.saturating_sub(1) as f64 * cycle;
-        if best.as_ref().map_or(true, |b| total < b.0) {
-            best = Some((total, map, (first, first_comm), (cycle, step_comm)));
-        }
+        let turn = st.forward_s + c + launch;
+        total += turn;
+        comm += c;
+        slowest = slowest.max(turn);
     }
-    let (total, map, (ttft, prefill_comm), (tpot, decode_comm)) =
-        best.expect("at least one ordering");
-    // Energy of one replica's batches: each stage's t devices run its kernels; the bytes of
-    // its collectives (all-reduce sends twice) and hand-offs cross network ports.
+    (total, comm, slowest)
+}
+
+/// A replica's batches in flight under one mapping.
+struct Timing {
+    /// Every batch's prefill and decode steps, s.
+    total_s: f64,
+    ttft_s: f64,
+    prefill_comm_s: f64,
+    tpot_s: f64,
+    decode_comm_s: f64,
+}
+
+/// The batches' prefills follow each other through the stages; then every batch takes a
+/// decode step per cycle, paced by the slowest stage when the stages are unbalanced.
+fn timing(map: &Mapping, work: &Work, spec: &InferenceSpec, in_flight: f64, sp: f64) -> Timing {
+    let (first, first_comm, first_slowest) =
+        latency(map, &work.prefill_stages, &work.prefill, 0.0, sp);
+    let (step, step_comm, step_slowest) =
+        latency(map, &work.decode_stages, &work.decode, work.launch_s, sp);
+    let cycle = step.max(in_flight * step_slowest);
+    let fill = first + (in_flight - 1.0) * first_slowest;
+    Timing {
+        total_s: fill + spec.output_tokens.saturating_sub(1) as f64 * cycle,
+        ttft_s: first,
+        prefill_comm_s: first_comm,
+        tpot_s: cycle,
+        decode_comm_s: step_comm,
+    }
+}
+
+/// Energy of one replica's batches: each stage's t devices run its kernels; the bytes of
+/// its collectives (all-reduce sends twice) and hand-offs cross network ports; every device
+/// of the replica leaks for the whole time.
+fn energy_j(
+    work: &Work,
+    spec: &InferenceSpec,
+    s: &Strategy,
+    rates: &EnergyRates,
+    total_s: f64,
+    sp: f64,
+) -> f64 {
+    let (p, t, k) = (s.pipeline, s.tensor as f64, s.pipeline as f64);
     let steps = spec.output_tokens.saturating_sub(1) as f64;
-    let work_j: f64 = prefill_stages
+    let work_j: f64 = work
+        .prefill_stages
         .iter()
-        .zip(&decode_stages)
+        .zip(&work.decode_stages)
         .map(|(a, b)| (a.step_j + steps * b.step_j) * t * k)
         .sum();
     let sent = |stages: &[StageWork], graph: &Graph| -> f64 {
@@ -211,28 +264,57 @@ pub fn predict_inference(
             .sum();
         collectives + (p - 1) as f64 * graph.boundary_bytes / sp * t
     };
-    let bytes_sent = (sent(&prefill_stages, &prefill) + steps * sent(&decode_stages, &decode)) * k;
+    let bytes_sent = (sent(&work.prefill_stages, &work.prefill)
+        + steps * sent(&work.decode_stages, &work.decode))
+        * k;
     let replica = (s.tensor * p) as f64;
-    let energy = work_j + bytes_sent * rates.link_j_per_byte + rates.leakage_w * total * replica;
+    work_j + bytes_sent * rates.link_j_per_byte + rates.leakage_w * total_s * replica
+}
+
+/// Predicts serving `w` (its `inference:` batch per replica) on `net` under `s`, on the
+/// mapping that serves the batches in flight fastest.
+pub fn predict_inference(
+    w: &Transformer,
+    spec: &InferenceSpec,
+    arch: &Architecture,
+    net: &Network,
+    s: &Strategy,
+) -> Result<DistInference, FitError> {
+    check(w, s, net.devices)?;
+    // One batch per stage in flight.
+    let in_flight = s.pipeline;
+    let rates = EnergyRates::of(arch);
+    let work = Work::new(w, spec, arch, s, &rates);
+    let (weights_bytes, kv, violations) = memory(w, spec, arch, s, &work);
+    let sp = if s.sequence_parallel {
+        s.tensor as f64
+    } else {
+        1.0
+    };
+    let (map, time, tried) = best_placement(net, s, false, |map| {
+        let time = timing(map, &work, spec, in_flight as f64, sp);
+        (time.total_s, time)
+    });
+    let energy = energy_j(&work, spec, s, &rates, time.total_s, sp);
     let tokens = (in_flight * spec.batch * spec.output_tokens) as f64;
     Ok(DistInference {
         workload: w.name.clone(),
         strategy: s.to_string(),
         devices: net.devices,
         spec: *spec,
-        time_to_first_token_s: ttft,
-        time_per_output_token_s: tpot,
+        time_to_first_token_s: time.ttft_s,
+        time_per_output_token_s: time.tpot_s,
         batches_in_flight: in_flight,
-        tokens_per_s: s.data as f64 * tokens / total,
-        prefill_communication_s: prefill_comm,
-        decode_communication_s: decode_comm,
+        tokens_per_s: s.data as f64 * tokens / time.total_s,
+        prefill_communication_s: time.prefill_comm_s,
+        decode_communication_s: time.decode_comm_s,
         joules_per_token: energy / tokens,
-        average_power_w: energy / total * s.data as f64,
+        average_power_w: energy / time.total_s * s.data as f64,
         mapping: map,
-        mappings_tried: orders.len(),
+        mappings_tried: tried,
         weights_bytes,
         kv_cache_bytes: kv,
-        memory_per_device_bytes: memory,
+        memory_per_device_bytes: weights_bytes + kv,
         memory_capacity_bytes: arch.memory_capacity_bytes,
         feasible: violations.is_empty(),
         violations,

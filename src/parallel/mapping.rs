@@ -149,3 +149,28 @@ pub fn place_cached(
         spans,
     }
 }
+
+/// The mapping search over orderings (Timeloop's mapper, above the model): places `s` on
+/// `net` under every ordering of its used axes (or its pinned placement), prices each with
+/// `price` (lower is better; the first of equal prices wins), and returns the best mapping,
+/// what `price` returned for it, and the number of orderings tried. `all_devices` also
+/// measures every device as one group (table-wise sharded embeddings).
+pub fn best_placement<T>(
+    net: &Network,
+    s: &Strategy,
+    all_devices: bool,
+    mut price: impl FnMut(&Mapping) -> (f64, T),
+) -> (Mapping, T, usize) {
+    let orders = orderings(s);
+    let mut cache = Vec::new();
+    let mut best: Option<(f64, Mapping, T)> = None;
+    for order in &orders {
+        let map = place_cached(net, s, order, all_devices, &mut cache);
+        let (cost, value) = price(&map);
+        if best.as_ref().map_or(true, |b| cost < b.0) {
+            best = Some((cost, map, value));
+        }
+    }
+    let (_, map, value) = best.expect("orderings gives at least one ordering");
+    (map, value, orders.len())
+}

@@ -1,0 +1,185 @@
+//! Memory of the fullest device (Megatron's accounting, ZeRO stages 1-3, MAD Max Sec. 4):
+//! its shard of the weights, gradients and optimizer state, embedding tables sharded over
+//! every device, and the activations of the micro-batches in flight under the schedule.
+
+use super::fit::Fit;
+use super::work::StageWork;
+use crate::generator::Architecture;
+use crate::parallel::strategy::{KernelSplit, Strategy};
+use crate::parallel::Axis;
+use crate::violation::Violation;
+use crate::workload::{optimizer_state_bytes, Workload};
+
+/// Bytes one device of the fullest stage holds, and the weight shares the timeline needs.
+pub(super) struct Footprint {
+    pub(super) weights_bytes: f64,
+    pub(super) gradients_bytes: f64,
+    pub(super) optimizer_state_bytes: f64,
+    pub(super) activations_bytes: f64,
+    /// Parameters of the fullest stage held by one device before ZeRO-3 sharding.
+    pub(super) stage_parameters: f64,
+    /// The experts' part of `stage_parameters`.
+    pub(super) expert_parameters: f64,
+    /// Bytes per weight.
+    pub(super) bytes_per_weight: f64,
+    /// Embedding tables over all devices, and their optimizer state.
+    pub(super) tables_bytes: f64,
+    pub(super) table_state_bytes: f64,
+}
+
+impl Footprint {
+    pub(super) fn total_bytes(&self) -> f64 {
+        self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_state_bytes
+            + self.activations_bytes
+    }
+
+    /// The experts' share of a stage's weights (0 without expert parallelism).
+    pub(super) fn expert_share(&self, s: &Strategy) -> f64 {
+        if self.stage_parameters > 0.0 && s.expert > 1 {
+            self.expert_parameters / self.stage_parameters
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The footprint of the fullest device of `stages` under `s`.
+pub(super) fn footprint(
+    workload: &Workload,
+    fit: &Fit,
+    s: &Strategy,
+    stages: &[StageWork],
+    devices: u64,
+) -> Footprint {
+    let graph = &fit.graph;
+    let p = s.pipeline;
+    let degrees = s.degrees();
+    let model_shard = match s.kernel {
+        Some(KernelSplit::Rc { kp2, .. }) => kp2,
+        Some(KernelSplit::Cr { kp1 }) => kp1,
+        None => s.tensor,
+    } as f64;
+    // Devices holding the same weight shard: the data replicas, and RC's row groups.
+    let weight_replicas = (s.data * degrees[Axis::Kp1 as usize]) as f64
+        / if matches!(s.kernel, Some(KernelSplit::Cr { .. })) {
+            degrees[Axis::Kp1 as usize] as f64
+        } else {
+            1.0
+        };
+    let bytes = graph.kernels.first().map_or(2.0, |k| k.precision.bytes());
+    let (opt_state, optimizer) = match workload {
+        Workload::LstmLm(w) => (optimizer_state_bytes(w.optimizer, w.precision), true),
+        Workload::Transformer(w) => (optimizer_state_bytes(w.optimizer, w.precision), true),
+        Workload::Dlrm(w) => (optimizer_state_bytes(w.optimizer, w.precision), true),
+        Workload::Gemm(_) => (0.0, false),
+    };
+    // Experts are split over the expert-parallel group, not the model-parallel one.
+    let expert_stage = graph.expert_parameters / p as f64;
+    let expert_params = expert_stage / (s.expert * s.tensor) as f64;
+    let max_params = (stages.iter().map(|st| st.parameters).fold(0.0, f64::max) - expert_stage)
+        / model_shard
+        + expert_params;
+    // ZeRO shards dense weights over their replicas, and an expert over its d/e replicas.
+    let expert_replicas = weight_replicas / s.expert as f64;
+    let z = s.zero;
+    let shard_if = |stage: u8, replicas: f64| if z >= stage { replicas } else { 1.0 };
+    let sharded = |stage: u8, all: f64, experts: f64| {
+        (all - experts) / shard_if(stage, weight_replicas)
+            + experts / shard_if(stage, expert_replicas)
+    };
+    // Sparse tables (recommendation models) are sharded over every device, evenly as a
+    // sharding planner balances them (whole tables, or column- and row-wise shards).
+    let tables = (graph.memory.weights_bytes
+        - graph.parameters_by_position.iter().sum::<f64>() * bytes)
+        .max(0.0);
+    let sparse = tables / devices as f64;
+    let weights_bytes = sharded(3, max_params, expert_params) * bytes + sparse;
+    // Frozen weights (fine-tuning) have no gradients or optimizer state.
+    let max_trained = |stage: u8| {
+        stages
+            .iter()
+            .map(|st| sharded(stage, st.trained, st.trained_experts))
+            .fold(0.0, f64::max)
+    };
+    let gradients_bytes = if optimizer {
+        max_trained(2) * bytes
+    } else {
+        0.0
+    };
+    // The tables' optimizer state lives beside their rows.
+    let optimizer_state_bytes =
+        max_trained(1) * opt_state + graph.table_state_bytes / devices as f64;
+    Footprint {
+        weights_bytes,
+        gradients_bytes,
+        optimizer_state_bytes,
+        activations_bytes: activations(fit, s),
+        stage_parameters: max_params,
+        expert_parameters: expert_params,
+        bytes_per_weight: bytes,
+        tables_bytes: tables,
+        table_state_bytes: graph.table_state_bytes,
+    }
+}
+
+/// Activations of the micro-batches in flight on the first stage (Narayanan et al. 2021:
+/// 1F1B holds p, interleaving p(1 + (p-1)/(pv)), GPipe all m).
+fn activations(fit: &Fit, s: &Strategy) -> f64 {
+    let (p, v, m) = (s.pipeline, s.interleave, fit.micro_batches);
+    let act = &fit.graph.memory;
+    let tensor_split = match s.kernel {
+        Some(KernelSplit::Rc { kp1, kp2 }) => ((kp1 * kp2) as f64, kp1 as f64),
+        Some(KernelSplit::Cr { .. }) => (1.0, 1.0),
+        None => (
+            s.tensor as f64,
+            if s.sequence_parallel {
+                s.tensor as f64
+            } else {
+                1.0
+            },
+        ),
+    };
+    let per_micro_batch = ((act.activations_bytes - act.replicated_activations_bytes)
+        / tensor_split.0
+        + act.replicated_activations_bytes / tensor_split.1)
+        * fit.f_tok
+        / p as f64;
+    let in_flight = if s.gpipe || p == 1 {
+        m as f64
+    } else {
+        (p as f64 * (1.0 + (p as f64 - 1.0) / (p * v) as f64)).min((m * v) as f64)
+    };
+    let in_flight = if p == 1 { 1.0 } else { in_flight };
+    per_micro_batch * in_flight
+}
+
+/// The architecture's own violations, then the tables beyond all devices' memory and the
+/// fullest device beyond its own.
+pub(super) fn violations(arch: &Architecture, memory: &Footprint, devices: u64) -> Vec<Violation> {
+    let mut violations = arch.violations.clone();
+    let all = arch.memory_capacity_bytes * devices as f64;
+    let tables = memory.tables_bytes + memory.table_state_bytes;
+    if tables > all {
+        violations.push(Violation::TablesExceedSystem {
+            tables_bytes: tables,
+            with_optimizer_state: memory.table_state_bytes > 0.0,
+            capacity_bytes: all,
+            devices,
+        });
+    }
+    let total = memory.total_bytes();
+    if total > arch.memory_capacity_bytes {
+        violations.push(Violation::OutOfMemory {
+            needed_bytes: total,
+            capacity_bytes: arch.memory_capacity_bytes,
+            weights_bytes: memory.weights_bytes,
+            gradients_bytes: memory.gradients_bytes,
+            optimizer_state_bytes: memory.optimizer_state_bytes,
+            activations_bytes: memory.activations_bytes,
+            kv_cache_bytes: 0.0,
+        });
+    }
+    violations
+}
