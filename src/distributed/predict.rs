@@ -95,18 +95,18 @@ impl Plan {
     }
 
     fn schedule(&self, map: &Mapping) -> Eval {
-        let mut eval = timeline::evaluate(
-            &self.fit.graph,
-            &self.strategy,
-            &self.stages,
-            map,
-            self.fit.micro_batches,
-            self.fit.f_tok,
-            self.memory.stage_parameters * self.memory.bytes_per_weight,
-            self.memory.expert_share(&self.strategy),
-            self.memory.bytes_per_weight,
-            self.free_end_s,
-        );
+        let inputs = timeline::Inputs {
+            graph: &self.fit.graph,
+            s: &self.strategy,
+            stages: &self.stages,
+            m: self.fit.micro_batches,
+            f_tok: self.fit.f_tok,
+            stage_param_bytes: self.memory.stage_parameters * self.memory.bytes_per_weight,
+            expert_param_share: self.memory.expert_share(&self.strategy),
+            bytes: self.memory.bytes_per_weight,
+            free_end: self.free_end_s,
+        };
+        let mut eval = timeline::evaluate(&inputs, map);
         eval.exposed_s = (eval.time_s - self.free_end_s).max(0.0);
         eval
     }

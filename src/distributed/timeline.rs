@@ -207,118 +207,44 @@ pub(super) struct Eval {
     pub(super) comms: Vec<CommReport>,
 }
 
-/// Schedules one iteration under one mapping.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn evaluate(
-    graph: &Graph,
-    s: &Strategy,
-    stages: &[StageWork],
-    map: &Mapping,
-    m: u64,
-    f_tok: f64,
-    stage_param_bytes: f64,
-    expert_param_share: f64,
-    bytes: f64,
-    free_end: f64,
-) -> Eval {
-    let p = s.pipeline as usize;
-    let v = s.interleave as usize;
+/// What the timeline of one iteration needs besides the mapping.
+pub(super) struct Inputs<'a> {
+    pub(super) graph: &'a Graph,
+    pub(super) s: &'a Strategy,
+    pub(super) stages: &'a [StageWork],
+    /// Micro-batches per replica.
+    pub(super) m: u64,
+    /// A micro-batch's share of the batch.
+    pub(super) f_tok: f64,
+    /// Bytes of the fullest stage's weights on one device before ZeRO-3 sharding.
+    pub(super) stage_param_bytes: f64,
+    /// The experts' share of those weights.
+    pub(super) expert_param_share: f64,
+    /// Bytes per weight.
+    pub(super) bytes: f64,
+    /// End of the schedule with free communication.
+    pub(super) free_end: f64,
+}
+
+/// Schedules one iteration under one mapping: each stage's steps with their blocking
+/// collectives (and ZeRO-3 traffic), the pipeline schedule with activation hand-offs, then
+/// per stage the gradient synchronisation, the update and the embedding engines.
+pub(super) fn evaluate(inputs: &Inputs, map: &Mapping) -> Eval {
+    let (s, m) = (inputs.s, inputs.m);
     let mut ledger = Ledger {
         map,
         comms: Vec::new(),
     };
+    let p = s.pipeline as usize;
     // Per stage and chunk: step durations with blocking collectives.
     let mut steps = Vec::with_capacity(p);
-    let mut busiest_compute = 0.0f64;
     // Per stage: how long the last reduce-scatters outlast compute (ZeRO-3, weight by
     // weight).
     let mut tails = vec![0.0; p];
-    for (i, st) in stages.iter().enumerate() {
-        // The report lists the first stage's collectives, for all micro-batches.
-        let report = (i == 0).then_some(m as f64);
-        let mut blocking = |needs: &[(f64, Need)]| -> f64 {
-            needs
-                .iter()
-                .map(|(count, n)| {
-                    let label = format!("{} {}", n.axis.name(), n.collective.name());
-                    ledger.charge(&label, n, *count, true, report)
-                })
-                .sum()
-        };
-        let fwd_comm = blocking(&st.forward_needs);
-        let bwd_comm = blocking(&st.backward_needs);
-        // FSDP (ZeRO-3): gather this stage's weights before each forward and backward
-        // step and reduce-scatter its gradients after each backward. Prefetched gathers
-        // run beside compute; just-in-time ones sit on the critical path.
-        let (mut fwd, mut bwd) = (st.forward_s + fwd_comm, st.backward_s + bwd_comm);
-        if s.zero >= 3 {
-            // Every weight is gathered; only trained weights have gradients to scatter.
-            // Experts travel among their replicas.
-            let (gather_bytes, scatter_bytes) =
-                (stage_param_bytes / v as f64, st.trained * bytes / v as f64);
-            let gather_parts = sync_parts(&[Axis::Data], expert_param_share);
-            let scatter_parts = sync_parts(&[Axis::Data], st.expert_share());
-            let steps = (m * v as u64) as f64;
-            let gather_s = ledger.charge_parts(
-                "weight gather",
-                &gather_parts,
-                (Collective::AllGather, gather_bytes),
-                2.0,
-                !s.prefetch,
-                report.map(|_| steps),
-            ) / 2.0;
-            let scatter_s = ledger.charge_parts(
-                "gradient reduce-scatter",
-                &scatter_parts,
-                (Collective::ReduceScatter, scatter_bytes),
-                1.0,
-                false,
-                report.map(|_| steps),
-            );
-            if graph.layers == 0 {
-                // Weight by weight: each kernel waits for its gathered weight, and the
-                // gathers and reduce-scatters share the fabric with blocking collectives.
-                let (dense, experts) = (
-                    sync_parts(&[Axis::Data], 0.0),
-                    sync_parts(&[Axis::Data], 1.0),
-                );
-                let g = StreamTraffic {
-                    bytes: gather_bytes,
-                    collective: Collective::AllGather,
-                    axes: &dense,
-                    expert_axes: &experts,
-                };
-                let r = StreamTraffic {
-                    bytes: scatter_bytes,
-                    collective: Collective::ReduceScatter,
-                    axes: &dense,
-                    expert_axes: &experts,
-                };
-                let run = |order, needs, scatter| {
-                    let gathers = Some((&g, s.prefetch));
-                    let (pieces, _) = step_pieces(order, needs, 1.0, map, gathers, scatter);
-                    schedule::shared_step(&pieces, 0.0, 0.0)
-                };
-                fwd = run(&st.forward_order, &st.forward_needs, None).end_s;
-                let b = run(&st.backward_order, &st.backward_needs, Some(&r));
-                // Reduce-scatters left over after a step hold up the next step's gathers
-                // on the same stream; the last step's run past compute.
-                let tail = (b.sync_end_s - b.end_s).max(0.0);
-                bwd = b.end_s;
-                if m > 1 {
-                    bwd += tail;
-                } else {
-                    tails[i] = tail;
-                }
-            } else if s.prefetch {
-                fwd = fwd.max(gather_s);
-                bwd = bwd.max(gather_s + scatter_s);
-            } else {
-                fwd += gather_s;
-                bwd = (bwd + gather_s).max(gather_s + scatter_s);
-            }
-        }
-        busiest_compute = busiest_compute.max((st.forward_s + st.backward_s) * m as f64);
+    for (i, st) in inputs.stages.iter().enumerate() {
+        let (fwd, bwd, tail) = stage_step(inputs, &mut ledger, i, st);
+        tails[i] = tail;
+        let v = s.interleave as usize;
         steps.push(vec![
             StageSteps {
                 forward_s: fwd / v as f64,
@@ -327,142 +253,12 @@ pub(super) fn evaluate(
             v
         ]);
     }
-    // Activations handed between stages, per micro-batch.
-    let sp_share = if s.sequence_parallel {
-        s.tensor as f64
-    } else {
-        1.0
-    };
-    let boundary = graph.boundary_bytes * f_tok / sp_share;
-    let transfer = map
-        .link(Axis::Pipeline)
-        .time(Collective::PointToPoint, boundary);
-    if p > 1 {
-        let calls = 2.0 * (m as f64) * v as f64;
-        let need = Need {
-            collective: Collective::PointToPoint,
-            axis: Axis::Pipeline,
-            bytes: boundary,
-        };
-        ledger.charge("pipeline activations", &need, calls, false, Some(1.0));
-    }
+    let transfer = pipeline_transfers(inputs, &mut ledger);
     let timeline = schedule::simulate(&steps, m as usize, transfer, s.gpipe);
-    // Gradient synchronisation per stage, bucket by bucket as the last backward step of
-    // each chunk produces them (MAD Max Sec. 4.3: non-blocking, overlapped with backward).
-    let layers_per_chunk = (graph.layers / (s.pipeline * s.interleave)).max(1) as usize;
-    // Under ZeRO-3 the data group already reduce-scattered every micro-batch's gradients.
-    let data_axes: Vec<Axis> = match (s.kernel, s.zero >= 3) {
-        (Some(KernelSplit::Rc { .. }), false) => vec![Axis::Kp1, Axis::Data],
-        (Some(KernelSplit::Rc { .. }), true) => vec![Axis::Kp1],
-        (_, false) => vec![Axis::Data],
-        (_, true) => vec![],
-    };
-    let grad_collective = if s.zero >= 2 {
-        Collective::ReduceScatter
-    } else {
-        Collective::AllReduce
-    };
     let mut end = 0.0f64;
     let mut sparse_busy = 0.0f64;
-    for (i, st) in stages.iter().enumerate() {
-        let stage_bytes = st.trained
-            * bytes
-            * match s.kernel {
-                Some(KernelSplit::Rc { kp1, .. }) => kp1 as f64,
-                _ => 1.0,
-            };
-        let report = (i == 0).then_some(1.0);
-        let mut comm_free = 0.0f64;
-        let mut delay = 0.0;
-        let phases = |need: &Need, scale: f64| need_phases(map, need, scale);
-        let sync_axes = sync_parts(&data_axes, st.expert_share());
-        let charge = |bytes: f64, ledger: &mut Ledger| {
-            let need = (grad_collective, bytes);
-            ledger.charge_parts("gradient sync", &sync_axes, need, 1.0, false, report);
-        };
-        let by_weight = st
-            .backward_order
-            .iter()
-            .any(|e| matches!(e, StepEvent::Gradient(n, _) if *n > 0.0));
-        for c in (0..v).rev() {
-            if data_axes.is_empty() {
-                break;
-            }
-            let (start, stop) = timeline.last_backward[i][c];
-            let vf = v as f64;
-            let pieces = if by_weight {
-                // A bucket per weight, when its gradient is computed (DDP's order: last
-                // layers first); an expert's among its replicas.
-                let (dense, experts) = (sync_parts(&data_axes, 0.0), sync_parts(&data_axes, 1.0));
-                let sync = StreamTraffic {
-                    bytes: stage_bytes / vf,
-                    collective: grad_collective,
-                    axes: &dense,
-                    expert_axes: &experts,
-                };
-                let (pieces, buckets) = step_pieces(
-                    &st.backward_order,
-                    &st.backward_needs,
-                    1.0 / vf,
-                    map,
-                    None,
-                    Some(&sync),
-                );
-                for &(bytes, expert) in &buckets {
-                    let parts = if expert { &experts } else { &dense };
-                    let need = (grad_collective, bytes);
-                    ledger.charge_parts("gradient sync", parts, need, 1.0, false, report);
-                }
-                pieces
-            } else {
-                // Layered graphs: a bucket per layer, layers spread evenly over the step.
-                let l = layers_per_chunk as f64;
-                let per_layer: Vec<(usize, f64)> = st
-                    .backward_needs
-                    .iter()
-                    .flat_map(|(count, n)| phases(n, count / (vf * l)))
-                    .collect();
-                let bucket = stage_bytes / (vf * l);
-                let bucket_phases: Vec<(usize, f64)> = sync_axes
-                    .iter()
-                    .flat_map(|&(axis, f)| map.link(axis).phases(grad_collective, bucket * f))
-                    .collect();
-                if !per_layer
-                    .iter()
-                    .any(|a| bucket_phases.iter().any(|b| a.0 == b.0))
-                {
-                    // Nothing meets on a fabric: each bucket leaves as its layer ends.
-                    let layer = (stop - start) / l;
-                    let send: f64 = bucket_phases.iter().map(|p| p.1).sum();
-                    for j in 0..layers_per_chunk {
-                        charge(bucket, &mut ledger);
-                        comm_free = comm_free.max(start + layer * (j + 1) as f64) + send;
-                    }
-                    continue;
-                }
-                // The step's own length per layer (it may also hold ZeRO gathers): what
-                // blocking collectives leave of it is compute.
-                let blocking: f64 = per_layer.iter().map(|p| p.1).sum();
-                let compute = ((stop - start) / l - blocking).max(st.backward_s / (vf * l));
-                let mut pieces = Vec::with_capacity(3 * layers_per_chunk);
-                for _ in 0..layers_per_chunk {
-                    pieces.push(Piece::Compute(compute));
-                    pieces.push(Piece::Blocking(per_layer.clone()));
-                    pieces.push(Piece::Bucket(bucket_phases.clone()));
-                    charge(bucket, &mut ledger);
-                }
-                pieces
-            };
-            let shared = schedule::shared_step(&pieces, start, comm_free);
-            comm_free = shared.sync_end_s;
-            delay += shared.delay_s;
-        }
-        let mut after = st.update_s;
-        if s.zero >= 1 && s.zero < 3 {
-            let parts = sync_parts(&[Axis::Data], st.expert_share());
-            let need = (Collective::AllGather, stage_bytes);
-            after += ledger.charge_parts("updated weights", &parts, need, 1.0, false, report);
-        }
+    for (i, st) in inputs.stages.iter().enumerate() {
+        let (comm_free, delay, after) = stage_sync(inputs, &mut ledger, &timeline, i, st);
         end = end.max((timeline.end_s[i] + delay + tails[i]).max(comm_free) + after);
         // Embedding engines run lookups, updates and their all-to-alls beside the dense
         // step, a batch ahead (TPU v4 Fig. 10: the step takes the longer of the two).
@@ -480,15 +276,338 @@ pub(super) fn evaluate(
             end = end.max(sparse_busy);
         }
     }
+    let stages = inputs.stages;
+    let busiest_compute = stages
+        .iter()
+        .map(|st| (st.forward_s + st.backward_s) * m as f64)
+        .fold(0.0f64, f64::max);
     let busiest_update = stages.iter().map(|st| st.update_s).fold(0.0, f64::max);
     let busiest_sparse = stages.iter().map(|st| st.sparse_s).fold(0.0, f64::max) * m as f64;
     Eval {
         time_s: end,
         sparse_s: sparse_busy,
         exposed_s: 0.0,
-        bubble_s: (free_end - (busiest_compute + busiest_update).max(busiest_sparse)).max(0.0),
+        bubble_s: (inputs.free_end - (busiest_compute + busiest_update).max(busiest_sparse))
+            .max(0.0),
         comms: ledger.comms,
     }
+}
+
+/// One micro-batch's forward and backward step on stage `i`, with its blocking
+/// collectives; under ZeRO-3 also its weight gathers and gradient reduce-scatters. Returns
+/// (forward, backward, how long the last reduce-scatters outlast the iteration's compute).
+fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) -> (f64, f64, f64) {
+    // The report lists the first stage's collectives, for all micro-batches.
+    let report = (i == 0).then_some(inputs.m as f64);
+    let mut blocking = |needs: &[(f64, Need)]| -> f64 {
+        needs
+            .iter()
+            .map(|(count, n)| {
+                let label = format!("{} {}", n.axis.name(), n.collective.name());
+                ledger.charge(&label, n, *count, true, report)
+            })
+            .sum()
+    };
+    let fwd_comm = blocking(&st.forward_needs);
+    let bwd_comm = blocking(&st.backward_needs);
+    let (fwd, bwd) = (st.forward_s + fwd_comm, st.backward_s + bwd_comm);
+    if inputs.s.zero >= 3 {
+        zero3_step(inputs, ledger, report, st, fwd, bwd)
+    } else {
+        (fwd, bwd, 0.0)
+    }
+}
+
+/// FSDP (ZeRO-3): gather the stage's weights before each forward and backward step and
+/// reduce-scatter its gradients after each backward. Prefetched gathers run beside
+/// compute; just-in-time ones sit on the critical path. `fwd` and `bwd` are the steps
+/// without them.
+fn zero3_step(
+    inputs: &Inputs,
+    ledger: &mut Ledger,
+    report: Option<f64>,
+    st: &StageWork,
+    fwd: f64,
+    bwd: f64,
+) -> (f64, f64, f64) {
+    let (s, m, map) = (inputs.s, inputs.m, ledger.map);
+    let v = s.interleave as usize;
+    // Every weight is gathered; only trained weights have gradients to scatter.
+    // Experts travel among their replicas.
+    let (gather_bytes, scatter_bytes) = (
+        inputs.stage_param_bytes / v as f64,
+        st.trained * inputs.bytes / v as f64,
+    );
+    let gather_parts = sync_parts(&[Axis::Data], inputs.expert_param_share);
+    let scatter_parts = sync_parts(&[Axis::Data], st.expert_share());
+    let steps = (m * v as u64) as f64;
+    let gather_s = ledger.charge_parts(
+        "weight gather",
+        &gather_parts,
+        (Collective::AllGather, gather_bytes),
+        2.0,
+        !s.prefetch,
+        report.map(|_| steps),
+    ) / 2.0;
+    let scatter_s = ledger.charge_parts(
+        "gradient reduce-scatter",
+        &scatter_parts,
+        (Collective::ReduceScatter, scatter_bytes),
+        1.0,
+        false,
+        report.map(|_| steps),
+    );
+    if inputs.graph.layers > 0 {
+        return if s.prefetch {
+            (fwd.max(gather_s), bwd.max(gather_s + scatter_s), 0.0)
+        } else {
+            (
+                fwd + gather_s,
+                (bwd + gather_s).max(gather_s + scatter_s),
+                0.0,
+            )
+        };
+    }
+    // Weight by weight: each kernel waits for its gathered weight, and the gathers and
+    // reduce-scatters share the fabric with blocking collectives.
+    let (dense, experts) = (
+        sync_parts(&[Axis::Data], 0.0),
+        sync_parts(&[Axis::Data], 1.0),
+    );
+    let g = StreamTraffic {
+        bytes: gather_bytes,
+        collective: Collective::AllGather,
+        axes: &dense,
+        expert_axes: &experts,
+    };
+    let r = StreamTraffic {
+        bytes: scatter_bytes,
+        collective: Collective::ReduceScatter,
+        axes: &dense,
+        expert_axes: &experts,
+    };
+    let run = |order, needs, scatter| {
+        let gathers = Some((&g, s.prefetch));
+        let (pieces, _) = step_pieces(order, needs, 1.0, map, gathers, scatter);
+        schedule::shared_step(&pieces, 0.0, 0.0)
+    };
+    let fwd = run(&st.forward_order, &st.forward_needs, None).end_s;
+    let b = run(&st.backward_order, &st.backward_needs, Some(&r));
+    // Reduce-scatters left over after a step hold up the next step's gathers on the same
+    // stream; the last step's run past compute.
+    let tail = (b.sync_end_s - b.end_s).max(0.0);
+    if m > 1 {
+        (fwd, b.end_s + tail, 0.0)
+    } else {
+        (fwd, b.end_s, tail)
+    }
+}
+
+/// Activations handed between stages, per micro-batch: listed, and the time of one.
+fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
+    let s = inputs.s;
+    let sp_share = if s.sequence_parallel {
+        s.tensor as f64
+    } else {
+        1.0
+    };
+    let boundary = inputs.graph.boundary_bytes * inputs.f_tok / sp_share;
+    let transfer = ledger
+        .map
+        .link(Axis::Pipeline)
+        .time(Collective::PointToPoint, boundary);
+    if s.pipeline > 1 {
+        let calls = 2.0 * (inputs.m as f64) * s.interleave as f64;
+        let need = Need {
+            collective: Collective::PointToPoint,
+            axis: Axis::Pipeline,
+            bytes: boundary,
+        };
+        ledger.charge("pipeline activations", &need, calls, false, Some(1.0));
+    }
+    transfer
+}
+
+/// The data-parallel axes gradients synchronise over and the collective they use. Under
+/// ZeRO-3 the data group already reduce-scattered every micro-batch's gradients.
+fn gradient_sync_of(s: &Strategy) -> (Vec<Axis>, Collective) {
+    let axes = match (s.kernel, s.zero >= 3) {
+        (Some(KernelSplit::Rc { .. }), false) => vec![Axis::Kp1, Axis::Data],
+        (Some(KernelSplit::Rc { .. }), true) => vec![Axis::Kp1],
+        (_, false) => vec![Axis::Data],
+        (_, true) => vec![],
+    };
+    let collective = if s.zero >= 2 {
+        Collective::ReduceScatter
+    } else {
+        Collective::AllReduce
+    };
+    (axes, collective)
+}
+
+/// Gradient synchronisation of stage `i`, bucket by bucket as the last backward step of
+/// each chunk produces them (MAD Max Sec. 4.3: non-blocking, overlapped with backward),
+/// then its update. Returns (when its communication stream is free, how much the buckets
+/// delayed blocking collectives, the time after the schedule: update and ZeRO-1/2 weight
+/// gathers).
+fn stage_sync(
+    inputs: &Inputs,
+    ledger: &mut Ledger,
+    timeline: &schedule::Timeline,
+    i: usize,
+    st: &StageWork,
+) -> (f64, f64, f64) {
+    let s = inputs.s;
+    let v = s.interleave as usize;
+    let (data_axes, grad_collective) = gradient_sync_of(s);
+    let stage_bytes = st.trained
+        * inputs.bytes
+        * match s.kernel {
+            Some(KernelSplit::Rc { kp1, .. }) => kp1 as f64,
+            _ => 1.0,
+        };
+    let report = (i == 0).then_some(1.0);
+    let mut comm_free = 0.0f64;
+    let mut delay = 0.0;
+    let by_weight = st
+        .backward_order
+        .iter()
+        .any(|e| matches!(e, StepEvent::Gradient(n, _) if *n > 0.0));
+    let sync = Sync {
+        axes: &data_axes,
+        collective: grad_collective,
+        bytes: stage_bytes / v as f64,
+        report,
+    };
+    for c in (0..v).rev() {
+        if data_axes.is_empty() {
+            break;
+        }
+        let (start, stop) = timeline.last_backward[i][c];
+        let pieces = if by_weight {
+            weight_buckets(ledger, st, &sync, 1.0 / v as f64)
+        } else {
+            match layer_buckets(inputs, ledger, st, &sync, (start, stop)) {
+                Buckets::Pieces(pieces) => pieces,
+                Buckets::Apart(send) => {
+                    // Nothing meets on a fabric: each bucket leaves as its layer ends.
+                    let layers = layers_per_chunk(inputs);
+                    let layer = (stop - start) / layers as f64;
+                    for j in 0..layers {
+                        comm_free = comm_free.max(start + layer * (j + 1) as f64) + send;
+                    }
+                    continue;
+                }
+            }
+        };
+        let shared = schedule::shared_step(&pieces, start, comm_free);
+        comm_free = shared.sync_end_s;
+        delay += shared.delay_s;
+    }
+    let mut after = st.update_s;
+    if s.zero >= 1 && s.zero < 3 {
+        let parts = sync_parts(&[Axis::Data], st.expert_share());
+        let need = (Collective::AllGather, stage_bytes);
+        after += ledger.charge_parts("updated weights", &parts, need, 1.0, false, report);
+    }
+    (comm_free, delay, after)
+}
+
+/// One chunk's gradient synchronisation: over `axes` with `collective`, `bytes` per chunk.
+struct Sync<'a> {
+    axes: &'a [Axis],
+    collective: Collective,
+    bytes: f64,
+    report: Option<f64>,
+}
+
+fn layers_per_chunk(inputs: &Inputs) -> usize {
+    let s = inputs.s;
+    (inputs.graph.layers / (s.pipeline * s.interleave)).max(1) as usize
+}
+
+/// A bucket per weight, when its gradient is computed (DDP's order: last layers first); an
+/// expert's among its replicas. `scale`: the chunk's share of the stage's backward step.
+fn weight_buckets(ledger: &mut Ledger, st: &StageWork, sync: &Sync, scale: f64) -> Vec<Piece> {
+    let (dense, experts) = (sync_parts(sync.axes, 0.0), sync_parts(sync.axes, 1.0));
+    let traffic = StreamTraffic {
+        bytes: sync.bytes,
+        collective: sync.collective,
+        axes: &dense,
+        expert_axes: &experts,
+    };
+    let (pieces, buckets) = step_pieces(
+        &st.backward_order,
+        &st.backward_needs,
+        scale,
+        ledger.map,
+        None,
+        Some(&traffic),
+    );
+    for &(bytes, expert) in &buckets {
+        let parts = if expert { &experts } else { &dense };
+        let need = (sync.collective, bytes);
+        ledger.charge_parts("gradient sync", parts, need, 1.0, false, sync.report);
+    }
+    pieces
+}
+
+/// Layered graphs' buckets: one per layer, layers spread evenly over the step.
+enum Buckets {
+    /// The step as pieces to share the stream.
+    Pieces(Vec<Piece>),
+    /// No bucket meets a blocking collective on a fabric: each bucket's send time.
+    Apart(f64),
+}
+
+/// A bucket per layer of the chunk that ran over `(start, stop)`; every bucket is charged.
+fn layer_buckets(
+    inputs: &Inputs,
+    ledger: &mut Ledger,
+    st: &StageWork,
+    sync: &Sync,
+    (start, stop): (f64, f64),
+) -> Buckets {
+    let map = ledger.map;
+    let vf = inputs.s.interleave as f64;
+    let layers = layers_per_chunk(inputs);
+    let l = layers as f64;
+    let sync_axes = sync_parts(sync.axes, st.expert_share());
+    let per_layer: Vec<(usize, f64)> = st
+        .backward_needs
+        .iter()
+        .flat_map(|(count, n)| need_phases(map, n, count / (vf * l)))
+        .collect();
+    let bucket = sync.bytes / l;
+    let bucket_phases: Vec<(usize, f64)> = sync_axes
+        .iter()
+        .flat_map(|&(axis, f)| map.link(axis).phases(sync.collective, bucket * f))
+        .collect();
+    let charge = |ledger: &mut Ledger| {
+        let need = (sync.collective, bucket);
+        ledger.charge_parts("gradient sync", &sync_axes, need, 1.0, false, sync.report);
+    };
+    if !per_layer
+        .iter()
+        .any(|a| bucket_phases.iter().any(|b| a.0 == b.0))
+    {
+        for _ in 0..layers {
+            charge(ledger);
+        }
+        return Buckets::Apart(bucket_phases.iter().map(|p| p.1).sum());
+    }
+    // The step's own length per layer (it may also hold ZeRO gathers): what blocking
+    // collectives leave of it is compute.
+    let blocking: f64 = per_layer.iter().map(|p| p.1).sum();
+    let compute = ((stop - start) / l - blocking).max(st.backward_s / (vf * l));
+    let mut pieces = Vec::with_capacity(3 * layers);
+    for _ in 0..layers {
+        pieces.push(Piece::Compute(compute));
+        pieces.push(Piece::Blocking(per_layer.clone()));
+        pieces.push(Piece::Bucket(bucket_phases.clone()));
+        charge(ledger);
+    }
+    Buckets::Pieces(pieces)
 }
 
 /// End of the iteration with every communication free: the schedule's compute alone.
