@@ -128,185 +128,250 @@ fn divide_stream(op: &mut Op, d: f64) {
     }
 }
 
-/// One device's share of kernel `k` (already scaled to a micro-batch) and the blocking
-/// collectives it needs, per instance.
-/// Splits `k` for one device under `s`: the collectives it needs, and by how much fewer
-/// instances of it the device runs (expert parallelism: a device holds 1/e of the experts).
+/// One device's share of kernel `k` (already scaled to a micro-batch) under `s`: the
+/// blocking collectives it needs, per instance, and by how much fewer instances of it the
+/// device runs (expert parallelism: a device holds 1/e of the experts).
 fn split_kernel(k: &mut Kernel, s: &Strategy) -> (Vec<Need>, u64) {
-    let b = k.precision.bytes();
     let mut needs = Vec::new();
-    let mut need = |collective, axis, bytes: f64| {
-        needs.push(Need {
-            collective,
-            axis,
-            bytes,
-        })
-    };
-    let forward = matches!(k.phase, Phase::Forward | Phase::Recompute);
     if k.split == Split::Expert {
-        // Each device keeps 1/e of the experts; each expert takes the routed tokens of the
-        // e devices. Routed tokens go out (dispatch) before the first expert GEMM and come
-        // back (combine) after the second, and their gradients likewise.
-        // Tensor parallelism splits each expert's feed-forward width as Megatron splits a
-        // dense one: partial sums over the width are all-reduced.
-        let (e, t) = (s.expert, s.tensor);
-        if let Op::Gemm { m, k: kk, n, .. } = &mut k.op {
-            if k.phase == Phase::BackwardWeight {
-                *kk *= e;
-                if *m >= *n {
-                    div(m, t);
-                } else {
-                    div(n, t);
-                }
-            } else {
-                // The device's expert slots take m tokens from each of the e devices.
-                *m *= e;
-                need(
-                    Collective::AllToAll,
-                    Axis::Expert,
-                    (*m * (*kk).min(*n)) as f64 * b,
-                );
-                if *kk > *n {
-                    div(kk, t);
-                    if t > 1 {
-                        need(Collective::AllReduce, Axis::Tensor, (*m * *n) as f64 * b);
-                    }
-                } else {
-                    div(n, t);
-                }
-            }
-        } else {
-            divide_stream(&mut k.op, t as f64 / e as f64);
-        }
-        return (needs, e);
+        split_expert(k, s, &mut needs);
+        return (needs, s.expert);
     }
     if k.split == Split::Table {
-        // Each device looks up its share of the tables for the whole batch: the same bytes
-        // as a replica's share of every table, split again over a model-parallel group;
-        // the pooled outputs (forward) and their gradients (backward) cross all-to-all.
-        let share = s.model_degree() as f64;
-        if let Op::Gather {
-            read_bytes,
-            write_bytes,
-            ..
-        } = &k.op
-        {
-            let pooled = if forward {
-                *write_bytes
-            } else {
-                *read_bytes - *write_bytes
-            };
-            need(Collective::AllToAll, Axis::Every, pooled / share);
-        }
-        divide_stream(&mut k.op, share);
+        split_table(k, s, &mut needs);
         return (needs, 1);
     }
-    let weight_gemm =
-        matches!(k.op, Op::Gemm { batch: 1, .. }) && k.class != KernelClass::Attention;
     match s.kernel {
-        Some(KernelSplit::Rc { kp1, kp2 }) => {
-            if let (true, Op::Gemm { m, k: kk, n, .. }) = (weight_gemm, &mut k.op) {
-                match k.phase {
-                    Phase::BackwardWeight => {
-                        div(kk, kp1);
-                        div(n, kp2);
-                    }
-                    Phase::BackwardInput => {
-                        div(m, kp1);
-                        div(kk, kp2);
-                        need(Collective::AllReduce, Axis::Kp2, (*m * *n) as f64 * b);
-                    }
-                    _ => {
-                        div(m, kp1);
-                        div(n, kp2);
-                        need(Collective::AllGather, Axis::Kp2, (*m * *n * kp2) as f64 * b);
-                    }
-                }
-            } else {
-                let d = match k.split {
-                    Split::Sharded => kp1 * kp2,
-                    _ => kp1,
-                };
-                divide_stream(&mut k.op, d as f64);
-            }
-        }
-        Some(KernelSplit::Cr { kp1 }) => {
-            if let (true, Op::Gemm { m, k: kk, n, .. }) = (weight_gemm, &mut k.op) {
-                match k.phase {
-                    Phase::BackwardWeight => div(m, kp1),
-                    Phase::BackwardInput => {
-                        div(n, kp1);
-                        need(Collective::AllGather, Axis::Kp1, (*m * *n * kp1) as f64 * b);
-                    }
-                    _ => {
-                        div(kk, kp1);
-                        need(Collective::AllReduce, Axis::Kp1, (*m * *n) as f64 * b);
-                    }
-                }
-            }
-        }
-        None if s.tensor > 1 => {
-            let t = s.tensor;
-            let sp = s.sequence_parallel;
-            let reduce = if sp {
-                Collective::ReduceScatter
-            } else {
-                Collective::AllReduce
-            };
-            match (k.split, &mut k.op) {
-                (Split::Column, Op::Gemm { m, k: kk, n, .. }) => match k.phase {
-                    Phase::BackwardWeight => div(n, t),
-                    Phase::BackwardInput => {
-                        div(kk, t);
-                        need(reduce, Axis::Tensor, (*m * *n) as f64 * b);
-                    }
-                    _ => {
-                        if sp {
-                            need(Collective::AllGather, Axis::Tensor, (*m * *kk) as f64 * b);
-                        }
-                        div(n, t);
-                    }
-                },
-                (Split::Row, Op::Gemm { m, k: kk, n, .. }) => match k.phase {
-                    Phase::BackwardWeight => div(m, t),
-                    Phase::BackwardInput => {
-                        if sp {
-                            need(Collective::AllGather, Axis::Tensor, (*m * *kk) as f64 * b);
-                        }
-                        div(n, t);
-                    }
-                    _ => {
-                        div(kk, t);
-                        need(reduce, Axis::Tensor, (*m * *n) as f64 * b);
-                    }
-                },
-                (Split::Sharded, op) => divide_stream(op, t as f64),
-                (Split::Embedding, op) => {
-                    if forward {
-                        if let Op::Gather { write_bytes, .. } = op {
-                            need(reduce, Axis::Tensor, *write_bytes);
-                        }
-                    }
-                    divide_stream(op, t as f64);
-                }
-                (Split::Replicated, op) if sp => divide_stream(op, t as f64),
-                _ => {}
-            }
-        }
+        Some(KernelSplit::Rc { kp1, kp2 }) => split_rc(k, kp1, kp2, &mut needs),
+        Some(KernelSplit::Cr { kp1 }) => split_cr(k, kp1, &mut needs),
+        None if s.tensor > 1 => split_tensor(k, s.tensor, s.sequence_parallel, &mut needs),
         None => {}
     }
     (needs, 1)
 }
 
-pub(super) fn stage_work(
-    graph: &Graph,
-    s: &Strategy,
-    stage: u64,
-    f_tok: f64,
-    evaluator: &mut Evaluator,
-    rates: &EnergyRates,
-    sparse_cores: bool,
-) -> StageWork {
+fn need(needs: &mut Vec<Need>, collective: Collective, axis: Axis, bytes: f64) {
+    needs.push(Need {
+        collective,
+        axis,
+        bytes,
+    })
+}
+
+/// A product with one weight operand (not attention's batched products).
+fn weight_gemm(k: &Kernel) -> bool {
+    matches!(k.op, Op::Gemm { batch: 1, .. }) && k.class != KernelClass::Attention
+}
+
+/// Each device keeps 1/e of the experts; each expert takes the routed tokens of the e
+/// devices. Routed tokens go out (dispatch) before the first expert GEMM and come back
+/// (combine) after the second, and their gradients likewise. Tensor parallelism splits
+/// each expert's feed-forward width as Megatron splits a dense one: partial sums over the
+/// width are all-reduced.
+fn split_expert(k: &mut Kernel, s: &Strategy, needs: &mut Vec<Need>) {
+    let b = k.precision.bytes();
+    let (e, t) = (s.expert, s.tensor);
+    let Op::Gemm { m, k: kk, n, .. } = &mut k.op else {
+        divide_stream(&mut k.op, t as f64 / e as f64);
+        return;
+    };
+    if k.phase == Phase::BackwardWeight {
+        *kk *= e;
+        if *m >= *n {
+            div(m, t);
+        } else {
+            div(n, t);
+        }
+        return;
+    }
+    // The device's expert slots take m tokens from each of the e devices.
+    *m *= e;
+    need(
+        needs,
+        Collective::AllToAll,
+        Axis::Expert,
+        (*m * (*kk).min(*n)) as f64 * b,
+    );
+    if *kk > *n {
+        div(kk, t);
+        if t > 1 {
+            need(
+                needs,
+                Collective::AllReduce,
+                Axis::Tensor,
+                (*m * *n) as f64 * b,
+            );
+        }
+    } else {
+        div(n, t);
+    }
+}
+
+/// Each device looks up its share of the tables for the whole batch: the same bytes as a
+/// replica's share of every table, split again over a model-parallel group; the pooled
+/// outputs (forward) and their gradients (backward) cross all-to-all.
+fn split_table(k: &mut Kernel, s: &Strategy, needs: &mut Vec<Need>) {
+    let forward = matches!(k.phase, Phase::Forward | Phase::Recompute);
+    let share = s.model_degree() as f64;
+    if let Op::Gather {
+        read_bytes,
+        write_bytes,
+        ..
+    } = &k.op
+    {
+        let pooled = if forward {
+            *write_bytes
+        } else {
+            *read_bytes - *write_bytes
+        };
+        need(needs, Collective::AllToAll, Axis::Every, pooled / share);
+    }
+    divide_stream(&mut k.op, share);
+}
+
+/// DeepFlow's RC (Sec. 3.3): weight products split over kp1 rows and kp2 columns; other
+/// kernels over the rows (sharded ones over both).
+fn split_rc(k: &mut Kernel, kp1: u64, kp2: u64, needs: &mut Vec<Need>) {
+    let b = k.precision.bytes();
+    if let (true, Op::Gemm { m, k: kk, n, .. }) = (weight_gemm(k), &mut k.op) {
+        match k.phase {
+            Phase::BackwardWeight => {
+                div(kk, kp1);
+                div(n, kp2);
+            }
+            Phase::BackwardInput => {
+                div(m, kp1);
+                div(kk, kp2);
+                need(
+                    needs,
+                    Collective::AllReduce,
+                    Axis::Kp2,
+                    (*m * *n) as f64 * b,
+                );
+            }
+            _ => {
+                div(m, kp1);
+                div(n, kp2);
+                need(
+                    needs,
+                    Collective::AllGather,
+                    Axis::Kp2,
+                    (*m * *n * kp2) as f64 * b,
+                );
+            }
+        }
+    } else {
+        let d = match k.split {
+            Split::Sharded => kp1 * kp2,
+            _ => kp1,
+        };
+        divide_stream(&mut k.op, d as f64);
+    }
+}
+
+/// DeepFlow's CR (Sec. 3.3): weight products split over their shared dimension.
+fn split_cr(k: &mut Kernel, kp1: u64, needs: &mut Vec<Need>) {
+    let b = k.precision.bytes();
+    if let (true, Op::Gemm { m, k: kk, n, .. }) = (weight_gemm(k), &mut k.op) {
+        match k.phase {
+            Phase::BackwardWeight => div(m, kp1),
+            Phase::BackwardInput => {
+                div(n, kp1);
+                need(
+                    needs,
+                    Collective::AllGather,
+                    Axis::Kp1,
+                    (*m * *n * kp1) as f64 * b,
+                );
+            }
+            _ => {
+                div(kk, kp1);
+                need(
+                    needs,
+                    Collective::AllReduce,
+                    Axis::Kp1,
+                    (*m * *n) as f64 * b,
+                );
+            }
+        }
+    }
+}
+
+/// Megatron tensor parallelism over `t` devices (column then row layers, an all-reduce
+/// after the row layer), with sequence parallelism's reduce-scatter and all-gather
+/// (Korthikanti et al. 2022) when `sp`.
+fn split_tensor(k: &mut Kernel, t: u64, sp: bool, needs: &mut Vec<Need>) {
+    let b = k.precision.bytes();
+    let forward = matches!(k.phase, Phase::Forward | Phase::Recompute);
+    let reduce = if sp {
+        Collective::ReduceScatter
+    } else {
+        Collective::AllReduce
+    };
+    match (k.split, &mut k.op) {
+        (Split::Column, Op::Gemm { m, k: kk, n, .. }) => match k.phase {
+            Phase::BackwardWeight => div(n, t),
+            Phase::BackwardInput => {
+                div(kk, t);
+                need(needs, reduce, Axis::Tensor, (*m * *n) as f64 * b);
+            }
+            _ => {
+                if sp {
+                    need(
+                        needs,
+                        Collective::AllGather,
+                        Axis::Tensor,
+                        (*m * *kk) as f64 * b,
+                    );
+                }
+                div(n, t);
+            }
+        },
+        (Split::Row, Op::Gemm { m, k: kk, n, .. }) => match k.phase {
+            Phase::BackwardWeight => div(m, t),
+            Phase::BackwardInput => {
+                if sp {
+                    need(
+                        needs,
+                        Collective::AllGather,
+                        Axis::Tensor,
+                        (*m * *kk) as f64 * b,
+                    );
+                }
+                div(n, t);
+            }
+            _ => {
+                div(kk, t);
+                need(needs, reduce, Axis::Tensor, (*m * *n) as f64 * b);
+            }
+        },
+        (Split::Sharded, op) => divide_stream(op, t as f64),
+        (Split::Embedding, op) => {
+            if forward {
+                if let Op::Gather { write_bytes, .. } = op {
+                    need(needs, reduce, Axis::Tensor, *write_bytes);
+                }
+            }
+            divide_stream(op, t as f64);
+        }
+        (Split::Replicated, op) if sp => divide_stream(op, t as f64),
+        _ => {}
+    }
+}
+
+/// The layers of stage `stage` that train: fine-tuning trains the last `trainable_layers`
+/// layers, and this is the stage's share of them. Also whether the graph is fine-tuned.
+fn trained_layers(graph: &Graph, p: u64, stage: u64) -> (u64, bool) {
+    let per_stage = graph.layers / p;
+    let (first, last) = (stage * per_stage, (stage + 1) * per_stage);
+    let lowest = graph.layers - graph.trainable_layers.min(graph.layers);
+    let trained = last.saturating_sub(first.max(lowest)).min(per_stage);
+    (trained, graph.trainable_layers < graph.layers)
+}
+
+/// The weights stage `stage` holds (before model-parallel sharding) and those it trains
+/// per device, with the experts' part (spread over the expert group).
+fn stage_weights(graph: &Graph, s: &Strategy, stage: u64) -> StageWork {
     let p = s.pipeline;
     let layer_params = graph.parameters_by_position[Position::Layer as usize];
     let mut w = StageWork {
@@ -319,84 +384,78 @@ pub(super) fn stage_work(
     if stage == p - 1 {
         w.parameters += graph.parameters_by_position[Position::Tail as usize];
     }
-    let total_params: f64 = graph.parameters_by_position.iter().sum();
     let model_shard = s.model_degree() as f64;
-    // Fine-tuning trains the last `trainable_layers` layers: this stage's share of them.
-    let per_stage = graph.layers / p;
-    let (first, last) = (stage * per_stage, (stage + 1) * per_stage);
-    let lowest = graph.layers - graph.trainable_layers.min(graph.layers);
-    let trained_layers = last.saturating_sub(first.max(lowest)).min(per_stage);
-    let fine_tuning = graph.trainable_layers < graph.layers;
-    {
-        let layer = if graph.layers > 0 {
-            layer_params / graph.layers as f64
-        } else {
-            0.0
-        };
-        let experts = graph.expert_parameters / graph.layers.max(1) as f64;
-        let (mut trained, trained_experts) = if graph.layers > 0 {
-            let spread = trained_layers as f64 * experts / s.expert as f64;
-            (trained_layers as f64 * (layer - experts) + spread, spread)
-        } else {
-            (layer_params, graph.expert_parameters / s.expert as f64)
-        };
-        if stage == 0 && !fine_tuning {
-            trained += graph.parameters_by_position[Position::Head as usize];
-        }
-        if stage == p - 1 {
-            trained += graph.parameters_by_position[Position::Tail as usize];
-        }
-        if graph.layers == 0 {
-            // Experts outside repeated layers (a DLRM's top MLP): 1/e of them here.
-            trained -= graph.expert_parameters * (1.0 - 1.0 / s.expert as f64);
-        }
-        w.trained = trained / model_shard;
-        // Without expert parallelism every device holds every expert, as a dense weight.
-        if s.expert > 1 {
-            w.trained_experts = trained_experts / model_shard;
-        }
+    let (trained_layers, fine_tuning) = trained_layers(graph, p, stage);
+    let layer = if graph.layers > 0 {
+        layer_params / graph.layers as f64
+    } else {
+        0.0
+    };
+    let experts = graph.expert_parameters / graph.layers.max(1) as f64;
+    let (mut trained, trained_experts) = if graph.layers > 0 {
+        let spread = trained_layers as f64 * experts / s.expert as f64;
+        (trained_layers as f64 * (layer - experts) + spread, spread)
+    } else {
+        (layer_params, graph.expert_parameters / s.expert as f64)
+    };
+    if stage == 0 && !fine_tuning {
+        trained += graph.parameters_by_position[Position::Head as usize];
     }
+    if stage == p - 1 {
+        trained += graph.parameters_by_position[Position::Tail as usize];
+    }
+    if graph.layers == 0 {
+        // Experts outside repeated layers (a DLRM's top MLP): 1/e of them here.
+        trained -= graph.expert_parameters * (1.0 - 1.0 / s.expert as f64);
+    }
+    w.trained = trained / model_shard;
+    // Without expert parallelism every device holds every expert, as a dense weight.
+    if s.expert > 1 {
+        w.trained_experts = trained_experts / model_shard;
+    }
+    w
+}
+
+/// Instances of `kernel` stage `stage` runs per micro-batch (the update: once).
+fn instances(kernel: &Kernel, graph: &Graph, p: u64, stage: u64) -> u64 {
+    let backward = matches!(
+        kernel.phase,
+        Phase::Recompute | Phase::BackwardInput | Phase::BackwardWeight
+    );
+    let (trained_layers, fine_tuning) = trained_layers(graph, p, stage);
+    match kernel.position {
+        _ if kernel.phase == Phase::Update => 1,
+        Position::Layer if backward && fine_tuning => {
+            kernel.count / graph.trainable_layers.max(1) * trained_layers
+        }
+        Position::Layer => kernel.count / p,
+        Position::Head if stage == 0 => kernel.count,
+        Position::Tail if stage == p - 1 => kernel.count,
+        _ => 0,
+    }
+}
+
+/// One stage's work for one micro-batch: every kernel it runs, split by `s` and timed by
+/// `evaluator`; `f_tok` is a micro-batch's share of the batch; with `sparse_cores` the
+/// table lookups run on embedding engines beside the dense step.
+pub(super) fn stage_work(
+    graph: &Graph,
+    s: &Strategy,
+    stage: u64,
+    f_tok: f64,
+    evaluator: &mut Evaluator,
+    rates: &EnergyRates,
+    sparse_cores: bool,
+) -> StageWork {
+    let mut w = stage_weights(graph, s, stage);
     for kernel in &graph.kernels {
-        let backward = matches!(
-            kernel.phase,
-            Phase::Recompute | Phase::BackwardInput | Phase::BackwardWeight
-        );
-        let count = match kernel.position {
-            _ if kernel.phase == Phase::Update => 1,
-            Position::Layer if backward && fine_tuning => {
-                kernel.count / graph.trainable_layers.max(1) * trained_layers
-            }
-            Position::Layer => kernel.count / p,
-            Position::Head if stage == 0 => kernel.count,
-            Position::Tail if stage == p - 1 => kernel.count,
-            _ => 0,
-        };
+        let count = instances(kernel, graph, s.pipeline, stage);
         if count == 0 {
             continue;
         }
         let mut k = kernel.clone();
         if k.phase == Phase::Update {
-            // The optimizer runs once per iteration on this stage's shard of the weights.
-            // The graph's update kernel covers every trainable weight once; this device
-            // updates its trained share of them.
-            // ZeRO shards dense weights' state over the data group, an expert's over its
-            // replicas.
-            let (dense, experts) = (w.trained - w.trained_experts, w.trained_experts);
-            let mine = if s.zero >= 1 {
-                dense / s.data as f64 + experts * s.expert as f64 / s.data as f64
-            } else {
-                w.trained
-            };
-            let share = if total_params > 0.0 {
-                mine / (total_params * graph.trainable_share)
-            } else {
-                0.0
-            };
-            scale_stream(&mut k.op, share);
-            let t = evaluator.kernel(&k);
-            let (c, m) = rates.kernel_j(&t);
-            w.update_j += c + m.iter().sum::<f64>();
-            w.update_s += t.time_s;
+            w.add_update(&mut k, graph, s, evaluator, rates);
             continue;
         }
         scale_tokens(&mut k, f_tok);
@@ -406,59 +465,122 @@ pub(super) fn stage_work(
         let (c, m) = rates.kernel_j(&t);
         w.step_j += (c + m.iter().sum::<f64>()) * count as f64;
         let time = t.time_s * count as f64;
-        let forward = matches!(k.phase, Phase::Forward);
+        let needs: Vec<(f64, Need)> = needs.into_iter().map(|n| (count as f64, n)).collect();
+        let bound = t.bound.to_string();
         if sparse_cores && k.split == Split::Table {
             // SparseCores: the lookup (or its update) and the pooled all-to-all leave the
             // dense step.
             w.sparse_s += time;
-            w.by_class.push((k.class, time, t.bound.to_string()));
-            w.sparse_needs
-                .extend(needs.into_iter().map(|n| (count as f64, n)));
+            w.by_class.push((k.class, time, bound));
+            w.sparse_needs.extend(needs);
             continue;
         }
-        if forward {
-            w.forward_s += time;
-        } else {
-            w.backward_s += time;
-        }
-        let bound = t.bound.to_string();
-        w.by_class.push((k.class, time, bound));
-        if graph.layers == 0 {
-            let (order, first) = if forward {
-                (&mut w.forward_order, w.forward_needs.len())
-            } else {
-                (&mut w.backward_order, w.backward_needs.len())
-            };
-            let weight = match (k.phase, &k.op) {
-                _ if k.class == KernelClass::Attention => None,
-                (Phase::Forward, Op::Gemm { k, n, batch: 1, .. }) => Some(*k * *n),
-                (Phase::BackwardWeight, Op::Gemm { m, n, batch: 1, .. }) => Some(*m * *n),
-                _ => None,
-            };
-            let expert = k.split == Split::Expert && s.expert > 1;
-            if let Some(n) = weight {
-                order.push(StepEvent::Weight(n as f64 * count as f64, expert));
-            }
-            // Pooled-embedding gradients arrive before the lookup's backward; other
-            // kernels' collectives follow them.
-            let needs_at = (first..first + needs.len()).map(StepEvent::Need);
-            if k.split == Split::Table && !forward {
-                order.extend(needs_at);
-                order.push(StepEvent::Compute(time));
-            } else {
-                order.push(StepEvent::Compute(time));
-                order.extend(needs_at);
-            }
-            if let (Some(n), Phase::BackwardWeight) = (weight, k.phase) {
-                order.push(StepEvent::Gradient(n as f64 * count as f64, expert));
-            }
-        }
-        let list = if forward {
-            &mut w.forward_needs
-        } else {
-            &mut w.backward_needs
-        };
-        list.extend(needs.into_iter().map(|n| (count as f64, n)));
+        w.add_step_kernel(&k, graph, s, time, count, bound, needs);
     }
     w
+}
+
+impl StageWork {
+    /// The optimizer runs once per iteration on this stage's shard of the weights. The
+    /// graph's update kernel covers every trainable weight once; this device updates its
+    /// trained share of them. ZeRO shards dense weights' state over the data group, an
+    /// expert's over its replicas.
+    fn add_update(
+        &mut self,
+        k: &mut Kernel,
+        graph: &Graph,
+        s: &Strategy,
+        evaluator: &mut Evaluator,
+        rates: &EnergyRates,
+    ) {
+        let total_params: f64 = graph.parameters_by_position.iter().sum();
+        let (dense, experts) = (self.trained - self.trained_experts, self.trained_experts);
+        let mine = if s.zero >= 1 {
+            dense / s.data as f64 + experts * s.expert as f64 / s.data as f64
+        } else {
+            self.trained
+        };
+        let share = if total_params > 0.0 {
+            mine / (total_params * graph.trainable_share)
+        } else {
+            0.0
+        };
+        scale_stream(&mut k.op, share);
+        let t = evaluator.kernel(k);
+        let (c, m) = rates.kernel_j(&t);
+        self.update_j += c + m.iter().sum::<f64>();
+        self.update_s += t.time_s;
+    }
+
+    /// A kernel of the forward or backward step taking `time` for its `count` instances,
+    /// with its blocking collectives; graphs without repeated layers also record the
+    /// step's order of events.
+    #[allow(clippy::too_many_arguments)]
+    fn add_step_kernel(
+        &mut self,
+        k: &Kernel,
+        graph: &Graph,
+        s: &Strategy,
+        time: f64,
+        count: u64,
+        bound: String,
+        needs: Vec<(f64, Need)>,
+    ) {
+        let forward = matches!(k.phase, Phase::Forward);
+        if forward {
+            self.forward_s += time;
+        } else {
+            self.backward_s += time;
+        }
+        self.by_class.push((k.class, time, bound));
+        if graph.layers == 0 {
+            self.record_order(k, s, forward, time, count, needs.len());
+        }
+        let list = if forward {
+            &mut self.forward_needs
+        } else {
+            &mut self.backward_needs
+        };
+        list.extend(needs);
+    }
+
+    /// Appends a kernel's events to its step's order: the weight it reads, its compute and
+    /// collectives (a lookup's backward after its pooled gradients arrive), the gradient it
+    /// makes.
+    fn record_order(
+        &mut self,
+        k: &Kernel,
+        s: &Strategy,
+        forward: bool,
+        time: f64,
+        count: u64,
+        needs: usize,
+    ) {
+        let (order, first) = if forward {
+            (&mut self.forward_order, self.forward_needs.len())
+        } else {
+            (&mut self.backward_order, self.backward_needs.len())
+        };
+        let weight = match (k.phase, &k.op) {
+            _ if k.class == KernelClass::Attention => None,
+            (Phase::Forward, Op::Gemm { k, n, batch: 1, .. }) => Some(*k * *n),
+            (Phase::BackwardWeight, Op::Gemm { m, n, batch: 1, .. }) => Some(*m * *n),
+            _ => None,
+        };
+        let expert = k.split == Split::Expert && s.expert > 1;
+        if let Some(n) = weight {
+            order.push(StepEvent::Weight(n as f64 * count as f64, expert));
+        }
+        let needs_at = (first..first + needs).map(StepEvent::Need);
+        if k.split == Split::Table && !forward {
+            order.extend(needs_at);
+            order.push(StepEvent::Compute(time));
+        } else {
+            order.push(StepEvent::Compute(time));
+            order.extend(needs_at);
+        }
+        if let (Some(n), Phase::BackwardWeight) = (weight, k.phase) {
+            order.push(StepEvent::Gradient(n as f64 * count as f64, expert));
+        }
+    }
 }
