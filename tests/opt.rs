@@ -402,7 +402,7 @@ fn other_argmin_solvers_run_on_the_budget_problem() {
 }
 
 #[test]
-fn a_workload_that_fits_no_strategy_gets_an_infeasible_report() {
+fn a_workload_that_fits_no_strategy_gets_an_infeasible_report_and_exit_3() {
     let (code, out, err) = stackflow(&[
         "optimize",
         "--workload",
@@ -414,7 +414,8 @@ fn a_workload_that_fits_no_strategy_gets_an_infeasible_report() {
         "--steps",
         "2",
     ]);
-    assert_eq!(code, 0, "{err}");
+    // The search ran and found nothing feasible: the report, then exit code 3.
+    assert_eq!(code, 3, "{err}");
     assert!(
         out.contains("INFEASIBLE") && out.contains("out of memory"),
         "{out}"

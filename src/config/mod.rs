@@ -10,7 +10,7 @@ pub mod raw;
 mod source;
 
 pub use error::ConfigError;
-pub use source::{normalize, Source, SHIPPED};
+pub use source::{normalize, reads, Source, SHIPPED};
 
 use serde::de::DeserializeOwned;
 

@@ -2,10 +2,20 @@
 //! embedded in the binary (so that `stackflow generate` works from any directory).
 
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::ConfigError;
 
 /// Every shipped input file, embedded at compile time, keyed by its path in the repository.
+/// Input files read through [`Source::read`] since the program started.
+static READS: AtomicU64 = AtomicU64::new(0);
+
+/// How many input files this process has read through [`Source::read`] (either source): a
+/// test that an evaluation does no file I/O compares it before and after.
+pub fn reads() -> u64 {
+    READS.load(Ordering::Relaxed)
+}
+
 pub const SHIPPED: &[(&str, &str)] = &[
     (
         "tech_libs/n16.yaml",
@@ -223,6 +233,7 @@ pub enum Source {
 impl Source {
     /// Reads `path` (already resolved) as text.
     pub fn read(self, path: &Path) -> Result<String, ConfigError> {
+        READS.fetch_add(1, Ordering::Relaxed);
         match self {
             Source::Disk => std::fs::read_to_string(path).map_err(|e| ConfigError::Unreadable {
                 file: path.display().to_string(),

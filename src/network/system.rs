@@ -24,10 +24,23 @@ use crate::template::check_topology;
 pub enum LinkSource {
     /// The generated accelerator's `intra_package` or `inter_package` network.
     Network { name: String },
-    /// A link family of the accelerator's technology library, `lanes` per device.
-    Technology { name: String, lanes: u64 },
+    /// A link family of the accelerator's technology library, `lanes` per device; its
+    /// rate is resolved from the library when the system is loaded.
+    Technology {
+        name: String,
+        lanes: u64,
+        #[serde(skip)]
+        rate: Option<LinkRate>,
+    },
     /// Only pinned values.
     Pinned,
+}
+
+/// A technology link's bandwidth per device in each direction and its latency.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkRate {
+    pub bytes_per_s_per_direction: f64,
+    pub latency_s: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -67,7 +80,45 @@ impl System {
         let mut system = Self::from_yaml(&file, text)?;
         system.accelerator = source.resolve(path, &system.accelerator.display().to_string());
         system.source = source;
+        if system
+            .fabrics
+            .iter()
+            .any(|f| matches!(f.source, LinkSource::Technology { .. }))
+        {
+            let budget = Budget::load(source, &system.accelerator)?;
+            system.resolve_links(&TechLibrary::load(source, &budget.technology)?)?;
+        }
         Ok(system)
+    }
+
+    /// Takes the rate of every technology-sourced fabric from `library` (the accelerator's
+    /// technology library), once, so that building a network reads no file.
+    pub fn resolve_links(&mut self, library: &TechLibrary) -> Result<(), ConfigError> {
+        for (i, f) in self.fabrics.iter_mut().enumerate() {
+            let LinkSource::Technology { name, lanes, rate } = &mut f.source else {
+                continue;
+            };
+            let link = library.links.get(name.as_str()).ok_or_else(|| {
+                ConfigError::invalid(
+                    &self.file,
+                    format!("fabrics[{i}].technology"),
+                    &*name,
+                    format!(
+                        "a link family of {}: one of [{}]",
+                        library.file,
+                        library.links.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                )
+            })?;
+            *rate = Some(LinkRate {
+                bytes_per_s_per_direction: *lanes as f64 / 2.0
+                    * link.data_rate_bit_per_s
+                    * link.encoding_efficiency
+                    / 8.0,
+                latency_s: link.latency_s,
+            });
+        }
+        Ok(())
     }
 
     /// Parses system YAML; the accelerator path is taken as written.
@@ -126,6 +177,7 @@ impl System {
                 (None, Some(t), Some(l)) => LinkSource::Technology {
                     name: t,
                     lanes: check.positive_count(&path("lanes_per_device"), l)?,
+                    rate: None,
                 },
                 (None, None, None) => LinkSource::Pinned,
                 _ => {
@@ -318,7 +370,6 @@ impl System {
                 devices / inner
             }
         };
-        let mut library: Option<TechLibrary> = None;
         let mut fabrics = Vec::new();
         for (i, f) in self.fabrics.iter().enumerate() {
             let size = f.size.unwrap_or(outer);
@@ -338,28 +389,17 @@ impl System {
                     })?;
                     (n.bandwidth_bytes_per_s / 2.0, n.latency_s)
                 }
-                LinkSource::Technology { name, lanes } => {
-                    if library.is_none() {
-                        let budget = Budget::load(self.source, &self.accelerator)?;
-                        library = Some(TechLibrary::load(self.source, &budget.technology)?);
-                    }
-                    let lib = library.as_ref().expect("just loaded");
-                    let link = lib.links.get(name).ok_or_else(|| {
+                LinkSource::Technology { name, rate, .. } => {
+                    let rate = rate.ok_or_else(|| {
                         ConfigError::invalid(
                             file,
                             format!("fabrics[{i}].technology"),
                             name,
-                            format!(
-                                "a link family of {}: one of [{}]",
-                                lib.file,
-                                lib.links.keys().cloned().collect::<Vec<_>>().join(", ")
-                            ),
+                            "a link resolved from the accelerator's technology library \
+                             (System::load, or System::resolve_links after System::from_yaml)",
                         )
                     })?;
-                    let per_direction =
-                        *lanes as f64 / 2.0 * link.data_rate_bit_per_s * link.encoding_efficiency
-                            / 8.0;
-                    (per_direction, link.latency_s)
+                    (rate.bytes_per_s_per_direction, rate.latency_s)
                 }
                 LinkSource::Pinned => (0.0, 0.0),
             };

@@ -357,6 +357,7 @@ impl Study {
             &Source::Disk.resolve(&budget_path, &budget.technology.display().to_string()),
         );
         let tech = TechLibrary::load(Source::Disk, &tech_path)?;
+        system.resolve_links(&tech)?;
         let design = Design::bind(&tech, &template, &budget)?;
         let (w_path, w_text) = &self.workload;
         let workload = Workload::from_yaml(
