@@ -8,117 +8,32 @@
 //! fabric (ring, mesh, torus) the local index splits into coordinates, first dimension
 //! fastest.
 //!
-//! Owns: [`Fabric`] and [`Network`] (topologies, routing, link loads), [`collective`]
-//! (collective algorithms and their cost), [`system`] (a system file: accelerator and fabrics).
+//! Owns: [`Fabric`] (a topology block, `fabric.rs`; direct fabrics in `direct.rs`, switched
+//! and fully connected ones in `switched.rs`), [`Network`] (the stack of fabrics, routing,
+//! the link loads of groups communicating at once, memoised per group set), [`collective`]
+//! (collective algorithms and their cost on a group's link, DeepFlow Sec. 6.4 and Zion
+//! Eqs. 1-4), [`system`] (a system file: accelerator and fabrics, links resolved at load).
 //! Imports the generator and configuration stages only.
+//!
+//! A new topology kind: see `fabric.rs`. A new collective: a [`collective::Collective`]
+//! variant with its time on a `GroupLink` and its per-fabric phases.
 
 pub mod collective;
+mod direct;
+mod fabric;
+mod switched;
 pub mod system;
+
+pub use fabric::{Fabric, Shape};
 
 pub use system::System;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::domain::Topology;
 use collective::GroupLink;
-
-/// How a fabric connects its members.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Shape {
-    /// Point-to-point links to grid neighbours; `wrap` adds the wraparound links of a torus
-    /// or ring; `twisted` rewires the wraparound links of the two short dimensions of an
-    /// n x n x 2n torus (TPU v4).
-    Direct {
-        dims: Vec<u64>,
-        wrap: bool,
-        twisted: bool,
-    },
-    /// Every member has one port into a non-blocking switch (NVSwitch, a fat tree or a
-    /// rail-optimised fabric with full bisection); `levels` switch stages on the longest path.
-    Switch { levels: u64 },
-    /// A direct link between every pair; a member's bandwidth is split over its p - 1 links.
-    FullyConnected,
-}
-
-/// One level of the network.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Fabric {
-    pub name: String,
-    pub shape: Shape,
-    /// Members (devices, or groups of the fabric inside).
-    pub size: u64,
-    /// What one device can send into this fabric, per direction, B/s.
-    pub egress_bytes_per_s: f64,
-    /// Latency of one link (or one switch stage), s.
-    pub hop_s: f64,
-}
-
-impl Fabric {
-    /// Builds a fabric from a template topology joining `size` members.
-    pub fn new(name: &str, topology: &Topology, size: u64, egress: f64, hop_s: f64) -> Fabric {
-        let shape = match topology {
-            Topology::Ring => Shape::Direct {
-                dims: vec![size],
-                wrap: true,
-                twisted: false,
-            },
-            Topology::Mesh { dims } => Shape::Direct {
-                dims: dims.clone(),
-                wrap: false,
-                twisted: false,
-            },
-            Topology::Torus { dims } => Shape::Direct {
-                dims: dims.clone(),
-                wrap: true,
-                twisted: false,
-            },
-            Topology::TwistedTorus { dims } => Shape::Direct {
-                dims: dims.clone(),
-                wrap: true,
-                twisted: true,
-            },
-            Topology::FullyConnected => Shape::FullyConnected,
-            Topology::Switch => Shape::Switch { levels: 1 },
-            Topology::FatTree { levels } => Shape::Switch { levels: *levels },
-        };
-        Fabric {
-            name: name.to_string(),
-            shape,
-            size,
-            egress_bytes_per_s: egress,
-            hop_s,
-        }
-    }
-
-    /// Ports per device in this fabric.
-    fn ports(&self) -> usize {
-        match &self.shape {
-            Shape::Direct { dims, .. } => 2 * dims.len(),
-            Shape::Switch { .. } => 2,
-            Shape::FullyConnected => self.size as usize,
-        }
-    }
-
-    /// Bandwidth of one port, per direction.
-    fn port_bytes_per_s(&self) -> f64 {
-        match &self.shape {
-            Shape::Direct { dims, .. } => {
-                let used = dims.iter().filter(|&&d| d > 1).count().max(1);
-                self.egress_bytes_per_s / (2 * used) as f64
-            }
-            Shape::Switch { .. } => self.egress_bytes_per_s,
-            Shape::FullyConnected => self.egress_bytes_per_s / (self.size.max(2) - 1) as f64,
-        }
-    }
-
-    fn switch_s(&self, levels: u64) -> f64 {
-        self.hop_s * (2 * levels - 1) as f64
-    }
-}
 
 /// The whole network: fabrics innermost first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -271,35 +186,7 @@ impl Network {
             let next = cur + to * stride - from * stride;
             match &fabric.shape {
                 Shape::Direct { dims, wrap, .. } => {
-                    let mut node = cur;
-                    let mut scale = 1;
-                    for (j, &n) in dims.iter().enumerate() {
-                        let x = (from / scale) % n;
-                        let y = (to / scale) % n;
-                        if x != y {
-                            let ahead = (y + n - x) % n;
-                            let (forward, steps) = if *wrap {
-                                (ahead <= n - ahead, ahead.min(n - ahead))
-                            } else {
-                                (y > x, x.abs_diff(y))
-                            };
-                            let mut xi = x;
-                            for _ in 0..steps {
-                                visit(
-                                    self.port(node, f, 2 * j + usize::from(!forward)),
-                                    fabric.hop_s,
-                                );
-                                let nx = if forward {
-                                    (xi + 1) % n
-                                } else {
-                                    (xi + n - 1) % n
-                                };
-                                node = node + nx * scale * stride - xi * scale * stride;
-                                xi = nx;
-                            }
-                        }
-                        scale *= n;
-                    }
+                    self.route_direct(f, cur, (from, to), dims, *wrap, &mut visit)
                 }
                 Shape::Switch { levels } => {
                     visit(self.port(cur, f, 0), fabric.switch_s(*levels));
@@ -479,182 +366,6 @@ impl Network {
         )
     }
 
-    /// All-pairs loads when every fabric the groups span is a switch or fully connected,
-    /// counted per port rather than routed pair by pair (the same loads as
-    /// `all_pairs_routed`, in time linear in the ports touched). Pair (a, b) leaves fabric
-    /// f from the device with b's coordinates below f and a's from f up, and enters the
-    /// device with b's coordinates up to f and a's above; so each port's load is a product
-    /// of two member counts.
-    fn all_pairs_switched(&self, groups: &[Vec<u64>], loads: &mut [f64]) -> f64 {
-        // Member counts by coordinates from f up (`high`), below f (`low`), above f
-        // (`top`) and up to f (`base`), and by those with the coordinate in f.
-        let n = self.devices as usize;
-        let [mut high, mut low, mut low_at, mut top, mut top_at, mut base] =
-            std::array::from_fn(|_| Tally::new(n));
-        let mut longest = 0.0_f64;
-        for g in groups {
-            for (f, fabric) in self.fabrics.iter().enumerate() {
-                if g.iter().all(|&d| self.local(d, f) == self.local(g[0], f)) {
-                    continue;
-                }
-                let (stride, size) = (self.stride[f], fabric.size);
-                let outer = stride * size;
-                for t in [
-                    &mut high,
-                    &mut low,
-                    &mut low_at,
-                    &mut top,
-                    &mut top_at,
-                    &mut base,
-                ] {
-                    t.clear();
-                }
-                for &d in g {
-                    let x = self.local(d, f);
-                    high.add(d / stride);
-                    low.add(d % stride);
-                    low_at.add(d % stride * size + x);
-                    top.add(d / outer);
-                    top_at.add(d / outer * size + x);
-                    base.add(d % outer);
-                }
-                // Leaving: sources a (by `high`) times targets b (by `low`) that differ
-                // from a in f.
-                for (h, na) in high.iter() {
-                    let xa = h % size;
-                    match fabric.shape {
-                        Shape::FullyConnected => {
-                            for (key, nb) in low_at.iter() {
-                                let (l, xb) = (key / size, key % size);
-                                if xb != xa {
-                                    loads[self.port(h * stride + l, f, xb as usize)] += na * nb;
-                                }
-                            }
-                        }
-                        _ => {
-                            for (l, nb) in low.iter() {
-                                let same = low_at.get(l * size + xa);
-                                loads[self.port(h * stride + l, f, 0)] += na * (nb - same);
-                            }
-                        }
-                    }
-                }
-                // Entering a switch: targets b (by `base`) times sources a (by `top`)
-                // that differ from b in f.
-                if let Shape::Switch { .. } = fabric.shape {
-                    for (b, nb) in base.iter() {
-                        let xb = (b / stride) % size;
-                        for (t, na) in top.iter() {
-                            let same = top_at.get(t * size + xb);
-                            loads[self.port(t * outer + b, f, 1)] += (na - same) * nb;
-                        }
-                    }
-                }
-            }
-            let hop = |fabric: &Fabric| match fabric.shape {
-                Shape::Switch { levels } => fabric.switch_s(levels),
-                _ => fabric.hop_s,
-            };
-            let spans: Vec<usize> = (0..self.fabrics.len())
-                .filter(|&f| g.iter().any(|&d| self.local(d, f) != self.local(g[0], f)))
-                .collect();
-            if let [f] = spans[..] {
-                longest = longest.max(hop(&self.fabrics[f]));
-                continue;
-            }
-            for (i, &a) in g.iter().enumerate() {
-                for &b in &g[i + 1..] {
-                    let latency: f64 = self
-                        .fabrics
-                        .iter()
-                        .enumerate()
-                        .filter(|&(f, _)| self.local(a, f) != self.local(b, f))
-                        .map(|(_, fabric)| hop(fabric))
-                        .sum();
-                    longest = longest.max(latency);
-                }
-            }
-        }
-        longest
-    }
-
-    /// All-pairs traffic inside direct fabric `f`, split evenly over shortest paths
-    /// (Brandes' edge loads, restricted to members as sources and targets).
-    fn all_pairs_direct(
-        &self,
-        f: usize,
-        groups: &[Vec<u64>],
-        loads: &mut [f64],
-    ) -> (Vec<f64>, f64, f64) {
-        let fabric = &self.fabrics[f];
-        let Shape::Direct {
-            dims,
-            wrap,
-            twisted,
-        } = &fabric.shape
-        else {
-            unreachable!("checked by the caller")
-        };
-        let n = fabric.size as usize;
-        let adjacency = direct_adjacency(dims, *wrap, *twisted);
-        let mut dist = vec![u32::MAX; n];
-        let mut sigma = vec![0.0; n];
-        let mut delta = vec![0.0; n];
-        let mut order = Vec::with_capacity(n);
-        let mut member = vec![false; n];
-        let (mut diameter, mut sum_worst) = (0u32, 0u32);
-        for g in groups {
-            member.iter_mut().for_each(|m| *m = false);
-            for &d in g {
-                member[self.local(d, f) as usize] = true;
-            }
-            for &src in g {
-                let s = self.local(src, f) as usize;
-                dist.iter_mut().for_each(|d| *d = u32::MAX);
-                sigma.iter_mut().for_each(|x| *x = 0.0);
-                delta.iter_mut().for_each(|x| *x = 0.0);
-                order.clear();
-                dist[s] = 0;
-                sigma[s] = 1.0;
-                let mut queue = VecDeque::from([s]);
-                while let Some(v) = queue.pop_front() {
-                    order.push(v);
-                    for &(w, _) in &adjacency[v] {
-                        if dist[w] == u32::MAX {
-                            dist[w] = dist[v] + 1;
-                            queue.push_back(w);
-                        }
-                        if dist[w] == dist[v] + 1 {
-                            sigma[w] += sigma[v];
-                        }
-                    }
-                }
-                let mut sum = 0;
-                for &v in order.iter().rev() {
-                    if member[v] && v != s {
-                        diameter = diameter.max(dist[v]);
-                        sum += dist[v];
-                    }
-                    for &(w, port) in &adjacency[v] {
-                        if dist[w] == dist[v] + 1 {
-                            let share =
-                                sigma[v] / sigma[w] * (f64::from(u8::from(member[w])) + delta[w]);
-                            delta[v] += share;
-                            let device = self.with_local(src, f, v as u64);
-                            loads[self.port(device, f, port)] += share;
-                        }
-                    }
-                }
-                sum_worst = sum_worst.max(sum);
-            }
-        }
-        (
-            self.peak(loads),
-            f64::from(diameter) * fabric.hop_s,
-            f64::from(sum_worst) * fabric.hop_s,
-        )
-    }
-
     /// The outermost fabric whose coordinate differs between members of `group`.
     fn outermost(&self, group: &[u64]) -> Option<usize> {
         (0..self.fabrics.len()).rev().find(|&f| {
@@ -696,87 +407,10 @@ impl Network {
     }
 }
 
-/// Counts by small integer keys (below the device count), cleared in time proportional
-/// to the keys used.
-struct Tally {
-    counts: Vec<f64>,
-    used: Vec<u64>,
-}
-
-impl Tally {
-    fn new(n: usize) -> Tally {
-        Tally {
-            counts: vec![0.0; n],
-            used: Vec::new(),
-        }
-    }
-
-    fn add(&mut self, key: u64) {
-        let c = &mut self.counts[key as usize];
-        if *c == 0.0 {
-            self.used.push(key);
-        }
-        *c += 1.0;
-    }
-
-    fn get(&self, key: u64) -> f64 {
-        self.counts[key as usize]
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (u64, f64)> + '_ {
-        self.used.iter().map(|&k| (k, self.counts[k as usize]))
-    }
-
-    fn clear(&mut self) {
-        for &k in &self.used {
-            self.counts[k as usize] = 0.0;
-        }
-        self.used.clear();
-    }
-}
-
-/// Neighbours (and the port reaching each) of every member of a direct fabric.
-fn direct_adjacency(dims: &[u64], wrap: bool, twisted: bool) -> Vec<Vec<(usize, usize)>> {
-    let n: u64 = dims.iter().product();
-    let mut adjacency = vec![Vec::new(); n as usize];
-    for v in 0..n {
-        let mut scale = 1;
-        for (j, &size) in dims.iter().enumerate() {
-            let x = (v / scale) % size;
-            for (dir, port) in [(1i64, 2 * j), (-1, 2 * j + 1)] {
-                let nx = x as i64 + dir;
-                let crosses = nx < 0 || nx >= size as i64;
-                if size < 2 || (crosses && !wrap) {
-                    continue;
-                }
-                let nx = nx.rem_euclid(size as i64) as u64;
-                let mut w = v - x * scale + nx * scale;
-                // Twisted torus (Camarero et al. 2014; TPU v4 n x n x 2n and n x 2n x 2n):
-                // the wraparound links of a dimension shorter than the longest also advance
-                // every longer dimension by half its length.
-                if twisted && crosses {
-                    let mut below = 1;
-                    for &other in dims {
-                        if other > size {
-                            let o = (w / below) % other;
-                            let shift = (other / 2) as i64;
-                            let no = (o as i64 + dir * shift).rem_euclid(other as i64) as u64;
-                            w = w - o * below + no * below;
-                        }
-                        below *= other;
-                    }
-                }
-                adjacency[v as usize].push((w as usize, port));
-            }
-            scale *= size;
-        }
-    }
-    adjacency
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::Topology;
 
     #[test]
     fn counted_all_pairs_loads_equal_routed_ones() {

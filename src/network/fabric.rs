@@ -1,0 +1,111 @@
+//! A fabric: one level of the network as a per-dimension building block (ASTRA-sim's
+//! analytical backend). Every template topology becomes one of three blocks, each with its
+//! own file for routing and all-pairs loads:
+//! - direct links to grid neighbours ([`super::direct`]): ring, mesh, torus, twisted torus;
+//! - a switch ([`super::switched`]): one non-blocking switch, or a fat tree of `levels`;
+//! - fully connected ([`super::switched`] too: like a switch, a pair's traffic takes one
+//!   link, counted per port).
+//!
+//! A new topology kind: a `Topology` variant in `crate::domain`, its block in
+//! [`Fabric::new`], and, if it is none of the three, a variant of [`Shape`] with its
+//! routing step (`Network::route`), its ports and port bandwidth here, and its all-pairs
+//! loads in a file of its own.
+
+use serde::Serialize;
+
+use crate::domain::Topology;
+
+/// How a fabric connects its members.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Shape {
+    /// Point-to-point links to grid neighbours; `wrap` adds the wraparound links of a torus
+    /// or ring; `twisted` rewires the wraparound links of the two short dimensions of an
+    /// n x n x 2n torus (TPU v4).
+    Direct {
+        dims: Vec<u64>,
+        wrap: bool,
+        twisted: bool,
+    },
+    /// Every member has one port into a non-blocking switch (NVSwitch, a fat tree or a
+    /// rail-optimised fabric with full bisection); `levels` switch stages on the longest path.
+    Switch { levels: u64 },
+    /// A direct link between every pair; a member's bandwidth is split over its p - 1 links.
+    FullyConnected,
+}
+
+/// One level of the network.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fabric {
+    pub name: String,
+    pub shape: Shape,
+    /// Members (devices, or groups of the fabric inside).
+    pub size: u64,
+    /// What one device can send into this fabric, per direction, B/s.
+    pub egress_bytes_per_s: f64,
+    /// Latency of one link (or one switch stage), s.
+    pub hop_s: f64,
+}
+
+impl Fabric {
+    /// Builds a fabric from a template topology joining `size` members.
+    pub fn new(name: &str, topology: &Topology, size: u64, egress: f64, hop_s: f64) -> Fabric {
+        let shape = match topology {
+            Topology::Ring => Shape::Direct {
+                dims: vec![size],
+                wrap: true,
+                twisted: false,
+            },
+            Topology::Mesh { dims } => Shape::Direct {
+                dims: dims.clone(),
+                wrap: false,
+                twisted: false,
+            },
+            Topology::Torus { dims } => Shape::Direct {
+                dims: dims.clone(),
+                wrap: true,
+                twisted: false,
+            },
+            Topology::TwistedTorus { dims } => Shape::Direct {
+                dims: dims.clone(),
+                wrap: true,
+                twisted: true,
+            },
+            Topology::FullyConnected => Shape::FullyConnected,
+            Topology::Switch => Shape::Switch { levels: 1 },
+            Topology::FatTree { levels } => Shape::Switch { levels: *levels },
+        };
+        Fabric {
+            name: name.to_string(),
+            shape,
+            size,
+            egress_bytes_per_s: egress,
+            hop_s,
+        }
+    }
+
+    /// Ports per device in this fabric.
+    pub(super) fn ports(&self) -> usize {
+        match &self.shape {
+            Shape::Direct { dims, .. } => 2 * dims.len(),
+            Shape::Switch { .. } => 2,
+            Shape::FullyConnected => self.size as usize,
+        }
+    }
+
+    /// Bandwidth of one port, per direction.
+    pub(super) fn port_bytes_per_s(&self) -> f64 {
+        match &self.shape {
+            Shape::Direct { dims, .. } => {
+                let used = dims.iter().filter(|&&d| d > 1).count().max(1);
+                self.egress_bytes_per_s / (2 * used) as f64
+            }
+            Shape::Switch { .. } => self.egress_bytes_per_s,
+            Shape::FullyConnected => self.egress_bytes_per_s / (self.size.max(2) - 1) as f64,
+        }
+    }
+
+    pub(super) fn switch_s(&self, levels: u64) -> f64 {
+        self.hop_s * (2 * levels - 1) as f64
+    }
+}
