@@ -1,0 +1,418 @@
+//! Recommendation models (DLRM; MAD Max Table 2, Zion, TPU v4 Sec. 3.5): embedding tables,
+//! bottom and top MLPs, dot, concatenation or transformer feature interaction, and
+//! mixture-of-experts top MLPs.
+
+use serde::Serialize;
+
+use super::graph::{Builder, Graph, KernelClass, Split};
+use super::transformer::{hidden_and_heads, moe, transformer_layers, LayerShape, Moe};
+use super::Workload;
+use crate::config::raw::{DlrmRaw, TableGroupRaw};
+use crate::config::{Checker, ConfigError};
+use crate::domain::{EmbeddingOptimizer, Interaction, Optimizer, Precision, Recompute};
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Dlrm {
+    pub name: String,
+    pub batch: u64,
+    pub dense_features: u64,
+    pub bottom_mlp: Vec<u64>,
+    pub top_mlp: Vec<u64>,
+    pub embeddings: Vec<TableGroup>,
+    pub interaction: Interaction,
+    pub precision: Precision,
+    pub embedding_precision: Precision,
+    /// Precision of the pooled embeddings as they are exchanged.
+    pub pooled_precision: Precision,
+    pub optimizer: Optimizer,
+    /// The tables' optimizer, fused into their backward.
+    pub embedding_optimizer: EmbeddingOptimizer,
+    /// Transformer feature interaction (`interaction: transformer`).
+    pub transformer: Option<FeatureTransformer>,
+    /// Mixture of experts on the top MLP's second and third layers.
+    pub moe: Option<Moe>,
+}
+
+/// Transformer layers over a DLRM's feature vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FeatureTransformer {
+    pub layers: u64,
+    pub sequence: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    pub ffn_hidden: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TableGroup {
+    pub tables: u64,
+    pub rows: u64,
+    pub dim: u64,
+    pub lookups_per_sample: u64,
+}
+
+pub(super) fn dlrm(check: &Checker, raw: DlrmRaw, stem: String) -> Result<Workload, ConfigError> {
+    let mlp = |name: &str, layers: &[u64]| -> Result<Vec<u64>, ConfigError> {
+        if layers.is_empty() {
+            return Err(ConfigError::invalid(
+                check.file,
+                name,
+                "[]",
+                "at least one layer width",
+            ));
+        }
+        layers
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| check.positive_count(&format!("{name}[{i}]"), w))
+            .collect()
+    };
+    let bottom_mlp = mlp("bottom_mlp", &raw.bottom_mlp)?;
+    let top_mlp = mlp("top_mlp", &raw.top_mlp)?;
+    if raw.embeddings.is_empty() {
+        return Err(ConfigError::invalid(
+            check.file,
+            "embeddings",
+            "[]",
+            "at least one group of embedding tables",
+        ));
+    }
+    let mut embeddings = Vec::new();
+    for (i, g) in raw.embeddings.iter().enumerate() {
+        let TableGroupRaw {
+            tables,
+            rows,
+            dim,
+            lookups_per_sample,
+        } = *g;
+        let field = |f: &str| format!("embeddings[{i}].{f}");
+        embeddings.push(TableGroup {
+            tables: check.positive_count(&field("tables"), tables)?,
+            rows: check.positive_count(&field("rows"), rows)?,
+            dim: check.positive_count(&field("dim"), dim)?,
+            lookups_per_sample: check
+                .positive_count(&field("lookups_per_sample"), lookups_per_sample)?,
+        });
+    }
+    let last = *bottom_mlp.last().expect("checked non-empty");
+    for (i, g) in embeddings.iter().enumerate() {
+        if g.dim != last {
+            return Err(ConfigError::invalid(
+                check.file,
+                format!("embeddings[{i}].dim"),
+                g.dim,
+                format!(
+                    "the width of the last bottom_mlp layer ({last}): feature interaction \
+                     combines vectors of one size"
+                ),
+            ));
+        }
+    }
+    let transformer = match (raw.interaction, raw.transformer) {
+        (Interaction::Transformer, Some(t)) => {
+            let (hidden, heads) = hidden_and_heads(check, "transformer.", t.hidden, t.heads)?;
+            Some(FeatureTransformer {
+                layers: check.positive_count("transformer.layers", t.layers)?,
+                sequence: check.positive_count("transformer.sequence", t.sequence)?,
+                hidden,
+                heads,
+                ffn_hidden: check.positive_count("transformer.ffn_hidden", t.ffn_hidden)?,
+            })
+        }
+        (Interaction::Transformer, None) => {
+            return Err(ConfigError::invalid(
+                check.file,
+                "transformer",
+                "(missing)",
+                "a transformer: {layers, sequence, hidden, heads, ffn_hidden} section for \
+                 interaction: transformer",
+            ))
+        }
+        (other, Some(_)) => {
+            return Err(ConfigError::invalid(
+                check.file,
+                "transformer",
+                format!("given with interaction: {other:?}").to_lowercase(),
+                "interaction: transformer (the section configures that interaction)",
+            ))
+        }
+        (_, None) => None,
+    };
+    let moe = raw.moe.map(|m| moe(check, m)).transpose()?;
+    if moe.is_some() && !(top_mlp.len() >= 3 && top_mlp[1] > top_mlp[0].max(top_mlp[2])) {
+        return Err(ConfigError::invalid(
+            check.file,
+            "top_mlp",
+            format!("{top_mlp:?}"),
+            "at least 3 layers with moe, the second wider than the first and third: that pair \
+             (up, then down) becomes the experts",
+        ));
+    }
+    if let Some(t) = transformer {
+        let features = 1 + embeddings.iter().map(|g| g.tables).sum::<u64>();
+        if t.sequence > features {
+            return Err(ConfigError::invalid(
+                check.file,
+                "transformer.sequence",
+                t.sequence,
+                format!("at most the {features} feature vectors (tables + 1) it groups"),
+            ));
+        }
+    }
+    Ok(Workload::Dlrm(Dlrm {
+        transformer,
+        moe,
+        name: raw.name.unwrap_or(stem),
+        batch: check.positive_count("batch", raw.batch)?,
+        dense_features: check.positive_count("dense_features", raw.dense_features)?,
+        bottom_mlp,
+        top_mlp,
+        embeddings,
+        interaction: raw.interaction,
+        precision: raw.precision,
+        embedding_precision: raw.embedding_precision,
+        pooled_precision: raw.pooled_precision.unwrap_or(raw.embedding_precision),
+        optimizer: raw.optimizer,
+        embedding_optimizer: raw.embedding_optimizer,
+    }))
+}
+
+/// An MLP of linear layers with an element-wise activation after each, on `batch` rows
+/// of `width` features; returns the output width.
+/// Tensor parallelism pairs the layers as Megatron pairs an MLP's two: a column-parallel
+/// layer, then a row-parallel one whose partial sums are all-reduced; an odd last layer is
+/// replicated. A first layer that narrows its input (DLRM's top MLP over the concatenated
+/// embeddings) is row-parallel on its own, its input arriving split by features: its
+/// narrow output is all-reduced instead of its wide input gradient.
+pub(super) fn mlp(g: &mut Builder, name: &str, batch: u64, mut width: u64, layers: &[u64]) -> u64 {
+    let row_first = layers.first().is_some_and(|&out| width > out);
+    let offset = usize::from(row_first);
+    let paired = offset + (layers.len() - offset) / 2 * 2;
+    for (i, &out) in layers.iter().enumerate() {
+        g.split = match i {
+            0 if row_first => Split::Row,
+            _ if i >= paired => Split::Replicated,
+            _ if (i - offset) % 2 == 0 => Split::Column,
+            _ => Split::Row,
+        };
+        g.linear(
+            &format!("{name} mlp {i}"),
+            KernelClass::Gemm,
+            1,
+            batch,
+            width,
+            out,
+            1,
+            false,
+        );
+        g.split = if g.split == Split::Column {
+            Split::Sharded
+        } else {
+            Split::Replicated
+        };
+        g.pointwise(
+            &format!("{name} activation {i}"),
+            KernelClass::Pointwise,
+            1,
+            (batch * out) as f64,
+            1.0,
+            1.0,
+            1.0,
+        );
+        width = out;
+    }
+    g.split = Split::Replicated;
+    width
+}
+
+/// DLRM: bottom MLP on dense features, pooled embedding lookups, feature interaction, top
+/// MLP, loss.
+pub(super) fn dlrm_graph(w: &Dlrm) -> Graph {
+    let mut g = Builder::new(w.precision, Recompute::None);
+    let b = w.batch;
+    let eb = w.embedding_precision.bytes();
+    let dim = mlp(&mut g, "bottom", b, w.dense_features, &w.bottom_mlp);
+    let mut features = 1;
+    let mut table_bytes = 0.0;
+    let mut table_state = 0.0;
+    g.split = Split::Table;
+    for (i, t) in w.embeddings.iter().enumerate() {
+        let rows = (b * t.tables * t.lookups_per_sample) as f64;
+        let bytes = (t.tables * t.rows * t.dim) as f64 * eb;
+        table_bytes += bytes;
+        g.embedding(
+            &format!("embedding bags {i} ({} tables)", t.tables),
+            rows,
+            t.dim as f64 * eb,
+            (b * t.tables * t.dim) as f64 * w.pooled_precision.bytes(),
+            bytes,
+            (t.tables * t.rows * t.dim) as f64,
+            w.embedding_precision,
+        );
+        // The fused optimizer reads and writes the touched rows' state.
+        let state_row = w.embedding_optimizer.state_bytes_per_row(t.dim);
+        let state = (t.tables * t.rows) as f64 * state_row;
+        g.fused_update_state(rows * state_row, state);
+        table_state += state;
+        features += t.tables;
+    }
+    g.split = Split::Replicated;
+    let top_in = match w.interaction {
+        Interaction::Dot => {
+            let inputs = (b * features * dim) as f64 * w.precision.bytes();
+            g.batched(
+                "feature interaction",
+                KernelClass::Gemm,
+                1,
+                b,
+                features,
+                dim,
+                features,
+                inputs,
+            );
+            features * (features - 1) / 2 + dim
+        }
+        Interaction::Concat => {
+            // A narrowing first top layer is row-parallel: each tensor-parallel device
+            // assembles only its slice of the features.
+            if w.top_mlp.first().is_some_and(|&out| features * dim > out) {
+                g.split = Split::Sharded;
+            }
+            g.pointwise(
+                "feature concat",
+                KernelClass::Pointwise,
+                1,
+                (b * features * dim) as f64,
+                1.0,
+                0.0,
+                0.0,
+            );
+            features * dim
+        }
+        Interaction::Transformer => {
+            let t = w
+                .transformer
+                .expect("checked: interaction transformer has its section");
+            let (s, h) = (t.sequence, t.hidden);
+            // The feature vectors are summed into `sequence` tokens (MAD Max Sec. 5:
+            // "downsampled sequence length of 80"), projected to the layers' width.
+            let per_token = features as f64 / s as f64;
+            g.pointwise(
+                "feature grouping",
+                KernelClass::Pointwise,
+                1,
+                (b * s * dim) as f64,
+                per_token,
+                per_token,
+                0.0,
+            );
+            g.linear(
+                "token projection",
+                KernelClass::Gemm,
+                1,
+                b * s,
+                dim,
+                h,
+                1,
+                false,
+            );
+            let shape = LayerShape {
+                hidden: h,
+                heads: t.heads,
+                kv_heads: t.heads,
+                ffn_hidden: t.ffn_hidden,
+                gated_ffn: false,
+                moe: None,
+            };
+            transformer_layers(&mut g, &shape, t.layers, b, s, s, w.precision.bytes());
+            g.split = Split::Replicated;
+            s * h
+        }
+    };
+    g.split = Split::Replicated;
+    let width = match w.moe {
+        None => mlp(&mut g, "top", b, top_in, &w.top_mlp),
+        Some(moe) => {
+            // The first top layer, then the pair after it as experts: a router picks
+            // top_k of them per sample; each expert takes its capacity of the routed
+            // samples (samples x top_k x capacity / experts); the rest of the MLP follows.
+            let first = mlp(&mut g, "top", b, top_in, &w.top_mlp[..1]);
+            let e = moe.experts;
+            g.linear("router", KernelClass::Gemm, 1, b, first, e, 1, false);
+            g.pointwise(
+                "router softmax and top-k",
+                KernelClass::Pointwise,
+                1,
+                (b * e) as f64,
+                1.0,
+                6.0,
+                1.0,
+            );
+            let per_expert =
+                ((b as f64 * moe.top_k as f64 * moe.capacity_factor) / e as f64).ceil() as u64;
+            let (up, down) = (w.top_mlp[1], w.top_mlp[2]);
+            g.split = Split::Expert;
+            g.linear(
+                "expert up",
+                KernelClass::Gemm,
+                e,
+                per_expert,
+                first,
+                up,
+                e,
+                false,
+            );
+            g.pointwise(
+                "expert activation",
+                KernelClass::Pointwise,
+                e,
+                (per_expert * up) as f64,
+                1.0,
+                1.0,
+                1.0,
+            );
+            g.linear(
+                "expert down",
+                KernelClass::Gemm,
+                e,
+                per_expert,
+                up,
+                down,
+                e,
+                false,
+            );
+            g.split = Split::Replicated;
+            g.pointwise(
+                "expert combine",
+                KernelClass::Pointwise,
+                1,
+                (b * down) as f64,
+                moe.top_k as f64,
+                2.0 * moe.top_k as f64,
+                moe.top_k as f64,
+            );
+            mlp(&mut g, "top tail", b, down, &w.top_mlp[3..])
+        }
+    };
+    g.pointwise(
+        "loss",
+        KernelClass::Pointwise,
+        1,
+        (b * width) as f64,
+        1.0,
+        5.0,
+        1.0,
+    );
+    let mut graph = g.finish(
+        w.name.clone(),
+        w.optimizer,
+        b as f64,
+        b as f64,
+        table_bytes,
+        0,
+        0.0,
+    );
+    graph.table_state_bytes = table_state;
+    graph.memory.optimizer_state_bytes += table_state;
+    graph
+}

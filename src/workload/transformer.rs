@@ -1,0 +1,471 @@
+//! Decoder-only transformer language models (GPT-3, LLaMA, Megatron; MAD Max Sec. 3): the
+//! layer lowering shared by training, fine-tuning, serving and DLRM feature transformers;
+//! mixture-of-experts feed-forward layers; grouped-query attention.
+
+use serde::Serialize;
+
+use super::graph::{Builder, Graph, KernelClass, Op, Phase, Position, Split};
+use super::{inference, Workload};
+use crate::config::raw::{MoeRaw, TransformerRaw};
+use crate::config::{Checker, ConfigError};
+use crate::domain::{Optimizer, Precision, Recompute};
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Transformer {
+    pub name: String,
+    pub hidden: u64,
+    pub layers: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub ffn_hidden: u64,
+    pub gated_ffn: bool,
+    pub sequence: u64,
+    pub vocab: u64,
+    pub global_batch: u64,
+    pub precision: Precision,
+    pub recompute: Recompute,
+    pub tie_embeddings: bool,
+    pub optimizer: Optimizer,
+    /// Inference instead of training.
+    pub inference: Option<inference::InferenceSpec>,
+    /// Mixture-of-experts feed-forward.
+    pub moe: Option<Moe>,
+    /// Fine-tuning: the last this-many layers (and the head) train, the rest are frozen.
+    pub trainable_layers: Option<u64>,
+}
+
+impl Transformer {
+    fn layer_shape(&self) -> LayerShape {
+        LayerShape {
+            hidden: self.hidden,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            ffn_hidden: self.ffn_hidden,
+            gated_ffn: self.gated_ffn,
+            moe: self.moe,
+        }
+    }
+}
+
+/// A mixture-of-experts feed-forward (GShard; Switch Transformer).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Moe {
+    pub experts: u64,
+    pub top_k: u64,
+    pub capacity_factor: f64,
+}
+
+/// One transformer layer's shape, shared by language models and DLRM feature interaction.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct LayerShape {
+    pub(super) hidden: u64,
+    pub(super) heads: u64,
+    pub(super) kv_heads: u64,
+    pub(super) ffn_hidden: u64,
+    pub(super) gated_ffn: bool,
+    pub(super) moe: Option<Moe>,
+}
+
+pub(super) fn transformer(
+    check: &Checker,
+    raw: TransformerRaw,
+    stem: String,
+) -> Result<Workload, ConfigError> {
+    let (hidden, heads) = hidden_and_heads(check, "", raw.hidden, raw.heads)?;
+    let kv_heads = check.positive_count("kv_heads", raw.kv_heads.unwrap_or(heads))?;
+    if heads % kv_heads != 0 {
+        return Err(ConfigError::invalid(
+            check.file,
+            "kv_heads",
+            kv_heads,
+            format!("a divisor of heads ({heads})"),
+        ));
+    }
+    Ok(Workload::Transformer(Transformer {
+        name: raw.name.unwrap_or(stem),
+        hidden,
+        layers: check.positive_count("layers", raw.layers)?,
+        heads,
+        kv_heads,
+        ffn_hidden: check.positive_count("ffn_hidden", raw.ffn_hidden)?,
+        gated_ffn: raw.gated_ffn,
+        sequence: check.positive_count("sequence", raw.sequence)?,
+        vocab: check.positive_count("vocab", raw.vocab)?,
+        global_batch: check.positive_count("global_batch", raw.global_batch)?,
+        precision: raw.precision,
+        recompute: raw.recompute,
+        tie_embeddings: raw.tie_embeddings,
+        optimizer: raw.optimizer,
+        trainable_layers: match raw.fine_tuning {
+            None => None,
+            Some(f) => {
+                let layers = raw.layers;
+                if f.trainable_layers > layers {
+                    return Err(ConfigError::invalid(
+                        check.file,
+                        "fine_tuning.trainable_layers",
+                        f.trainable_layers,
+                        format!("at most layers ({layers})"),
+                    ));
+                }
+                Some(f.trainable_layers)
+            }
+        },
+        moe: raw.moe.map(|m| moe(check, m)).transpose()?,
+        inference: match raw.inference {
+            None => None,
+            Some(i) => Some(inference::InferenceSpec {
+                batch: check.positive_count("inference.batch", i.batch)?,
+                prompt_tokens: check.positive_count("inference.prompt_tokens", i.prompt_tokens)?,
+                output_tokens: check.positive_count("inference.output_tokens", i.output_tokens)?,
+            }),
+        },
+    }))
+}
+
+/// Checks a layer width and its attention heads (`prefix` names the section).
+pub(super) fn hidden_and_heads(
+    check: &Checker,
+    prefix: &str,
+    hidden: u64,
+    heads: u64,
+) -> Result<(u64, u64), ConfigError> {
+    let hidden = check.positive_count(&format!("{prefix}hidden"), hidden)?;
+    let heads = check.positive_count(&format!("{prefix}heads"), heads)?;
+    if hidden % heads != 0 {
+        return Err(ConfigError::invalid(
+            check.file,
+            format!("{prefix}heads"),
+            heads,
+            format!("a divisor of {prefix}hidden ({hidden})"),
+        ));
+    }
+    Ok((hidden, heads))
+}
+
+/// Checks a mixture-of-experts section.
+pub(super) fn moe(check: &Checker, m: MoeRaw) -> Result<Moe, ConfigError> {
+    let experts = check.positive_count("moe.experts", m.experts)?;
+    let top_k = check.positive_count("moe.top_k", m.top_k)?;
+    if top_k > experts {
+        return Err(ConfigError::invalid(
+            check.file,
+            "moe.top_k",
+            top_k,
+            format!("at most moe.experts ({experts}): a token picks top_k of the experts"),
+        ));
+    }
+    let capacity_factor = match m.capacity_factor {
+        Some(c) => check.within("moe.capacity_factor", c, 1.0, 8.0)?,
+        None => 1.25, // Switch Transformer's default training capacity factor
+    };
+    Ok(Moe {
+        experts,
+        top_k,
+        capacity_factor,
+    })
+}
+
+/// Decoder-only transformer (GPT-style, pre-norm), Megatron's kernel decomposition.
+pub(super) fn transformer_graph(w: &Transformer) -> Graph {
+    let g = transformer_pass(w, w.global_batch, w.sequence, w.sequence);
+    match w.trainable_layers {
+        Some(k) => fine_tune(g, w.layers, k),
+        None => g,
+    }
+}
+
+/// Fine-tuning with the first `layers - trainable` layers and the embedding frozen: no
+/// backward work below the lowest trainable layer, no weight gradients, optimizer state or
+/// gradient traffic for frozen weights, no activations kept for frozen layers.
+pub(super) fn fine_tune(mut g: Graph, layers: u64, trainable: u64) -> Graph {
+    let share = trainable as f64 / layers.max(1) as f64;
+    let frozen_layers = g.parameters_by_position[Position::Layer as usize] * (1.0 - share);
+    let frozen = g.parameters_by_position[Position::Head as usize] + frozen_layers;
+    let all: f64 = g.parameters_by_position.iter().sum();
+    let trainable_share = if all > 0.0 { (all - frozen) / all } else { 0.0 };
+    g.kernels.retain_mut(|k| {
+        let backward = matches!(
+            k.phase,
+            Phase::Recompute | Phase::BackwardInput | Phase::BackwardWeight
+        );
+        match (backward, k.position) {
+            (true, Position::Head) => false,
+            (true, Position::Layer) => {
+                k.count = k.count / layers.max(1) * trainable;
+                k.count > 0
+            }
+            _ => true,
+        }
+    });
+    for k in g.kernels.iter_mut().filter(|k| k.phase == Phase::Update) {
+        if let Op::Stream {
+            read_bytes,
+            write_bytes,
+            flops,
+        } = &mut k.op
+        {
+            *read_bytes *= trainable_share;
+            *write_bytes *= trainable_share;
+            *flops *= trainable_share;
+        }
+    }
+    g.memory.gradients_bytes *= trainable_share;
+    g.memory.optimizer_state_bytes *= trainable_share;
+    g.memory.activations_bytes *= share;
+    g.memory.replicated_activations_bytes *= share;
+    g.trainable_share = trainable_share;
+    g.trainable_layers = trainable;
+    g
+}
+
+/// The transformer's kernels for `batch` sequences of `queries` new tokens each attending
+/// to `keys` positions: a training step (queries = keys = sequence), a prefill (the
+/// prompt), or one decode step (one query against the KV cache).
+pub(super) fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Graph {
+    let mut g = Builder::new(w.precision, w.recompute);
+    let bytes = w.precision.bytes();
+    let (s, h, l) = (queries, w.hidden, w.layers);
+    let tokens = batch * s;
+    let t = tokens as f64;
+
+    g.split = Split::Embedding;
+    g.embedding(
+        "token embedding",
+        t,
+        h as f64 * bytes,
+        t * h as f64 * bytes,
+        w.vocab as f64 * h as f64 * bytes,
+        0.0,
+        w.precision,
+    );
+    g.dense_parameters(w.vocab as f64 * h as f64);
+    g.set_in_layer(true);
+    g.split = Split::Replicated;
+    g.layer_input(t * h as f64 * bytes, l);
+    transformer_layers(&mut g, &w.layer_shape(), l, batch, s, keys, bytes);
+    // One final norm.
+    g.dense_parameters((2 * h) as f64);
+    g.set_in_layer(false);
+    layer_norm(&mut g, "final layer norm", 1, t * h as f64);
+    g.split = Split::Column;
+    g.linear("logits", KernelClass::Gemm, 1, tokens, h, w.vocab, 1, false);
+    g.split = Split::Sharded;
+    if w.tie_embeddings {
+        // The logits reuse the embedding matrix: count its parameters once.
+        g.dense_parameters(-(w.vocab as f64 * h as f64));
+    }
+    g.pointwise(
+        "softmax cross-entropy",
+        KernelClass::Pointwise,
+        1,
+        t * w.vocab as f64,
+        1.0,
+        5.0,
+        1.0,
+    );
+    g.finish(
+        w.name.clone(),
+        w.optimizer,
+        batch as f64,
+        t,
+        0.0,
+        l,
+        t * h as f64 * bytes,
+    )
+}
+
+/// `l` transformer layers over `batch` sequences of `s` queries attending to `keys` keys:
+/// norms, attention, residuals and the (dense or mixture-of-experts) feed-forward.
+pub(super) fn transformer_layers(
+    g: &mut Builder,
+    w: &LayerShape,
+    l: u64,
+    batch: u64,
+    s: u64,
+    keys: u64,
+    bytes: f64,
+) {
+    let h = w.hidden;
+    let tokens = batch * s;
+    let t = tokens as f64;
+    let head_dim = h / w.heads;
+    let kv = w.kv_heads * head_dim;
+    layer_norm(g, "layer norm (attention)", l, t * h as f64);
+    g.split = Split::Column;
+    g.linear(
+        "qkv projection",
+        KernelClass::Gemm,
+        l,
+        tokens,
+        h,
+        h + 2 * kv,
+        l,
+        true,
+    );
+    let bh = batch * w.heads;
+    // Scores need Q (every head) and K (one per key/value head); the context needs the
+    // softmax output (kept by the softmax) and V (one per key/value head).
+    let q_bytes = t * h as f64 * bytes;
+    let kv_bytes = (batch * keys) as f64 * kv as f64 * bytes;
+    g.split = Split::Sharded;
+    g.batched(
+        "attention scores",
+        KernelClass::Attention,
+        l,
+        bh,
+        s,
+        head_dim,
+        keys,
+        q_bytes + kv_bytes,
+    );
+    let scores = bh as f64 * (s * keys) as f64;
+    g.pointwise(
+        "attention softmax",
+        KernelClass::Attention,
+        l,
+        scores,
+        1.0,
+        5.0,
+        1.0,
+    );
+    g.batched(
+        "attention context",
+        KernelClass::Attention,
+        l,
+        bh,
+        s,
+        keys,
+        head_dim,
+        kv_bytes,
+    );
+    g.split = Split::Row;
+    g.linear(
+        "attention output",
+        KernelClass::Gemm,
+        l,
+        tokens,
+        h,
+        h,
+        l,
+        true,
+    );
+    g.split = Split::Replicated;
+    g.pointwise(
+        "residual add (attention)",
+        KernelClass::Pointwise,
+        l,
+        t * h as f64,
+        2.0,
+        1.0,
+        0.0,
+    );
+    layer_norm(g, "layer norm (mlp)", l, t * h as f64);
+    match w.moe {
+        None => feed_forward(
+            g,
+            w,
+            "mlp",
+            l,
+            tokens,
+            [Split::Column, Split::Sharded, Split::Row],
+        ),
+        Some(moe) => {
+            // The router scores every token against every expert, then each expert takes
+            // its capacity of the routed tokens: tokens x top_k x capacity / experts.
+            g.split = Split::Replicated;
+            g.linear(
+                "router",
+                KernelClass::Gemm,
+                l,
+                tokens,
+                h,
+                moe.experts,
+                l,
+                true,
+            );
+            g.pointwise(
+                "router softmax and top-k",
+                KernelClass::Pointwise,
+                l,
+                t * moe.experts as f64,
+                1.0,
+                6.0,
+                1.0,
+            );
+            let e = moe.experts;
+            let per_expert =
+                ((t * moe.top_k as f64 * moe.capacity_factor) / e as f64).ceil() as u64;
+            feed_forward(g, w, "expert", l * e, per_expert.max(1), [Split::Expert; 3]);
+        }
+    }
+    g.split = Split::Replicated;
+    g.pointwise(
+        "residual add (mlp)",
+        KernelClass::Pointwise,
+        l,
+        t * h as f64,
+        2.0,
+        1.0,
+        0.0,
+    );
+    // Two norm scales (and shifts) per layer.
+    g.dense_parameters((4 * h * l) as f64);
+}
+
+/// A layer norm over `elements`, `count` times (statistics, scale and shift: ~8 FLOPs per
+/// element, input kept for the backward).
+pub(super) fn layer_norm(g: &mut Builder, name: &str, count: u64, elements: f64) {
+    g.pointwise(name, KernelClass::Pointwise, count, elements, 1.0, 8.0, 1.0);
+}
+
+/// A transformer feed-forward, `count` times over `m` tokens: up projection (two for a
+/// gated one), activation, down projection, split for tensor parallelism as `splits` says.
+pub(super) fn feed_forward(
+    g: &mut Builder,
+    w: &LayerShape,
+    name: &str,
+    count: u64,
+    m: u64,
+    splits: [Split; 3],
+) {
+    let (h, f) = (w.hidden, w.ffn_hidden);
+    let up = if w.gated_ffn { 2 * f } else { f };
+    let (act, inputs) = if w.gated_ffn {
+        ("swiglu", 2.0)
+    } else {
+        ("gelu", 1.0)
+    };
+    g.split = splits[0];
+    g.linear(
+        &format!("{name} up"),
+        KernelClass::Gemm,
+        count,
+        m,
+        h,
+        up,
+        count,
+        true,
+    );
+    g.split = splits[1];
+    g.pointwise(
+        act,
+        KernelClass::Pointwise,
+        count,
+        m as f64 * f as f64,
+        inputs,
+        8.0,
+        inputs,
+    );
+    g.split = splits[2];
+    g.linear(
+        &format!("{name} down"),
+        KernelClass::Gemm,
+        count,
+        m,
+        f,
+        h,
+        count,
+        true,
+    );
+}
