@@ -47,13 +47,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let network = system.network(&arch, devices)?;
     let strategy = load_strategy(args.strategy, &system, devices)?;
     super::check_precision(&workload_file, &workload, &arch)?;
-    if let Workload::Transformer(
-        t @ stackflow::workload::Transformer {
-            inference: Some(spec),
-            ..
-        },
-    ) = &workload
-    {
+    if let Some((t, spec)) = workload.serving() {
         let p = predict_inference(t, spec, &arch, &network, &strategy)?;
         let carbon = args.carbon.map(|r| r.kg_per_joule() * p.joules_per_token);
         if args.json {

@@ -351,13 +351,7 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
             let graph = wl.graph();
             let mut evaluator = Evaluator::new(&architecture);
             check_precision(&workload_file, &wl, &architecture)?;
-            if let Workload::Transformer(
-                t @ stackflow::workload::Transformer {
-                    inference: Some(spec),
-                    ..
-                },
-            ) = &wl
-            {
+            if let Some((t, spec)) = wl.serving() {
                 let p = evaluator.predict_inference(t, spec, &architecture.violations);
                 if json {
                     println!("{}", serde_json::to_string_pretty(&p)?);

@@ -34,22 +34,13 @@ pub(super) fn fit(workload: &Workload, s: &Strategy, devices: u64) -> Result<Fit
         message,
     };
     s.check_devices(devices).map_err(|e| fail(e.message))?;
-    if let Workload::Transformer(t) = workload {
-        if t.inference.is_some() {
-            return Err(fail(
-                "a serving workload (inference:): use distributed::predict_inference".into(),
-            ));
-        }
+    if workload.serving().is_some() {
+        return Err(fail(
+            "a serving workload (inference:): use distributed::predict_inference".into(),
+        ));
     }
-    let graph = match (workload, s.recompute) {
-        (Workload::Transformer(t), Some(r)) => {
-            let mut t = t.clone();
-            t.recompute = r;
-            Workload::Transformer(t).graph()
-        }
-        _ => workload.graph(),
-    };
-    check_model_split(workload, &graph, s).map_err(fail)?;
+    let graph = workload.graph_with(s.recompute);
+    check_model_split(&graph, s).map_err(fail)?;
     let (micro_batch, micro_batches) = split_batch(&graph, s).map_err(fail)?;
     let f_tok = micro_batch as f64 / graph.samples;
     Ok(Fit {
@@ -62,7 +53,7 @@ pub(super) fn fit(workload: &Workload, s: &Strategy, devices: u64) -> Result<Fit
 
 /// Pipeline stages need repeated layers that split evenly; tensor parallelism needs
 /// column/row layers; expert parallelism needs experts that split evenly.
-fn check_model_split(workload: &Workload, graph: &Graph, s: &Strategy) -> Result<(), String> {
+fn check_model_split(graph: &Graph, s: &Strategy) -> Result<(), String> {
     let (p, v) = (s.pipeline, s.interleave);
     if p > 1 {
         if graph.layers == 0 {
@@ -87,11 +78,7 @@ fn check_model_split(workload: &Workload, graph: &Graph, s: &Strategy) -> Result
         );
     }
     if s.expert > 1 {
-        let experts = match workload {
-            Workload::Transformer(t) => t.moe.map_or(1, |m| m.experts),
-            Workload::Dlrm(d) => d.moe.map_or(1, |m| m.experts),
-            _ => 1,
-        };
+        let experts = graph.experts;
         if experts == 1 {
             return Err(
                 "the workload has no experts to spread (expert parallelism e > 1); give a \

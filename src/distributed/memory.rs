@@ -8,7 +8,6 @@ use crate::generator::Architecture;
 use crate::parallel::strategy::{KernelSplit, Strategy};
 use crate::parallel::Axis;
 use crate::violation::Violation;
-use crate::workload::{optimizer_state_bytes, Workload};
 
 /// Bytes one device of the fullest stage holds, and the weight shares the timeline needs.
 pub(super) struct Footprint {
@@ -46,13 +45,7 @@ impl Footprint {
 }
 
 /// The footprint of the fullest device of `stages` under `s`.
-pub(super) fn footprint(
-    workload: &Workload,
-    fit: &Fit,
-    s: &Strategy,
-    stages: &[StageWork],
-    devices: u64,
-) -> Footprint {
+pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: u64) -> Footprint {
     let graph = &fit.graph;
     let p = s.pipeline;
     let degrees = s.degrees();
@@ -69,12 +62,7 @@ pub(super) fn footprint(
             1.0
         };
     let bytes = graph.kernels.first().map_or(2.0, |k| k.precision.bytes());
-    let (opt_state, optimizer) = match workload {
-        Workload::LstmLm(w) => (optimizer_state_bytes(w.optimizer, w.precision), true),
-        Workload::Transformer(w) => (optimizer_state_bytes(w.optimizer, w.precision), true),
-        Workload::Dlrm(w) => (optimizer_state_bytes(w.optimizer, w.precision), true),
-        Workload::Gemm(_) => (0.0, false),
-    };
+    let (opt_state, optimizer) = (graph.optimizer_state_per_parameter_bytes, graph.trains);
     // Experts are split over the expert-parallel group, not the model-parallel one.
     let expert_stage = graph.expert_parameters / p as f64;
     let expert_params = expert_stage / (s.expert * s.tensor) as f64;

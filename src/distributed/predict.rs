@@ -62,7 +62,7 @@ impl Plan {
                 )
             })
             .collect();
-        let memory = memory::footprint(workload, &fit, s, &stages, net.devices);
+        let memory = memory::footprint(&fit, s, &stages, net.devices);
         let violations = memory::violations(arch, &memory, net.devices);
         Ok(Plan {
             strategy: *s,

@@ -413,6 +413,7 @@ pub(super) fn dlrm_graph(w: &Dlrm) -> Graph {
         0.0,
     );
     graph.table_state_bytes = table_state;
+    graph.experts = w.moe.map_or(1, |m| m.experts);
     graph.memory.optimizer_state_bytes += table_state;
     graph
 }

@@ -49,5 +49,8 @@ pub(super) fn gemm_graph(g: &Gemm) -> Graph {
         table_state_bytes: 0.0,
         trainable_share: 1.0,
         trainable_layers: 0,
+        trains: false,
+        optimizer_state_per_parameter_bytes: 0.0,
+        experts: 1,
     }
 }

@@ -209,6 +209,13 @@ pub struct Graph {
     /// Optimizer state of sparse embedding tables (sharded with the tables; also counted
     /// in `memory.optimizer_state_bytes`).
     pub table_state_bytes: f64,
+    /// Whether the graph trains (has gradients and an optimizer step); a lone GEMM does not.
+    pub trains: bool,
+    /// Optimizer state per trained dense parameter, bytes (mixed-precision master copy and
+    /// moments).
+    pub optimizer_state_per_parameter_bytes: f64,
+    /// Mixture-of-experts experts per expert layer (1 without experts).
+    pub experts: u64,
 }
 
 impl Graph {
@@ -643,6 +650,9 @@ impl Builder {
             trainable_share: 1.0,
             trainable_layers: layers,
             table_state_bytes: 0.0,
+            trains: true,
+            optimizer_state_per_parameter_bytes: state,
+            experts: 1,
         }
     }
 }

@@ -35,7 +35,7 @@ pub use graph::{
 
 use crate::config::raw::{GemmRaw, WorkloadHeader};
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
-use crate::domain::Precision;
+use crate::domain::{Precision, Recompute};
 pub use dlrm::{Dlrm, FeatureTransformer, TableGroup};
 pub use gemm::Gemm;
 pub use lstm::Lstm;
@@ -112,6 +112,27 @@ impl Workload {
             Workload::LstmLm(w) => vec![("precision", w.precision)],
             Workload::Transformer(w) => vec![("precision", w.precision)],
             Workload::Dlrm(w) => vec![("precision", w.precision)],
+        }
+    }
+
+    /// The served model and its batch, for a transformer with an `inference:` section.
+    pub fn serving(&self) -> Option<(&Transformer, &inference::InferenceSpec)> {
+        match self {
+            Workload::Transformer(t) => t.inference.as_ref().map(|spec| (t, spec)),
+            _ => None,
+        }
+    }
+
+    /// Lowers the workload to its kernels with activation recomputation `recompute` where
+    /// the kind has the choice (transformers); other kinds lower as they are.
+    pub fn graph_with(&self, recompute: Option<Recompute>) -> Graph {
+        match (self, recompute) {
+            (Workload::Transformer(t), Some(r)) => {
+                let mut t = t.clone();
+                t.recompute = r;
+                transformer_graph(&t)
+            }
+            _ => self.graph(),
         }
     }
 

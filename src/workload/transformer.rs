@@ -168,7 +168,8 @@ pub(super) fn moe(check: &Checker, m: MoeRaw) -> Result<Moe, ConfigError> {
 
 /// Decoder-only transformer (GPT-style, pre-norm), Megatron's kernel decomposition.
 pub(super) fn transformer_graph(w: &Transformer) -> Graph {
-    let g = transformer_pass(w, w.global_batch, w.sequence, w.sequence);
+    let mut g = transformer_pass(w, w.global_batch, w.sequence, w.sequence);
+    g.experts = w.moe.map_or(1, |m| m.experts);
     match w.trainable_layers {
         Some(k) => fine_tune(g, w.layers, k),
         None => g,
