@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::budget::Budget;
 use crate::config::raw::OperandTile;
 use crate::config::{ConfigError, Source};
-use crate::domain::{Dataflow, McuShape, Precision, Scope, Topology};
+use crate::domain::{Component, Dataflow, McuShape, Precision, Scope, Topology};
 use crate::tech::{ComputeTech, DramTech, LinkTech, SramTech, TechLibrary};
 use crate::template::Template;
 
@@ -224,7 +224,7 @@ impl Design {
             });
         }
 
-        let network = |key: &str, path: &str, net: &Option<crate::template::Network>| {
+        let network = |key: Component, path: &str, net: &Option<crate::template::Network>| {
             net.as_ref()
                 .map(|n| {
                     lookup(
@@ -238,20 +238,20 @@ impl Design {
                         technology: n.technology.clone(),
                         topology: n.topology.clone(),
                         tech: tech.links[&n.technology].clone(),
-                        area_share: budget.area_shares[key],
-                        power_share: budget.power_shares[key],
-                        perimeter_share: budget.perimeter_shares[key],
+                        area_share: budget.area_shares[key.name()],
+                        power_share: budget.power_shares[key.name()],
+                        perimeter_share: budget.perimeter_shares[key.name()],
                     })
                 })
                 .transpose()
         };
         let intra_package = network(
-            "intra_package",
+            Component::IntraPackage,
             "package.intra_package",
             &template.package.intra_package,
         )?;
         let inter_package = network(
-            "inter_package",
+            Component::InterPackage,
             "system.inter_package",
             &template.system.inter_package,
         )?;
@@ -278,8 +278,8 @@ impl Design {
                 kernel_launch_s: c.kernel_launch_s,
                 sparse_cores: c.sparse_cores,
                 unit,
-                area_share: budget.area_shares["core"],
-                power_share: budget.power_shares["core"],
+                area_share: budget.area_shares[Component::Core.name()],
+                power_share: budget.power_shares[Component::Core.name()],
             },
             levels,
             intra_package,
@@ -295,12 +295,16 @@ fn check_shares(
     budget: &Budget,
     path: &str,
     shares: &BTreeMap<String, f64>,
-    components: &[String],
+    components: &[Component],
     template: &Template,
 ) -> Result<(), ConfigError> {
-    let list = components.join(", ");
+    let list = components
+        .iter()
+        .map(Component::name)
+        .collect::<Vec<_>>()
+        .join(", ");
     for name in shares.keys() {
-        if !components.contains(name) {
+        if !components.iter().any(|c| c.name() == name) {
             return Err(ConfigError::invalid(
                 &budget.file,
                 format!("{path}.{name}"),
@@ -312,7 +316,7 @@ fn check_shares(
             ));
         }
     }
-    for name in components {
+    for name in components.iter().map(Component::name) {
         if !shares.contains_key(name) {
             return Err(ConfigError::invalid(
                 &budget.file,

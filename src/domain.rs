@@ -3,7 +3,65 @@
 //! them all (below [`crate::config`], whose raw files deserialize into these types
 //! directly). It imports nothing from the crate.
 
-use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use serde::{Deserialize, Serialize, Serializer};
+
+/// A component of a design that takes a share of the area, power or perimeter budget
+/// (DeepFlow Sec. 4.3). Written by its name in budget files and reports.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Component {
+    /// The compute units.
+    Core,
+    /// A memory level, by its template name (`l0`, `l2`, `dram`, ...).
+    Memory(String),
+    /// The network between the accelerators of a package.
+    IntraPackage,
+    /// The network between packages.
+    InterPackage,
+}
+
+impl Component {
+    /// The names a memory level may not take.
+    pub const RESERVED: [&'static str; 3] = ["core", "intra_package", "inter_package"];
+
+    /// The name budget files and reports use.
+    pub fn name(&self) -> &str {
+        match self {
+            Component::Core => "core",
+            Component::Memory(name) => name,
+            Component::IntraPackage => "intra_package",
+            Component::InterPackage => "inter_package",
+        }
+    }
+
+    /// The component a budget file names (any other name is a memory level's).
+    pub fn from_name(name: &str) -> Component {
+        match name {
+            "core" => Component::Core,
+            "intra_package" => Component::IntraPackage,
+            "inter_package" => Component::InterPackage,
+            level => Component::Memory(level.to_string()),
+        }
+    }
+
+    /// Whether it is one of the two networks.
+    pub fn is_network(&self) -> bool {
+        matches!(self, Component::IntraPackage | Component::InterPackage)
+    }
+}
+
+impl fmt::Display for Component {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for Component {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
 
 /// Number format of a workload's tensors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]

@@ -11,10 +11,7 @@ use serde::Serialize;
 
 use crate::config::raw::{self, OperandTile, TemplateFile};
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
-use crate::domain::{Dataflow, McuShape, Precision, Scope, Topology};
-
-/// Reserved budget component names that a memory level may not take.
-pub const RESERVED_NAMES: [&str; 3] = ["core", "intra_package", "inter_package"];
+use crate::domain::{Component, Dataflow, McuShape, Precision, Scope, Topology};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Template {
@@ -134,12 +131,15 @@ impl Template {
         }
         let mut seen = BTreeSet::new();
         for (i, level) in raw.memory.iter().enumerate() {
-            if RESERVED_NAMES.contains(&level.name.as_str()) || level.name.is_empty() {
+            if Component::RESERVED.contains(&level.name.as_str()) || level.name.is_empty() {
                 return Err(ConfigError::invalid(
                     file,
                     format!("memory[{i}].name"),
                     &level.name,
-                    format!("a non-empty name other than {}", RESERVED_NAMES.join(", ")),
+                    format!(
+                        "a non-empty name other than {}",
+                        Component::RESERVED.join(", ")
+                    ),
                 ));
             }
             if !seen.insert(level.name.clone()) {
@@ -221,27 +221,32 @@ impl Template {
     }
 
     /// Names of the components a budget must share area and power between.
-    pub fn budget_components(&self) -> Vec<String> {
-        let mut names = vec!["core".to_string()];
-        names.extend(self.memory.iter().map(|l| l.name.clone()));
-        names.extend(self.network_names().iter().map(|s| s.to_string()));
+    pub fn budget_components(&self) -> Vec<Component> {
+        let mut names = vec![Component::Core];
+        names.extend(
+            self.memory
+                .iter()
+                .map(|l| Component::Memory(l.name.clone())),
+        );
+        names.extend(self.networks());
         names
     }
 
     /// Names of the components a budget must share the die perimeter between.
-    pub fn perimeter_components(&self) -> Vec<String> {
-        let mut names = vec![self.main_memory().name.clone()];
-        names.extend(self.network_names().iter().map(|s| s.to_string()));
+    pub fn perimeter_components(&self) -> Vec<Component> {
+        let mut names = vec![Component::Memory(self.main_memory().name.clone())];
+        names.extend(self.networks());
         names
     }
 
-    fn network_names(&self) -> Vec<&'static str> {
+    /// The networks the template has.
+    pub fn networks(&self) -> Vec<Component> {
         let mut names = Vec::new();
         if self.package.intra_package.is_some() {
-            names.push("intra_package");
+            names.push(Component::IntraPackage);
         }
         if self.system.inter_package.is_some() {
-            names.push("inter_package");
+            names.push(Component::InterPackage);
         }
         names
     }

@@ -180,7 +180,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         .enumerate()
         .map(|(i, s)| ShareReport {
             resource: s.resource,
-            component: s.component.clone(),
+            component: s.component.to_string(),
             initial: initial[i],
             best: result.best[i],
             best_amount: result.best[i]
@@ -466,7 +466,7 @@ fn budget_file(dir: &Path, problem: &BudgetProblem, design: &Design) -> anyhow::
             Resource::Power => &mut power,
             Resource::Perimeter => &mut perimeter,
         };
-        map.insert(s.component.clone(), v);
+        map.insert(s.component.to_string(), v);
     }
     Ok(BudgetFile {
         version: 1,

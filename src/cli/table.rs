@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use stackflow::design::Design;
+use stackflow::domain::Component;
 use stackflow::generator::{Architecture, Bound, Usage};
 
 pub fn si(value: f64, unit: &str) -> String {
@@ -89,7 +90,7 @@ pub fn render(design: &Design, a: &Architecture) -> String {
     let _ = writeln!(
         s,
         "{:<14} {:<34} {:>16} {:>16} {:>14}  {}",
-        "core",
+        Component::Core.name(),
         format!(
             "{} MCU/{} bundles {:.3} V {}",
             c.mcus,
@@ -137,8 +138,8 @@ pub fn render(design: &Design, a: &Architecture) -> String {
         bounds(&m.bounds)
     );
     for (name, n) in [
-        ("intra_package", &a.intra_package),
-        ("inter_package", &a.inter_package),
+        (Component::IntraPackage.name(), &a.intra_package),
+        (Component::InterPackage.name(), &a.inter_package),
     ] {
         if let Some(n) = n {
             let _ = writeln!(

@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 
 use crate::config::raw::OperandTile;
 use crate::design::{Design, LevelTech, NetworkDesign};
-use crate::domain::{Dataflow, McuShape, Precision, Scope, Topology};
+use crate::domain::{Component, Dataflow, McuShape, Precision, Scope, Topology};
 use crate::tech::{DramTech, SramTech};
 use crate::violation::Violation;
 
@@ -340,8 +340,8 @@ pub fn generate(design: &Design) -> Architecture {
             });
         }
     };
-    check("core", "mm2", &core.area_mm2);
-    check("core", "W", &core.power_w);
+    check(Component::Core.name(), "mm2", &core.area_mm2);
+    check(Component::Core.name(), "W", &core.power_w);
     for l in &on_chip {
         check(&l.name, "mm2", &l.area_mm2);
         check(&l.name, "W", &l.power_w);
@@ -361,13 +361,13 @@ pub fn generate(design: &Design) -> Architecture {
         &main_memory.perimeter_mm,
     );
     for (name, n) in [
-        ("intra_package", &intra_package),
-        ("inter_package", &inter_package),
+        (Component::IntraPackage, &intra_package),
+        (Component::InterPackage, &inter_package),
     ] {
         if let Some(n) = n {
-            check(name, "mm2", &n.area_mm2);
-            check(name, "W", &n.power_w);
-            check(name, "mm of perimeter", &n.perimeter_mm);
+            check(name.name(), "mm2", &n.area_mm2);
+            check(name.name(), "W", &n.power_w);
+            check(name.name(), "mm of perimeter", &n.perimeter_mm);
             area_used += n.area_mm2.used;
             power_used += n.power_w.used;
             perimeter_used += n.perimeter_mm.used;

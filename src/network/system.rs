@@ -13,7 +13,7 @@ use crate::budget::Budget;
 use crate::config::raw::SystemFile;
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
 use crate::design::{Design, DesignFiles};
-use crate::domain::Topology;
+use crate::domain::{Component, Topology};
 use crate::generator::Architecture;
 use crate::tech::TechLibrary;
 use crate::template::check_topology;
@@ -23,7 +23,7 @@ use crate::template::check_topology;
 #[serde(tag = "from", rename_all = "snake_case")]
 pub enum LinkSource {
     /// The generated accelerator's `intra_package` or `inter_package` network.
-    Network { name: String },
+    Network { name: Component },
     /// A link family of the accelerator's technology library, `lanes` per device; its
     /// rate is resolved from the library when the system is loaded.
     Technology {
@@ -164,7 +164,8 @@ impl System {
             }
             let source = match (f.network, f.technology, f.lanes_per_device) {
                 (Some(n), None, None) => {
-                    if n != "intra_package" && n != "inter_package" {
+                    let name = Component::from_name(&n);
+                    if !name.is_network() {
                         return Err(ConfigError::invalid(
                             file,
                             path("network"),
@@ -172,7 +173,7 @@ impl System {
                             "intra_package or inter_package (a network of the accelerator)",
                         ));
                     }
-                    LinkSource::Network { name: n }
+                    LinkSource::Network { name }
                 }
                 (None, Some(t), Some(l)) => LinkSource::Technology {
                     name: t,
@@ -375,8 +376,8 @@ impl System {
             let size = f.size.unwrap_or(outer);
             let (egress, hop) = match &f.source {
                 LinkSource::Network { name } => {
-                    let n = match name.as_str() {
-                        "intra_package" => arch.intra_package.as_ref(),
+                    let n = match name {
+                        Component::IntraPackage => arch.intra_package.as_ref(),
                         _ => arch.inter_package.as_ref(),
                     };
                     let n = n.ok_or_else(|| {

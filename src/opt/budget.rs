@@ -13,6 +13,7 @@ use serde::Serialize;
 use super::problem::{with_shares, BudgetProblem, Evaluation, Resource, Share};
 use super::solver::ProjectedGradient;
 use super::Progress;
+use crate::domain::Component;
 use crate::error::ModelError;
 use crate::generator::generate;
 
@@ -256,7 +257,7 @@ impl argmin::core::Gradient for Shared<'_> {
 /// Marginal value of one more unit of a resource for one component at a design point.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Sensitivity {
-    pub component: String,
+    pub component: Component,
     pub resource: Resource,
     pub unit: &'static str,
     /// Change of the time per iteration per extra unit (negative: the unit helps).
@@ -338,15 +339,15 @@ fn time_of(problem: &BudgetProblem, design: &crate::design::Design) -> f64 {
 
 /// The generator's binding limits of a component, as "quantity: limit".
 fn bound_by(arch: &crate::generator::Architecture, share: &Share) -> Vec<String> {
-    let bounds = match share.component.as_str() {
-        "core" => Some(&arch.core.bounds),
-        "intra_package" => arch.intra_package.as_ref().map(|n| &n.bounds),
-        "inter_package" => arch.inter_package.as_ref().map(|n| &n.bounds),
-        name if name == arch.main_memory.name => Some(&arch.main_memory.bounds),
-        name => arch
+    let bounds = match &share.component {
+        Component::Core => Some(&arch.core.bounds),
+        Component::IntraPackage => arch.intra_package.as_ref().map(|n| &n.bounds),
+        Component::InterPackage => arch.inter_package.as_ref().map(|n| &n.bounds),
+        Component::Memory(name) if *name == arch.main_memory.name => Some(&arch.main_memory.bounds),
+        Component::Memory(name) => arch
             .on_chip
             .iter()
-            .find(|l| l.name == name)
+            .find(|l| l.name == *name)
             .map(|l| &l.bounds),
     };
     bounds

@@ -13,6 +13,7 @@ use super::simplex::{SimplexGroup, Simplices};
 use crate::config::{parse_yaml, Checker, ConfigError};
 use crate::design::Design;
 use crate::distributed::{predict, DistPrediction};
+use crate::domain::Component;
 use crate::error::ModelError;
 use crate::generator::{generate, Architecture};
 use crate::network::Network;
@@ -61,15 +62,21 @@ impl fmt::Display for Resource {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Share {
     pub resource: Resource,
-    pub component: String,
+    pub component: Component,
 }
 
 /// The components of a design that take a share of each resource, in parameter order.
 pub fn layout(design: &Design) -> Vec<Share> {
     let mut out = Vec::new();
-    let networks: Vec<&str> = [
-        design.intra_package.as_ref().map(|_| "intra_package"),
-        design.inter_package.as_ref().map(|_| "inter_package"),
+    let networks: Vec<Component> = [
+        design
+            .intra_package
+            .as_ref()
+            .map(|_| Component::IntraPackage),
+        design
+            .inter_package
+            .as_ref()
+            .map(|_| Component::InterPackage),
     ]
     .into_iter()
     .flatten()
@@ -77,31 +84,31 @@ pub fn layout(design: &Design) -> Vec<Share> {
     for resource in [Resource::Area, Resource::Power] {
         out.push(Share {
             resource,
-            component: "core".into(),
+            component: Component::Core,
         });
         for l in &design.levels {
             out.push(Share {
                 resource,
-                component: l.name.clone(),
+                component: Component::Memory(l.name.clone()),
             });
         }
         for n in &networks {
             out.push(Share {
                 resource,
-                component: n.to_string(),
+                component: n.clone(),
             });
         }
     }
     if let Some(main) = design.levels.last() {
         out.push(Share {
             resource: Resource::Perimeter,
-            component: main.name.clone(),
+            component: Component::Memory(main.name.clone()),
         });
     }
     for n in &networks {
         out.push(Share {
             resource: Resource::Perimeter,
-            component: n.to_string(),
+            component: n.clone(),
         });
     }
     out
@@ -132,13 +139,13 @@ fn share_mut<'a>(d: &'a mut Design, s: &Share) -> &'a mut f64 {
         Resource::Power => power,
         Resource::Perimeter => perimeter,
     };
-    match s.component.as_str() {
-        "core" => match s.resource {
+    match &s.component {
+        Component::Core => match s.resource {
             Resource::Area => &mut d.core.area_share,
             _ => &mut d.core.power_share,
         },
-        "intra_package" | "inter_package" => {
-            let n = if s.component == "intra_package" {
+        Component::IntraPackage | Component::InterPackage => {
+            let n = if s.component == Component::IntraPackage {
                 d.intra_package.as_mut()
             } else {
                 d.inter_package.as_mut()
@@ -150,11 +157,11 @@ fn share_mut<'a>(d: &'a mut Design, s: &Share) -> &'a mut f64 {
                 &mut n.perimeter_share,
             )
         }
-        name => {
+        Component::Memory(name) => {
             let l = d
                 .levels
                 .iter_mut()
-                .find(|l| l.name == name)
+                .find(|l| &l.name == name)
                 .expect("layout lists only the design's levels");
             pick(
                 &mut l.area_share,
@@ -215,10 +222,10 @@ pub fn feasible_set(
             .filter(|&i| layout[i].resource == resource)
             .collect();
         for name in given.keys() {
-            if !indices.iter().any(|&i| &layout[i].component == name) {
+            if !indices.iter().any(|&i| layout[i].component.name() == name) {
                 let valid: Vec<&str> = indices
                     .iter()
-                    .map(|&i| layout[i].component.as_str())
+                    .map(|&i| layout[i].component.name())
                     .collect();
                 return Err(ConfigError::invalid(
                     file,
@@ -233,7 +240,7 @@ pub fn feasible_set(
         }
         let (mut lower, mut upper) = (Vec::new(), Vec::new());
         for &i in &indices {
-            let name = &layout[i].component;
+            let name = layout[i].component.name();
             let path = |k: &str| format!("{resource}.{name}.{k}");
             let (lo, hi) = match given.get(name) {
                 None => (0.0, 1.0),
