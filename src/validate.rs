@@ -183,77 +183,83 @@ fn within(predicted: f64, measured: f64, tolerance: f64) -> (f64, String, bool) 
     )
 }
 
-/// Runs every case of the index at `path` (read from `source`).
-pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
-    let file = path.display().to_string();
-    let index: CasesFile = parse_yaml(&file, &source.read(path)?)?;
-    crate::config::Checker { file: &file }.version(index.version)?;
-    let ctx = Ctx {
-        source,
-        base: path.to_path_buf(),
-    };
-    let mut cases = Vec::new();
-    let mut groups = Vec::new();
-    for c in &index.cases {
-        let mut push = |measured: f64,
-                        predicted: f64,
-                        unit: &str,
-                        error: f64,
-                        tol: String,
-                        within: bool,
-                        suffix: &str| {
-            cases.push(CaseResult {
-                id: c.id.clone(),
-                name: format!("{}{suffix}", c.name),
-                source: c.source.clone(),
-                measured,
-                predicted,
-                unit: unit.to_string(),
-                error,
-                tolerance: tol,
-                within,
-                known_gap: c.known_gap.clone(),
-            })
-        };
-        match &c.run {
+/// One replayed measurement before it is named after its case.
+struct Point {
+    measured: f64,
+    predicted: f64,
+    unit: &'static str,
+    error: f64,
+    tolerance: String,
+    within: bool,
+    /// Appended to the case's name (which row or configuration).
+    suffix: String,
+}
+
+impl Point {
+    /// A point judged by relative error against `tolerance` (a fraction).
+    fn relative(measured: f64, predicted: f64, unit: &'static str, tolerance: f64) -> Point {
+        let (error, tolerance, within) = within(predicted, measured, tolerance);
+        Point {
+            measured,
+            predicted,
+            unit,
+            error,
+            tolerance,
+            within,
+            suffix: String::new(),
+        }
+    }
+
+    fn named(mut self, suffix: String) -> Point {
+        self.suffix = suffix;
+        self
+    }
+}
+
+/// A group of points of which at least `min_within` must pass: (passed, of, at least).
+type Group = (usize, usize, usize);
+
+impl Ctx {
+    /// Replays one case's run: its points, and its group when it passes as a group.
+    fn replay(&self, run: &Run) -> Result<(Vec<Point>, Option<Group>), ModelError> {
+        let one = |p: Point| Ok((vec![p], None));
+        match run {
             Run::TrainDays {
                 run,
                 tokens,
                 measured,
                 tolerance,
             } => {
-                let p = ctx.train(run)?;
+                let p = self.train(run)?;
                 let days = tokens / p.tokens_per_s / 86400.0;
-                let (e, tol, ok) = within(days, *measured, *tolerance);
-                push(*measured, days, "days", e, tol, ok, "");
+                one(Point::relative(*measured, days, "days", *tolerance))
             }
             Run::SerializedMs {
                 run,
                 measured,
                 tolerance,
             } => {
-                let p = ctx.train(run)?;
+                let p = self.train(run)?;
                 let ms = p.serialized_time_s * 1e3;
-                let (e, tol, ok) = within(ms, *measured, *tolerance);
-                push(*measured, ms, "ms", e, tol, ok, "");
+                one(Point::relative(*measured, ms, "ms", *tolerance))
             }
             Run::ExposedPercent {
                 run,
                 measured,
                 tolerance_points,
             } => {
-                let p = ctx.train(run)?;
+                let p = self.train(run)?;
                 let pct = p.exposed_communication_fraction * 100.0;
                 let e = pct - measured;
-                push(
-                    *measured,
-                    pct,
-                    "%",
-                    e,
-                    format!("{tolerance_points:.0} points"),
-                    e.abs() <= *tolerance_points,
-                    "",
-                );
+                one(Point {
+                    measured: *measured,
+                    predicted: pct,
+                    unit: "%",
+                    error: e,
+                    tolerance: format!("{tolerance_points:.0} points"),
+                    within: e.abs() <= *tolerance_points,
+                    suffix: String::new(),
+                })
             }
             Run::Speedup {
                 fast,
@@ -262,89 +268,31 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
                 low,
                 high,
             } => {
-                let a = ctx.train(fast)?;
-                let b = ctx.train(slow)?;
+                let a = self.train(fast)?;
+                let b = self.train(slow)?;
                 let x = b.time_per_iteration_s / a.time_per_iteration_s;
-                push(
-                    *measured,
-                    x,
-                    "x",
-                    rel(x, *measured),
-                    format!("[{low}, {high}]"),
-                    (*low..=*high).contains(&x),
-                    "",
-                );
+                one(Point {
+                    measured: *measured,
+                    predicted: x,
+                    unit: "x",
+                    error: rel(x, *measured),
+                    tolerance: format!("[{low}, {high}]"),
+                    within: (*low..=*high).contains(&x),
+                    suffix: String::new(),
+                })
             }
             Run::Megatron {
                 file,
                 system,
                 tolerance,
                 min_within,
-            } => {
-                let rows: MegatronRows = parse_yaml(file, &source.read(&ctx.path(file))?)?;
-                let system = ctx.system(system)?;
-                let arch = system.accelerator()?;
-                let mut within = 0;
-                for r in &rows.rows {
-                    if !(r.t > 0 && r.p > 0 && r.gpus % (r.t * r.p) == 0 && r.gpus >= r.t * r.p) {
-                        return Err(ConfigError::invalid(
-                            file,
-                            format!("rows[{}B].gpus", r.params_b),
-                            r.gpus,
-                            format!("a positive multiple of t x p = {} x {}", r.t, r.p),
-                        )
-                        .into());
-                    }
-                    let net = system.network(&arch, r.gpus)?;
-                    let p = predict(&megatron_gpt(r)?, &arch, &net, &megatron_strategy(r))?;
-                    let tflops = narayanan_flops(r) / p.time_per_iteration_s / r.gpus as f64 / 1e12;
-                    let e = rel(tflops, r.tflops);
-                    let ok = e.abs() <= tolerance * 100.0;
-                    within += usize::from(ok);
-                    push(
-                        r.tflops,
-                        tflops,
-                        "TFLOP/s/GPU",
-                        e,
-                        format!("{:.0}%", tolerance * 100.0),
-                        ok,
-                        &format!(" {}B ({})", r.params_b, p.strategy),
-                    );
-                }
-                let n = rows.rows.len();
-                groups.push((c.id.clone(), within, n, *min_within, within >= *min_within));
-            }
+            } => self.megatron(file, system, *tolerance, *min_within),
             Run::TpuTable3 {
                 file,
                 system,
                 workload,
                 batch,
-            } => {
-                let table: Table3 = parse_yaml(file, &source.read(&ctx.path(file))?)?;
-                let w = ctx.workload(workload)?;
-                let pod = ctx.system(system)?;
-                for case in &table.cases {
-                    let rate = |run: &Table3Run| -> Result<f64, ModelError> {
-                        let s = pod.with_slice(&run.topology)?;
-                        let chip = s.accelerator()?;
-                        let net = s.network(&chip, run.topology.iter().product())?;
-                        let p = predict(&w, &chip, &net, &Strategy::parse(&run.strategy)?)?;
-                        Ok(batch / p.time_per_iteration_s)
-                    };
-                    let ratio = rate(&case.best)? / rate(&case.baseline)?;
-                    let measured = case.best.seqs_per_s / case.baseline.seqs_per_s;
-                    let e = rel(ratio, measured);
-                    push(
-                        measured,
-                        ratio,
-                        "x",
-                        e,
-                        "30%, best first".into(),
-                        e.abs() <= 30.0 && ratio > 1.0,
-                        &format!(": {}", case.name),
-                    );
-                }
-            }
+            } => Ok((self.tpu_table3(file, system, workload, *batch)?, None)),
             Run::TwistedTorus {
                 dims,
                 measured,
@@ -358,42 +306,150 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
                 };
                 let x = time(Topology::Torus { dims: dims.clone() })
                     / time(Topology::TwistedTorus { dims: dims.clone() });
-                let (e, tol, ok) = within(x, *measured, *tolerance);
-                push(*measured, x, "x", e, tol, ok, &format!(" {dims:?}"));
+                one(Point::relative(*measured, x, "x", *tolerance).named(format!(" {dims:?}")))
             }
-            Run::Gemm { file } => {
-                let list: GemmCases = parse_yaml(file, &source.read(&ctx.path(file))?)?;
-                for g in &list.cases {
-                    let design = Design::load(DesignFiles {
-                        source,
-                        budget: &ctx.path(&format!("../{}", g.budget)),
-                        template: None,
-                        tech: None,
-                    })?;
-                    let arch = generate(&design);
-                    let kernel = Workload::Gemm(Gemm {
-                        m: g.m,
-                        k: g.k,
-                        n: g.n,
-                        precision: g.precision,
-                    })
-                    .graph()
-                    .kernels[0]
-                        .clone();
-                    let t = Evaluator::new(&arch).kernel(&kernel);
-                    let tflops = kernel.flops() / t.time_s / 1e12;
-                    let (e, tol, ok) = within(tflops, g.measured_tflops, g.tolerance);
-                    push(
-                        g.measured_tflops,
-                        tflops,
-                        "TFLOP/s",
-                        e,
-                        tol,
-                        ok,
-                        &format!(" {} {}x{}x{}", g.budget, g.m, g.k, g.n),
-                    );
-                }
+            Run::Gemm { file } => Ok((self.gemms(file)?, None)),
+        }
+    }
+
+    /// Narayanan et al. Table 1: every row's TFLOP/s per GPU.
+    fn megatron(
+        &self,
+        file: &str,
+        system: &str,
+        tolerance: f64,
+        min_within: usize,
+    ) -> Result<(Vec<Point>, Option<Group>), ModelError> {
+        let rows: MegatronRows = parse_yaml(file, &self.source.read(&self.path(file))?)?;
+        let system = self.system(system)?;
+        let arch = system.accelerator()?;
+        let mut points = Vec::new();
+        for r in &rows.rows {
+            if !(r.t > 0 && r.p > 0 && r.gpus % (r.t * r.p) == 0 && r.gpus >= r.t * r.p) {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("rows[{}B].gpus", r.params_b),
+                    r.gpus,
+                    format!("a positive multiple of t x p = {} x {}", r.t, r.p),
+                )
+                .into());
             }
+            let net = system.network(&arch, r.gpus)?;
+            let p = predict(&megatron_gpt(r)?, &arch, &net, &megatron_strategy(r))?;
+            let tflops = narayanan_flops(r) / p.time_per_iteration_s / r.gpus as f64 / 1e12;
+            let e = rel(tflops, r.tflops);
+            points.push(Point {
+                measured: r.tflops,
+                predicted: tflops,
+                unit: "TFLOP/s/GPU",
+                error: e,
+                tolerance: format!("{:.0}%", tolerance * 100.0),
+                within: e.abs() <= tolerance * 100.0,
+                suffix: format!(" {}B ({})", r.params_b, p.strategy),
+            });
+        }
+        let within = points.iter().filter(|p| p.within).count();
+        let n = points.len();
+        Ok((points, Some((within, n, min_within))))
+    }
+
+    /// TPU v4 Table 3: the best configuration's rate over the baseline's, per case.
+    fn tpu_table3(
+        &self,
+        file: &str,
+        system: &str,
+        workload: &str,
+        batch: f64,
+    ) -> Result<Vec<Point>, ModelError> {
+        let table: Table3 = parse_yaml(file, &self.source.read(&self.path(file))?)?;
+        let w = self.workload(workload)?;
+        let pod = self.system(system)?;
+        let mut points = Vec::new();
+        for case in &table.cases {
+            let rate = |run: &Table3Run| -> Result<f64, ModelError> {
+                let s = pod.with_slice(&run.topology)?;
+                let chip = s.accelerator()?;
+                let net = s.network(&chip, run.topology.iter().product())?;
+                let p = predict(&w, &chip, &net, &Strategy::parse(&run.strategy)?)?;
+                Ok(batch / p.time_per_iteration_s)
+            };
+            let ratio = rate(&case.best)? / rate(&case.baseline)?;
+            let measured = case.best.seqs_per_s / case.baseline.seqs_per_s;
+            let e = rel(ratio, measured);
+            points.push(Point {
+                measured,
+                predicted: ratio,
+                unit: "x",
+                error: e,
+                tolerance: "30%, best first".into(),
+                within: e.abs() <= 30.0 && ratio > 1.0,
+                suffix: format!(": {}", case.name),
+            });
+        }
+        Ok(points)
+    }
+
+    /// Measured GEMM throughput on one device per listed shape.
+    fn gemms(&self, file: &str) -> Result<Vec<Point>, ModelError> {
+        let list: GemmCases = parse_yaml(file, &self.source.read(&self.path(file))?)?;
+        let mut points = Vec::new();
+        for g in &list.cases {
+            let design = Design::load(DesignFiles {
+                source: self.source,
+                budget: &self.path(&format!("../{}", g.budget)),
+                template: None,
+                tech: None,
+            })?;
+            let arch = generate(&design);
+            let kernel = Workload::Gemm(Gemm {
+                m: g.m,
+                k: g.k,
+                n: g.n,
+                precision: g.precision,
+            })
+            .graph()
+            .kernels[0]
+                .clone();
+            let t = Evaluator::new(&arch).kernel(&kernel);
+            let tflops = kernel.flops() / t.time_s / 1e12;
+            points.push(
+                Point::relative(g.measured_tflops, tflops, "TFLOP/s", g.tolerance)
+                    .named(format!(" {} {}x{}x{}", g.budget, g.m, g.k, g.n)),
+            );
+        }
+        Ok(points)
+    }
+}
+
+/// Runs every case of the index at `path` (read from `source`).
+pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
+    let file = path.display().to_string();
+    let index: CasesFile = parse_yaml(&file, &source.read(path)?)?;
+    crate::config::Checker { file: &file }.version(index.version)?;
+    let ctx = Ctx {
+        source,
+        base: path.to_path_buf(),
+    };
+    let mut cases = Vec::new();
+    let mut groups = Vec::new();
+    for c in &index.cases {
+        let (points, group) = ctx.replay(&c.run)?;
+        for p in points {
+            cases.push(CaseResult {
+                id: c.id.clone(),
+                name: format!("{}{}", c.name, p.suffix),
+                source: c.source.clone(),
+                measured: p.measured,
+                predicted: p.predicted,
+                unit: p.unit.to_string(),
+                error: p.error,
+                tolerance: p.tolerance,
+                within: p.within,
+                known_gap: c.known_gap.clone(),
+            });
+        }
+        if let Some((within, n, min_within)) = group {
+            groups.push((c.id.clone(), within, n, min_within, within >= min_within));
         }
     }
     let counted: Vec<&CaseResult> = cases
