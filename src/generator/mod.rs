@@ -198,14 +198,10 @@ fn count(x: f64) -> u64 {
     }
 }
 
-/// Generates the architecture of one accelerator of `design`.
-pub fn generate(design: &Design) -> Architecture {
-    let chip = design.chip_area_mm2;
-    let tdp = design.tdp_w;
-    let perimeter = design.perimeter_mm;
-    let mut violations = Vec::new();
-
-    // ---- core
+/// The compute units the core's shares buy, at the voltage and frequency the power share
+/// allows (DeepFlow Sec. 4.4).
+fn core_level(design: &Design, violations: &mut Vec<Violation>) -> CoreReport {
+    let (chip, tdp) = (design.chip_area_mm2, design.tdp_w);
     let c = &design.core;
     let core_area = c.area_share * chip;
     let core_power = c.power_share * tdp;
@@ -256,8 +252,17 @@ pub fn generate(design: &Design) -> Architecture {
             power_w: core_power,
         });
     }
+    core
+}
 
-    // ---- on-chip levels
+/// Every on-chip level (banks for each instance of its scope) and main memory.
+fn memory_levels(
+    design: &Design,
+    core: &CoreReport,
+    violations: &mut Vec<Violation>,
+) -> (Vec<OnChipReport>, MainMemoryReport) {
+    let (chip, tdp, perimeter) = (design.chip_area_mm2, design.tdp_w, design.perimeter_mm);
+    let (mcus, bundles) = (core.mcus, core.bundles);
     let instances_of = |scope: Scope| match scope {
         Scope::Mcu => mcus,
         Scope::Bundle => bundles,
@@ -313,20 +318,20 @@ pub fn generate(design: &Design) -> Architecture {
             limit: main_memory.bounds[0].limit.to_string(),
         });
     }
+    (on_chip, main_memory)
+}
 
-    // ---- networks
-    let network = |n: &NetworkDesign| {
-        network_level(
-            n,
-            n.area_share * chip,
-            n.power_share * tdp,
-            n.perimeter_share * perimeter,
-        )
-    };
-    let intra_package = design.intra_package.as_ref().map(network);
-    let inter_package = design.inter_package.as_ref().map(network);
-
-    // ---- totals and budget checks
+/// Every component's use of its shares, and the chip's totals; an exceeded share is a
+/// violation. Returns the chip's area, power and perimeter use.
+fn check_budgets(
+    design: &Design,
+    core: &CoreReport,
+    on_chip: &[OnChipReport],
+    main_memory: &MainMemoryReport,
+    networks: [&Option<NetworkReport>; 2],
+    violations: &mut Vec<Violation>,
+) -> (Usage, Usage, Usage) {
+    let (chip, tdp, perimeter) = (design.chip_area_mm2, design.tdp_w, design.perimeter_mm);
     let mut area_used = core.area_mm2.used + main_memory.area_mm2.used;
     let mut power_used = core.power_w.used + main_memory.power_w.used;
     let mut perimeter_used = main_memory.perimeter_mm.used;
@@ -342,7 +347,7 @@ pub fn generate(design: &Design) -> Architecture {
     };
     check(Component::Core.name(), "mm2", &core.area_mm2);
     check(Component::Core.name(), "W", &core.power_w);
-    for l in &on_chip {
+    for l in on_chip {
         check(&l.name, "mm2", &l.area_mm2);
         check(&l.name, "W", &l.power_w);
         area_used += l.area_mm2.used;
@@ -360,10 +365,10 @@ pub fn generate(design: &Design) -> Architecture {
         "mm of perimeter",
         &main_memory.perimeter_mm,
     );
-    for (name, n) in [
-        (Component::IntraPackage, &intra_package),
-        (Component::InterPackage, &inter_package),
-    ] {
+    for (name, n) in [Component::IntraPackage, Component::InterPackage]
+        .into_iter()
+        .zip(networks)
+    {
         if let Some(n) = n {
             check(name.name(), "mm2", &n.area_mm2);
             check(name.name(), "W", &n.power_w);
@@ -379,7 +384,32 @@ pub fn generate(design: &Design) -> Architecture {
     check("chip", "mm2", &chip_area_mm2);
     check("chip", "W", &power_w);
     check("chip", "mm of perimeter", &perimeter_mm);
+    (chip_area_mm2, power_w, perimeter_mm)
+}
 
+/// Generates the architecture of one accelerator of `design`.
+pub fn generate(design: &Design) -> Architecture {
+    let mut violations = Vec::new();
+    let core = core_level(design, &mut violations);
+    let (on_chip, main_memory) = memory_levels(design, &core, &mut violations);
+    let network = |n: &NetworkDesign| {
+        network_level(
+            n,
+            n.area_share * design.chip_area_mm2,
+            n.power_share * design.tdp_w,
+            n.perimeter_share * design.perimeter_mm,
+        )
+    };
+    let intra_package = design.intra_package.as_ref().map(network);
+    let inter_package = design.inter_package.as_ref().map(network);
+    let (chip_area_mm2, power_w, perimeter_mm) = check_budgets(
+        design,
+        &core,
+        &on_chip,
+        &main_memory,
+        [&intra_package, &inter_package],
+        &mut violations,
+    );
     Architecture {
         peak_flops_per_s: core.peak_flops_per_s,
         memory_bandwidth_bytes_per_s: main_memory.bandwidth_bytes_per_s,
