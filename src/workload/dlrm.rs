@@ -227,11 +227,12 @@ pub(super) fn mlp(g: &mut Builder, name: &str, batch: u64, mut width: u64, layer
 
 /// DLRM: bottom MLP on dense features, pooled embedding lookups, feature interaction, top
 /// MLP, loss.
-pub(super) fn dlrm_graph(w: &Dlrm) -> Graph {
-    let mut g = Builder::new(w.precision, Recompute::None);
+/// The embedding tables, sharded table-wise: pooled lookups and their fused optimizer
+/// update. Returns the feature vectors (the dense one included), the tables' bytes and
+/// their optimizer state's bytes.
+fn embeddings(g: &mut Builder, w: &Dlrm) -> (u64, f64, f64) {
     let b = w.batch;
     let eb = w.embedding_precision.bytes();
-    let dim = mlp(&mut g, "bottom", b, w.dense_features, &w.bottom_mlp);
     let mut features = 1;
     let mut table_bytes = 0.0;
     let mut table_state = 0.0;
@@ -256,8 +257,13 @@ pub(super) fn dlrm_graph(w: &Dlrm) -> Graph {
         table_state += state;
         features += t.tables;
     }
-    g.split = Split::Replicated;
-    let top_in = match w.interaction {
+    (features, table_bytes, table_state)
+}
+
+/// The feature interaction; returns the top MLP's input width.
+fn interaction(g: &mut Builder, w: &Dlrm, features: u64, dim: u64) -> u64 {
+    let b = w.batch;
+    match w.interaction {
         Interaction::Dot => {
             let inputs = (b * features * dim) as f64 * w.precision.bytes();
             g.batched(
@@ -289,110 +295,128 @@ pub(super) fn dlrm_graph(w: &Dlrm) -> Graph {
             );
             features * dim
         }
-        Interaction::Transformer => {
-            let t = w
-                .transformer
-                .expect("checked: interaction transformer has its section");
-            let (s, h) = (t.sequence, t.hidden);
-            // The feature vectors are summed into `sequence` tokens (MAD Max Sec. 5:
-            // "downsampled sequence length of 80"), projected to the layers' width.
-            let per_token = features as f64 / s as f64;
-            g.pointwise(
-                "feature grouping",
-                KernelClass::Pointwise,
-                1,
-                (b * s * dim) as f64,
-                per_token,
-                per_token,
-                0.0,
-            );
-            g.linear(
-                "token projection",
-                KernelClass::Gemm,
-                1,
-                b * s,
-                dim,
-                h,
-                1,
-                false,
-            );
-            let shape = LayerShape {
-                hidden: h,
-                heads: t.heads,
-                kv_heads: t.heads,
-                ffn_hidden: t.ffn_hidden,
-                gated_ffn: false,
-                moe: None,
-            };
-            transformer_layers(&mut g, &shape, t.layers, b, s, s, w.precision.bytes());
-            g.split = Split::Replicated;
-            s * h
-        }
+        Interaction::Transformer => feature_transformer(g, w, features, dim),
+    }
+}
+
+/// Transformer layers over the feature vectors (DLRM-Transformer, MAD Max Table 2);
+/// returns the flattened output width.
+fn feature_transformer(g: &mut Builder, w: &Dlrm, features: u64, dim: u64) -> u64 {
+    let b = w.batch;
+    let t = w
+        .transformer
+        .expect("checked: interaction transformer has its section");
+    let (s, h) = (t.sequence, t.hidden);
+    // The feature vectors are summed into `sequence` tokens (MAD Max Sec. 5:
+    // "downsampled sequence length of 80"), projected to the layers' width.
+    let per_token = features as f64 / s as f64;
+    g.pointwise(
+        "feature grouping",
+        KernelClass::Pointwise,
+        1,
+        (b * s * dim) as f64,
+        per_token,
+        per_token,
+        0.0,
+    );
+    g.linear(
+        "token projection",
+        KernelClass::Gemm,
+        1,
+        b * s,
+        dim,
+        h,
+        1,
+        false,
+    );
+    let shape = LayerShape {
+        hidden: h,
+        heads: t.heads,
+        kv_heads: t.heads,
+        ffn_hidden: t.ffn_hidden,
+        gated_ffn: false,
+        moe: None,
     };
+    transformer_layers(g, &shape, t.layers, b, s, s, w.precision.bytes());
+    g.split = Split::Replicated;
+    s * h
+}
+
+/// A top MLP whose second and third layers are routed experts (DLRM-MoE); returns its
+/// output width.
+fn expert_top_mlp(g: &mut Builder, w: &Dlrm, moe: &Moe, top_in: u64) -> u64 {
+    let b = w.batch;
+    // The first top layer, then the pair after it as experts: a router picks
+    // top_k of them per sample; each expert takes its capacity of the routed
+    // samples (samples x top_k x capacity / experts); the rest of the MLP follows.
+    let first = mlp(g, "top", b, top_in, &w.top_mlp[..1]);
+    let e = moe.experts;
+    g.linear("router", KernelClass::Gemm, 1, b, first, e, 1, false);
+    g.pointwise(
+        "router softmax and top-k",
+        KernelClass::Pointwise,
+        1,
+        (b * e) as f64,
+        1.0,
+        6.0,
+        1.0,
+    );
+    let per_expert = ((b as f64 * moe.top_k as f64 * moe.capacity_factor) / e as f64).ceil() as u64;
+    let (up, down) = (w.top_mlp[1], w.top_mlp[2]);
+    g.split = Split::Expert;
+    g.linear(
+        "expert up",
+        KernelClass::Gemm,
+        e,
+        per_expert,
+        first,
+        up,
+        e,
+        false,
+    );
+    g.pointwise(
+        "expert activation",
+        KernelClass::Pointwise,
+        e,
+        (per_expert * up) as f64,
+        1.0,
+        1.0,
+        1.0,
+    );
+    g.linear(
+        "expert down",
+        KernelClass::Gemm,
+        e,
+        per_expert,
+        up,
+        down,
+        e,
+        false,
+    );
+    g.split = Split::Replicated;
+    g.pointwise(
+        "expert combine",
+        KernelClass::Pointwise,
+        1,
+        (b * down) as f64,
+        moe.top_k as f64,
+        2.0 * moe.top_k as f64,
+        moe.top_k as f64,
+    );
+    mlp(g, "top tail", b, down, &w.top_mlp[3..])
+}
+
+pub(super) fn dlrm_graph(w: &Dlrm) -> Graph {
+    let mut g = Builder::new(w.precision, Recompute::None);
+    let b = w.batch;
+    let dim = mlp(&mut g, "bottom", b, w.dense_features, &w.bottom_mlp);
+    let (features, table_bytes, table_state) = embeddings(&mut g, w);
+    g.split = Split::Replicated;
+    let top_in = interaction(&mut g, w, features, dim);
     g.split = Split::Replicated;
     let width = match w.moe {
         None => mlp(&mut g, "top", b, top_in, &w.top_mlp),
-        Some(moe) => {
-            // The first top layer, then the pair after it as experts: a router picks
-            // top_k of them per sample; each expert takes its capacity of the routed
-            // samples (samples x top_k x capacity / experts); the rest of the MLP follows.
-            let first = mlp(&mut g, "top", b, top_in, &w.top_mlp[..1]);
-            let e = moe.experts;
-            g.linear("router", KernelClass::Gemm, 1, b, first, e, 1, false);
-            g.pointwise(
-                "router softmax and top-k",
-                KernelClass::Pointwise,
-                1,
-                (b * e) as f64,
-                1.0,
-                6.0,
-                1.0,
-            );
-            let per_expert =
-                ((b as f64 * moe.top_k as f64 * moe.capacity_factor) / e as f64).ceil() as u64;
-            let (up, down) = (w.top_mlp[1], w.top_mlp[2]);
-            g.split = Split::Expert;
-            g.linear(
-                "expert up",
-                KernelClass::Gemm,
-                e,
-                per_expert,
-                first,
-                up,
-                e,
-                false,
-            );
-            g.pointwise(
-                "expert activation",
-                KernelClass::Pointwise,
-                e,
-                (per_expert * up) as f64,
-                1.0,
-                1.0,
-                1.0,
-            );
-            g.linear(
-                "expert down",
-                KernelClass::Gemm,
-                e,
-                per_expert,
-                up,
-                down,
-                e,
-                false,
-            );
-            g.split = Split::Replicated;
-            g.pointwise(
-                "expert combine",
-                KernelClass::Pointwise,
-                1,
-                (b * down) as f64,
-                moe.top_k as f64,
-                2.0 * moe.top_k as f64,
-                moe.top_k as f64,
-            );
-            mlp(&mut g, "top tail", b, down, &w.top_mlp[3..])
-        }
+        Some(moe) => expert_top_mlp(&mut g, w, &moe, top_in),
     };
     g.pointwise(
         "loss",
