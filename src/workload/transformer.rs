@@ -290,6 +290,40 @@ pub(super) fn transformer_layers(
     let h = w.hidden;
     let tokens = batch * s;
     let t = tokens as f64;
+    attention(g, w, l, batch, s, keys, bytes);
+    layer_norm(g, "layer norm (mlp)", l, t * h as f64);
+    match w.moe {
+        None => feed_forward(
+            g,
+            w,
+            "mlp",
+            l,
+            tokens,
+            [Split::Column, Split::Sharded, Split::Row],
+        ),
+        Some(moe) => moe_feed_forward(g, w, &moe, l, tokens),
+    }
+    g.split = Split::Replicated;
+    g.pointwise(
+        "residual add (mlp)",
+        KernelClass::Pointwise,
+        l,
+        t * h as f64,
+        2.0,
+        1.0,
+        0.0,
+    );
+    // Two norm scales (and shifts) per layer.
+    g.dense_parameters((4 * h * l) as f64);
+}
+
+/// Self-attention of `l` layers: norm, QKV projection (grouped-query: `kv_heads` key and
+/// value heads), scores, softmax, context, output projection, residual add.
+#[allow(clippy::too_many_arguments)]
+fn attention(g: &mut Builder, w: &LayerShape, l: u64, batch: u64, s: u64, keys: u64, bytes: f64) {
+    let h = w.hidden;
+    let tokens = batch * s;
+    let t = tokens as f64;
     let head_dim = h / w.heads;
     let kv = w.kv_heads * head_dim;
     layer_norm(g, "layer norm (attention)", l, t * h as f64);
@@ -361,57 +395,39 @@ pub(super) fn transformer_layers(
         1.0,
         0.0,
     );
-    layer_norm(g, "layer norm (mlp)", l, t * h as f64);
-    match w.moe {
-        None => feed_forward(
-            g,
-            w,
-            "mlp",
-            l,
-            tokens,
-            [Split::Column, Split::Sharded, Split::Row],
-        ),
-        Some(moe) => {
-            // The router scores every token against every expert, then each expert takes
-            // its capacity of the routed tokens: tokens x top_k x capacity / experts.
-            g.split = Split::Replicated;
-            g.linear(
-                "router",
-                KernelClass::Gemm,
-                l,
-                tokens,
-                h,
-                moe.experts,
-                l,
-                true,
-            );
-            g.pointwise(
-                "router softmax and top-k",
-                KernelClass::Pointwise,
-                l,
-                t * moe.experts as f64,
-                1.0,
-                6.0,
-                1.0,
-            );
-            let e = moe.experts;
-            let per_expert =
-                ((t * moe.top_k as f64 * moe.capacity_factor) / e as f64).ceil() as u64;
-            feed_forward(g, w, "expert", l * e, per_expert.max(1), [Split::Expert; 3]);
-        }
-    }
+}
+
+/// A mixture-of-experts feed-forward layer, `l` times: the router scores every token
+/// against every expert, then each expert takes its capacity of the routed tokens
+/// (tokens x top_k x capacity / experts).
+fn moe_feed_forward(g: &mut Builder, w: &LayerShape, moe: &Moe, l: u64, tokens: u64) {
+    let h = w.hidden;
+    let t = tokens as f64;
+    // The router scores every token against every expert, then each expert takes
+    // its capacity of the routed tokens: tokens x top_k x capacity / experts.
     g.split = Split::Replicated;
+    g.linear(
+        "router",
+        KernelClass::Gemm,
+        l,
+        tokens,
+        h,
+        moe.experts,
+        l,
+        true,
+    );
     g.pointwise(
-        "residual add (mlp)",
+        "router softmax and top-k",
         KernelClass::Pointwise,
         l,
-        t * h as f64,
-        2.0,
+        t * moe.experts as f64,
         1.0,
-        0.0,
+        6.0,
+        1.0,
     );
-    // Two norm scales (and shifts) per layer.
-    g.dense_parameters((4 * h * l) as f64);
+    let e = moe.experts;
+    let per_expert = ((t * moe.top_k as f64 * moe.capacity_factor) / e as f64).ceil() as u64;
+    feed_forward(g, w, "expert", l * e, per_expert.max(1), [Split::Expert; 3]);
 }
 
 /// A layer norm over `elements`, `count` times (statistics, scale and shift: ~8 FLOPs per
