@@ -182,6 +182,93 @@ fn wave_time(p: &Problem, units: u64, bundles: u64, rate: f64) -> f64 {
     }
 }
 
+/// Offers `consider` the tiles a level of `elements` elements can hold, in three
+/// families: output stationary (k at its minimum, the largest n that fits each m), A
+/// stationary, B stationary. Stops as soon as `consider` says a tile reached the floor.
+fn offer_tiles(
+    p: &Problem,
+    elements: u64,
+    (mmin, nmin, kmin): (u64, u64, u64),
+    qk_min: u64,
+    cand_m: &[(u64, u64)],
+    cand_n: &[(u64, u64)],
+    consider: &mut impl FnMut(Tile, [u64; 3]) -> bool,
+) {
+    // Output stationary: k at its minimum, the largest n that fits each m.
+    for &(m, qm) in cand_m {
+        let used = kmin * m;
+        if used >= elements {
+            continue;
+        }
+        let n_max = ((elements - used) / (m + kmin)).min(p.n);
+        if n_max < nmin {
+            continue;
+        }
+        let qn = ceil_div(p.n, n_max);
+        let mut try_qn = |qn: u64| {
+            let n = ceil_div(p.n, qn);
+            if n >= nmin && n <= n_max {
+                let t = Tile {
+                    m,
+                    k: kmin,
+                    n,
+                    order: LoopOrder::OutputStationary,
+                };
+                consider(t, [qm, ceil_div(p.n, n), qk_min])
+            } else {
+                false
+            }
+        };
+        if try_qn(qn) {
+            return;
+        }
+    }
+    // A stationary: an m x k block of A stays, n at its minimum streams.
+    let qn_max = ceil_div(p.n, nmin);
+    for &(m, qm) in cand_m {
+        let used = m * nmin;
+        if used >= elements {
+            continue;
+        }
+        let k_max = ((elements - used) / (m + nmin)).min(p.k);
+        if k_max < kmin {
+            continue;
+        }
+        let qk = ceil_div(p.k, k_max);
+        let t = Tile {
+            m,
+            k: ceil_div(p.k, qk),
+            n: nmin,
+            order: LoopOrder::AStationary,
+        };
+        if consider(t, [qm, qn_max, qk]) {
+            return;
+        }
+    }
+    // B stationary: a k x n block of B stays, m at its minimum streams.
+    let qm_max = ceil_div(p.m, mmin);
+    for &(n, qn) in cand_n {
+        let used = n * mmin;
+        if used >= elements {
+            continue;
+        }
+        let k_max = ((elements - used) / (n + mmin)).min(p.k);
+        if k_max < kmin {
+            continue;
+        }
+        let qk = ceil_div(p.k, k_max);
+        let t = Tile {
+            m: mmin,
+            k: ceil_div(p.k, qk),
+            n,
+            order: LoopOrder::BStationary,
+        };
+        if consider(t, [qm_max, qn, qk]) {
+            return;
+        }
+    }
+}
+
 /// Searches tiles for `p` on `h` with operands living at level `home`; `rate` is the
 /// sustained FLOP/s for the problem's precision.
 pub fn search(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
@@ -251,81 +338,7 @@ pub fn search(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
             }
             cost <= floor_s
         };
-        'search: {
-            // Output stationary: k at its minimum, the largest n that fits each m.
-            for &(m, qm) in &cand_m {
-                let used = kmin * m;
-                if used >= elements {
-                    continue;
-                }
-                let n_max = ((elements - used) / (m + kmin)).min(p.n);
-                if n_max < nmin {
-                    continue;
-                }
-                let qn = ceil_div(p.n, n_max);
-                let mut try_qn = |qn: u64| {
-                    let n = ceil_div(p.n, qn);
-                    if n >= nmin && n <= n_max {
-                        let t = Tile {
-                            m,
-                            k: kmin,
-                            n,
-                            order: LoopOrder::OutputStationary,
-                        };
-                        consider(t, [qm, ceil_div(p.n, n), qk_min])
-                    } else {
-                        false
-                    }
-                };
-                if try_qn(qn) {
-                    break 'search;
-                }
-            }
-            // A stationary: an m x k block of A stays, n at its minimum streams.
-            let qn_max = ceil_div(p.n, nmin);
-            for &(m, qm) in &cand_m {
-                let used = m * nmin;
-                if used >= elements {
-                    continue;
-                }
-                let k_max = ((elements - used) / (m + nmin)).min(p.k);
-                if k_max < kmin {
-                    continue;
-                }
-                let qk = ceil_div(p.k, k_max);
-                let t = Tile {
-                    m,
-                    k: ceil_div(p.k, qk),
-                    n: nmin,
-                    order: LoopOrder::AStationary,
-                };
-                if consider(t, [qm, qn_max, qk]) {
-                    break 'search;
-                }
-            }
-            // B stationary: a k x n block of B stays, m at its minimum streams.
-            let qm_max = ceil_div(p.m, mmin);
-            for &(n, qn) in &cand_n {
-                let used = n * mmin;
-                if used >= elements {
-                    continue;
-                }
-                let k_max = ((elements - used) / (n + mmin)).min(p.k);
-                if k_max < kmin {
-                    continue;
-                }
-                let qk = ceil_div(p.k, k_max);
-                let t = Tile {
-                    m: mmin,
-                    k: ceil_div(p.k, qk),
-                    n,
-                    order: LoopOrder::BStationary,
-                };
-                if consider(t, [qm_max, qn, qk]) {
-                    break 'search;
-                }
-            }
-        }
+        offer_tiles(p, elements, mins, qk_min, &cand_m, &cand_n, &mut consider);
         // A level too small for even the smallest tile streams everything through it.
         let (tile, q) = match best {
             Some((_, t, q)) => (t, q),
