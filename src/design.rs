@@ -125,45 +125,8 @@ impl Design {
         template: &Template,
         budget: &Budget,
     ) -> Result<Self, ConfigError> {
-        let tfile = template.file.as_str();
-        let lookup = |kind: &str, path: String, name: &str, found: bool, names: Vec<&String>| {
-            if found {
-                Ok(())
-            } else {
-                Err(ConfigError::invalid(
-                    tfile,
-                    path,
-                    name,
-                    format!(
-                        "a {kind} component of technology library {}: one of [{}]",
-                        tech.file,
-                        names
-                            .iter()
-                            .map(|s| s.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                ))
-            }
-        };
-
+        let unit = compute_unit(tech, template)?;
         let c = &template.compute;
-        lookup(
-            "compute",
-            "compute.technology".into(),
-            &c.technology,
-            tech.compute.contains_key(&c.technology),
-            tech.compute.keys().collect(),
-        )?;
-        let base = &tech.compute[&c.technology];
-        let scale = c.mcu.macs_per_cycle() as f64 / base.macs_per_cycle;
-        let unit = ComputeTech {
-            macs_per_cycle: c.mcu.macs_per_cycle() as f64,
-            area_mm2: base.area_mm2 * scale,
-            power_w: base.power_w * scale,
-            ..base.clone()
-        };
-
         check_shares(
             budget,
             "area.breakdown",
@@ -186,64 +149,9 @@ impl Design {
             template,
         )?;
 
-        let last = template.memory.len() - 1;
-        let mut levels = Vec::with_capacity(template.memory.len());
-        for (i, level) in template.memory.iter().enumerate() {
-            let path = format!("memory[{i}].technology");
-            let level_tech = if i == last {
-                lookup(
-                    "dram",
-                    path,
-                    &level.technology,
-                    tech.dram.contains_key(&level.technology),
-                    tech.dram.keys().collect(),
-                )?;
-                LevelTech::OffChip(tech.dram[&level.technology].clone())
-            } else {
-                lookup(
-                    "sram",
-                    path,
-                    &level.technology,
-                    tech.sram.contains_key(&level.technology),
-                    tech.sram.keys().collect(),
-                )?;
-                LevelTech::OnChip(tech.sram[&level.technology].clone())
-            };
-            levels.push(LevelDesign {
-                name: level.name.clone(),
-                technology: level.technology.clone(),
-                scope: level.scope,
-                tech: level_tech,
-                area_share: budget.area_shares[&level.name],
-                power_share: budget.power_shares[&level.name],
-                perimeter_share: budget
-                    .perimeter_shares
-                    .get(&level.name)
-                    .copied()
-                    .unwrap_or(0.0),
-            });
-        }
-
+        let levels = memory_levels(tech, template, budget)?;
         let network = |key: Component, path: &str, net: &Option<crate::template::Network>| {
-            net.as_ref()
-                .map(|n| {
-                    lookup(
-                        "links",
-                        format!("{path}.technology"),
-                        &n.technology,
-                        tech.links.contains_key(&n.technology),
-                        tech.links.keys().collect(),
-                    )?;
-                    Ok::<_, ConfigError>(NetworkDesign {
-                        technology: n.technology.clone(),
-                        topology: n.topology.clone(),
-                        tech: tech.links[&n.technology].clone(),
-                        area_share: budget.area_shares[key.name()],
-                        power_share: budget.power_shares[key.name()],
-                        perimeter_share: budget.perimeter_shares[key.name()],
-                    })
-                })
-                .transpose()
+            network_design(tech, template, budget, (key, path), net)
         };
         let intra_package = network(
             Component::IntraPackage,
@@ -288,6 +196,134 @@ impl Design {
             packages: template.system.packages,
         })
     }
+}
+
+/// Looks up a template's component in the technology library; a missing one is an error
+/// naming the template field and the library's choices.
+fn lookup(
+    tech: &TechLibrary,
+    template: &Template,
+    (kind, path): (&str, String),
+    name: &str,
+    found: bool,
+    names: Vec<&String>,
+) -> Result<(), ConfigError> {
+    if found {
+        return Ok(());
+    }
+    Err(ConfigError::invalid(
+        template.file.as_str(),
+        path,
+        name,
+        format!(
+            "a {kind} component of technology library {}: one of [{}]",
+            tech.file,
+            names
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    ))
+}
+
+/// The template's compute unit, scaled from the library's to the template's MACs per cycle.
+fn compute_unit(tech: &TechLibrary, template: &Template) -> Result<ComputeTech, ConfigError> {
+    let c = &template.compute;
+    lookup(
+        tech,
+        template,
+        ("compute", "compute.technology".into()),
+        &c.technology,
+        tech.compute.contains_key(&c.technology),
+        tech.compute.keys().collect(),
+    )?;
+    let base = &tech.compute[&c.technology];
+    let scale = c.mcu.macs_per_cycle() as f64 / base.macs_per_cycle;
+    Ok(ComputeTech {
+        macs_per_cycle: c.mcu.macs_per_cycle() as f64,
+        area_mm2: base.area_mm2 * scale,
+        power_w: base.power_w * scale,
+        ..base.clone()
+    })
+}
+
+/// Every memory level with its technology and its shares (the last is main memory).
+fn memory_levels(
+    tech: &TechLibrary,
+    template: &Template,
+    budget: &Budget,
+) -> Result<Vec<LevelDesign>, ConfigError> {
+    let last = template.memory.len() - 1;
+    let mut levels = Vec::with_capacity(template.memory.len());
+    for (i, level) in template.memory.iter().enumerate() {
+        let path = format!("memory[{i}].technology");
+        let level_tech = if i == last {
+            lookup(
+                tech,
+                template,
+                ("dram", path),
+                &level.technology,
+                tech.dram.contains_key(&level.technology),
+                tech.dram.keys().collect(),
+            )?;
+            LevelTech::OffChip(tech.dram[&level.technology].clone())
+        } else {
+            lookup(
+                tech,
+                template,
+                ("sram", path),
+                &level.technology,
+                tech.sram.contains_key(&level.technology),
+                tech.sram.keys().collect(),
+            )?;
+            LevelTech::OnChip(tech.sram[&level.technology].clone())
+        };
+        levels.push(LevelDesign {
+            name: level.name.clone(),
+            technology: level.technology.clone(),
+            scope: level.scope,
+            tech: level_tech,
+            area_share: budget.area_shares[&level.name],
+            power_share: budget.power_shares[&level.name],
+            perimeter_share: budget
+                .perimeter_shares
+                .get(&level.name)
+                .copied()
+                .unwrap_or(0.0),
+        });
+    }
+    Ok(levels)
+}
+
+/// A template network with its link technology and its shares.
+fn network_design(
+    tech: &TechLibrary,
+    template: &Template,
+    budget: &Budget,
+    (key, path): (Component, &str),
+    net: &Option<crate::template::Network>,
+) -> Result<Option<NetworkDesign>, ConfigError> {
+    net.as_ref()
+        .map(|n| {
+            lookup(
+                tech,
+                template,
+                ("links", format!("{path}.technology")),
+                &n.technology,
+                tech.links.contains_key(&n.technology),
+                tech.links.keys().collect(),
+            )?;
+            Ok::<_, ConfigError>(NetworkDesign {
+                technology: n.technology.clone(),
+                topology: n.topology.clone(),
+                tech: tech.links[&n.technology].clone(),
+                area_share: budget.area_shares[key.name()],
+                power_share: budget.power_shares[key.name()],
+                perimeter_share: budget.perimeter_shares[key.name()],
+            })
+        })
+        .transpose()
 }
 
 /// The shares must name exactly `components`: none missing, none unknown.
