@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::budget::Budget;
-use crate::config::raw::{StudyAction, StudyFile, StudyPlot};
+use crate::config::raw::{StudyAction, StudyAxis, StudyFile, StudyOptimizer, StudyPlot};
 use crate::config::{edit_yaml, normalize, parse_yaml, Checker, ConfigError, Source};
 use crate::design::Design;
 use crate::error::ModelError;
@@ -121,103 +121,9 @@ impl Study {
                 "at least one axis with at least one value",
             ));
         }
-        let mut axes = Vec::new();
-        for (i, a) in raw.axes.iter().enumerate() {
-            let at = |k: &str| format!("axes[{i}].{k}");
-            let (target, rest) = a.field.split_once('.').unwrap_or((a.field.as_str(), ""));
-            if !TARGETS.contains(&target) || rest.is_empty() {
-                return Err(ConfigError::invalid(
-                    &file,
-                    at("field"),
-                    &a.field,
-                    format!(
-                        "a field of one of the base files: {}, then its path (e.g. budget.technology, template.memory[3].technology, system.fabrics[0].bandwidth_gb_per_s)",
-                        TARGETS.map(|t| format!("{t}.")).join(", ")
-                    ),
-                ));
-            }
-            if a.values.is_empty() {
-                return Err(ConfigError::invalid(
-                    &file,
-                    at("values"),
-                    "[]",
-                    "at least one value (an empty axis empties the grid)",
-                ));
-            }
-            let labels = match &a.labels {
-                Some(l) if l.len() != a.values.len() => {
-                    return Err(ConfigError::invalid(
-                        &file,
-                        at("labels"),
-                        l.len(),
-                        format!("one label per value ({})", a.values.len()),
-                    ))
-                }
-                Some(l) => l.clone(),
-                None => a.values.iter().map(label_of).collect(),
-            };
-            if axes.iter().any(|b: &Axis| b.name == a.name) {
-                return Err(ConfigError::invalid(
-                    &file,
-                    at("name"),
-                    &a.name,
-                    "a name no other axis has",
-                ));
-            }
-            axes.push(Axis {
-                name: a.name.clone(),
-                target: target.to_string(),
-                path: rest.to_string(),
-                values: a.values.clone(),
-                labels,
-            });
-        }
-        for (i, p) in raw.plots.iter().enumerate() {
-            if p.kind != crate::config::raw::StudyPlotKind::Lines && p.series.is_some() {
-                return Err(ConfigError::invalid(
-                    &file,
-                    format!("plots[{i}].series"),
-                    p.series.as_deref().unwrap_or(""),
-                    "no series for bar plots (one bar group per x value; use panels)",
-                ));
-            }
-            for (k, name) in [
-                ("x", Some(&p.x)),
-                ("series", p.series.as_ref()),
-                ("panels", p.panels.as_ref()),
-            ] {
-                if let Some(name) = name {
-                    if !axes.iter().any(|a| &a.name == name) {
-                        return Err(ConfigError::invalid(
-                            &file,
-                            format!("plots[{i}].{k}"),
-                            name,
-                            format!(
-                                "an axis name: one of [{}]",
-                                axes.iter()
-                                    .map(|a| a.name.as_str())
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
-        let defaults = Settings::default();
-        let settings = match &raw.optimizer {
-            None => defaults,
-            Some(o) => Settings {
-                restarts: o.restarts.map_or(Ok(defaults.restarts as u64), |v| {
-                    check.positive_count("optimizer.restarts", v)
-                })? as usize,
-                steps: o.steps.map_or(Ok(defaults.steps), |v| {
-                    check.positive_count("optimizer.steps", v)
-                })?,
-                seed: o.seed.unwrap_or(defaults.seed),
-                ..defaults
-            },
-        };
+        let axes = check_axes(&file, &raw.axes)?;
+        check_plots(&file, &raw.plots, &axes)?;
+        let settings = study_settings(&check, &raw.optimizer)?;
         if let Some(s) = &raw.base.strategy {
             Strategy::parse(s)
                 .map_err(|e| ConfigError::invalid(&file, "base.strategy", s, e.to_string()))?;
@@ -510,4 +416,118 @@ fn label_of(v: &serde_json::Value) -> String {
             .map_or_else(|| s.clone(), |x| x.to_string_lossy().into_owned()),
         other => other.to_string(),
     }
+}
+
+/// Checks the study's axes: a field of a base file, values, labels, unique names.
+fn check_axes(file: &str, raw: &[StudyAxis]) -> Result<Vec<Axis>, ConfigError> {
+    let file = file.to_string();
+    let mut axes = Vec::new();
+    for (i, a) in raw.iter().enumerate() {
+        let at = |k: &str| format!("axes[{i}].{k}");
+        let (target, rest) = a.field.split_once('.').unwrap_or((a.field.as_str(), ""));
+        if !TARGETS.contains(&target) || rest.is_empty() {
+            return Err(ConfigError::invalid(
+                &file,
+                at("field"),
+                &a.field,
+                format!(
+                    "a field of one of the base files: {}, then its path (e.g. budget.technology, template.memory[3].technology, system.fabrics[0].bandwidth_gb_per_s)",
+                    TARGETS.map(|t| format!("{t}.")).join(", ")
+                ),
+            ));
+        }
+        if a.values.is_empty() {
+            return Err(ConfigError::invalid(
+                &file,
+                at("values"),
+                "[]",
+                "at least one value (an empty axis empties the grid)",
+            ));
+        }
+        let labels = match &a.labels {
+            Some(l) if l.len() != a.values.len() => {
+                return Err(ConfigError::invalid(
+                    &file,
+                    at("labels"),
+                    l.len(),
+                    format!("one label per value ({})", a.values.len()),
+                ))
+            }
+            Some(l) => l.clone(),
+            None => a.values.iter().map(label_of).collect(),
+        };
+        if axes.iter().any(|b: &Axis| b.name == a.name) {
+            return Err(ConfigError::invalid(
+                &file,
+                at("name"),
+                &a.name,
+                "a name no other axis has",
+            ));
+        }
+        axes.push(Axis {
+            name: a.name.clone(),
+            target: target.to_string(),
+            path: rest.to_string(),
+            values: a.values.clone(),
+            labels,
+        });
+    }
+    Ok(axes)
+}
+
+/// Checks that every plot names axes and that bar plots have no series.
+fn check_plots(file: &str, plots: &[StudyPlot], axes: &[Axis]) -> Result<(), ConfigError> {
+    let file = file.to_string();
+    for (i, p) in plots.iter().enumerate() {
+        if p.kind != crate::config::raw::StudyPlotKind::Lines && p.series.is_some() {
+            return Err(ConfigError::invalid(
+                &file,
+                format!("plots[{i}].series"),
+                p.series.as_deref().unwrap_or(""),
+                "no series for bar plots (one bar group per x value; use panels)",
+            ));
+        }
+        for (k, name) in [
+            ("x", Some(&p.x)),
+            ("series", p.series.as_ref()),
+            ("panels", p.panels.as_ref()),
+        ] {
+            if let Some(name) = name {
+                if !axes.iter().any(|a| &a.name == name) {
+                    return Err(ConfigError::invalid(
+                        &file,
+                        format!("plots[{i}].{k}"),
+                        name,
+                        format!(
+                            "an axis name: one of [{}]",
+                            axes.iter()
+                                .map(|a| a.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The optimizer settings of the study (defaults where it gives none).
+fn study_settings(check: &Checker, raw: &Option<StudyOptimizer>) -> Result<Settings, ConfigError> {
+    let defaults = Settings::default();
+    let settings = match raw {
+        None => defaults,
+        Some(o) => Settings {
+            restarts: o.restarts.map_or(Ok(defaults.restarts as u64), |v| {
+                check.positive_count("optimizer.restarts", v)
+            })? as usize,
+            steps: o.steps.map_or(Ok(defaults.steps), |v| {
+                check.positive_count("optimizer.steps", v)
+            })?,
+            seed: o.seed.unwrap_or(defaults.seed),
+            ..defaults
+        },
+    };
+    Ok(settings)
 }
