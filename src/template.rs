@@ -84,90 +84,8 @@ impl Template {
         let raw: TemplateFile = parse_yaml(file, text)?;
         let check = Checker { file };
         check.version(raw.version)?;
-        let c = &raw.compute;
-        check.within("compute.max_utilization", c.max_utilization, 1e-6, 1.0)?;
-        check.positive_count("compute.mcus_per_bundle", c.mcus_per_bundle)?;
-        let dims: Vec<(&str, u64)> = match c.mcu {
-            McuShape::TensorCore { m, n, k } => vec![("m", m), ("n", n), ("k", k)],
-            McuShape::SystolicArray { rows, cols } => vec![("rows", rows), ("cols", cols)],
-        };
-        for (name, value) in dims {
-            check.positive_count(&format!("compute.mcu.{name}"), value)?;
-        }
-        for (precision, ratio) in &c.throughput_by_precision {
-            check.positive(
-                &format!("compute.throughput_by_precision.{}", precision.name()),
-                *ratio,
-            )?;
-        }
-        if !c.throughput_by_precision.contains_key(&Precision::Fp32) {
-            return Err(ConfigError::invalid(
-                file,
-                "compute.throughput_by_precision",
-                "(no fp32)",
-                "an fp32 entry: the rate of element-wise work",
-            ));
-        }
-        let operand_tile = match c.operand_tile {
-            Some(t) => {
-                check.positive_count("compute.operand_tile.rows", t.rows)?;
-                check.positive_count("compute.operand_tile.cols", t.cols)?;
-                t
-            }
-            None => match c.mcu {
-                McuShape::TensorCore { m, n, .. } => OperandTile { rows: m, cols: n },
-                McuShape::SystolicArray { rows, cols } => OperandTile { rows, cols },
-            },
-        };
-        let kernel_launch_s =
-            check.non_negative("compute.kernel_launch_us", c.kernel_launch_us)? * 1e-6;
-        if raw.memory.is_empty() {
-            return Err(ConfigError::invalid(
-                file,
-                "memory",
-                "[]",
-                "expected at least one memory level (main memory)",
-            ));
-        }
-        let mut seen = BTreeSet::new();
-        for (i, level) in raw.memory.iter().enumerate() {
-            if Component::RESERVED.contains(&level.name.as_str()) || level.name.is_empty() {
-                return Err(ConfigError::invalid(
-                    file,
-                    format!("memory[{i}].name"),
-                    &level.name,
-                    format!(
-                        "a non-empty name other than {}",
-                        Component::RESERVED.join(", ")
-                    ),
-                ));
-            }
-            if !seen.insert(level.name.clone()) {
-                return Err(ConfigError::invalid(
-                    file,
-                    format!("memory[{i}].name"),
-                    &level.name,
-                    "memory level names must be unique",
-                ));
-            }
-            if i > 0 && level.scope < raw.memory[i - 1].scope {
-                return Err(ConfigError::invalid(
-                    file,
-                    format!("memory[{i}].scope"),
-                    format!("{:?}", level.scope).to_lowercase(),
-                    "scopes must widen (mcu -> bundle -> global) from registers to main memory",
-                ));
-            }
-        }
-        let last = raw.memory.len() - 1;
-        if raw.memory[last].scope != Scope::Global {
-            return Err(ConfigError::invalid(
-                file,
-                format!("memory[{last}].scope"),
-                format!("{:?}", raw.memory[last].scope).to_lowercase(),
-                "main memory (the last level) must have scope global",
-            ));
-        }
+        let (operand_tile, kernel_launch_s) = check_compute(&check, &raw.compute)?;
+        check_memory(file, &raw.memory)?;
         check.positive_count("package.accelerators", raw.package.accelerators)?;
         check.positive_count("system.packages", raw.system.packages)?;
         let intra_package = raw
@@ -296,4 +214,100 @@ pub(crate) fn check_topology(
         }
         _ => Ok(None),
     }
+}
+
+/// Checks the compute section; returns its operand tile (the MCU's shape when absent) and
+/// its kernel launch time, s.
+fn check_compute(check: &Checker, c: &raw::ComputeRaw) -> Result<(OperandTile, f64), ConfigError> {
+    let file = check.file;
+    check.within("compute.max_utilization", c.max_utilization, 1e-6, 1.0)?;
+    check.positive_count("compute.mcus_per_bundle", c.mcus_per_bundle)?;
+    let dims: Vec<(&str, u64)> = match c.mcu {
+        McuShape::TensorCore { m, n, k } => vec![("m", m), ("n", n), ("k", k)],
+        McuShape::SystolicArray { rows, cols } => vec![("rows", rows), ("cols", cols)],
+    };
+    for (name, value) in dims {
+        check.positive_count(&format!("compute.mcu.{name}"), value)?;
+    }
+    for (precision, ratio) in &c.throughput_by_precision {
+        check.positive(
+            &format!("compute.throughput_by_precision.{}", precision.name()),
+            *ratio,
+        )?;
+    }
+    if !c.throughput_by_precision.contains_key(&Precision::Fp32) {
+        return Err(ConfigError::invalid(
+            file,
+            "compute.throughput_by_precision",
+            "(no fp32)",
+            "an fp32 entry: the rate of element-wise work",
+        ));
+    }
+    let operand_tile = match c.operand_tile {
+        Some(t) => {
+            check.positive_count("compute.operand_tile.rows", t.rows)?;
+            check.positive_count("compute.operand_tile.cols", t.cols)?;
+            t
+        }
+        None => match c.mcu {
+            McuShape::TensorCore { m, n, .. } => OperandTile { rows: m, cols: n },
+            McuShape::SystolicArray { rows, cols } => OperandTile { rows, cols },
+        },
+    };
+    let kernel_launch_s =
+        check.non_negative("compute.kernel_launch_us", c.kernel_launch_us)? * 1e-6;
+    Ok((operand_tile, kernel_launch_s))
+}
+
+/// Checks the memory levels: names unique and not reserved, scopes widening to a global
+/// main memory.
+fn check_memory(file: &str, memory: &[raw::MemoryLevelRaw]) -> Result<(), ConfigError> {
+    if memory.is_empty() {
+        return Err(ConfigError::invalid(
+            file,
+            "memory",
+            "[]",
+            "expected at least one memory level (main memory)",
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for (i, level) in memory.iter().enumerate() {
+        if Component::RESERVED.contains(&level.name.as_str()) || level.name.is_empty() {
+            return Err(ConfigError::invalid(
+                file,
+                format!("memory[{i}].name"),
+                &level.name,
+                format!(
+                    "a non-empty name other than {}",
+                    Component::RESERVED.join(", ")
+                ),
+            ));
+        }
+        if !seen.insert(level.name.clone()) {
+            return Err(ConfigError::invalid(
+                file,
+                format!("memory[{i}].name"),
+                &level.name,
+                "memory level names must be unique",
+            ));
+        }
+        if i > 0 && level.scope < memory[i - 1].scope {
+            return Err(ConfigError::invalid(
+                file,
+                format!("memory[{i}].scope"),
+                format!("{:?}", level.scope).to_lowercase(),
+                "scopes must widen (mcu -> bundle -> global) from registers to main memory",
+            ));
+        }
+    }
+    let last = memory.len() - 1;
+    if memory[last].scope != Scope::Global {
+        return Err(ConfigError::invalid(
+            file,
+            format!("memory[{last}].scope"),
+            format!("{:?}", memory[last].scope).to_lowercase(),
+            "main memory (the last level) must have scope global",
+        ));
+    }
+    Ok(())
 }
