@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::graph::{Builder, Graph, KernelClass, Split};
 use super::transformer::{hidden_and_heads, moe, transformer_layers, LayerShape, Moe};
 use super::Workload;
-use crate::config::raw::{DlrmRaw, TableGroupRaw};
+use crate::config::raw::{DlrmRaw, FeatureTransformerRaw, TableGroupRaw};
 use crate::config::{Checker, ConfigError};
 use crate::domain::{EmbeddingOptimizer, Interaction, Optimizer, Precision, Recompute};
 
@@ -51,25 +51,9 @@ pub struct TableGroup {
     pub lookups_per_sample: u64,
 }
 
-pub(super) fn dlrm(check: &Checker, raw: DlrmRaw, stem: String) -> Result<Workload, ConfigError> {
-    let mlp = |name: &str, layers: &[u64]| -> Result<Vec<u64>, ConfigError> {
-        if layers.is_empty() {
-            return Err(ConfigError::invalid(
-                check.file,
-                name,
-                "[]",
-                "at least one layer width",
-            ));
-        }
-        layers
-            .iter()
-            .enumerate()
-            .map(|(i, &w)| check.positive_count(&format!("{name}[{i}]"), w))
-            .collect()
-    };
-    let bottom_mlp = mlp("bottom_mlp", &raw.bottom_mlp)?;
-    let top_mlp = mlp("top_mlp", &raw.top_mlp)?;
-    if raw.embeddings.is_empty() {
+/// Checks the embedding table groups.
+fn table_groups(check: &Checker, raw: &[TableGroupRaw]) -> Result<Vec<TableGroup>, ConfigError> {
+    if raw.is_empty() {
         return Err(ConfigError::invalid(
             check.file,
             "embeddings",
@@ -78,7 +62,7 @@ pub(super) fn dlrm(check: &Checker, raw: DlrmRaw, stem: String) -> Result<Worklo
         ));
     }
     let mut embeddings = Vec::new();
-    for (i, g) in raw.embeddings.iter().enumerate() {
+    for (i, g) in raw.iter().enumerate() {
         let TableGroupRaw {
             tables,
             rows,
@@ -94,21 +78,16 @@ pub(super) fn dlrm(check: &Checker, raw: DlrmRaw, stem: String) -> Result<Worklo
                 .positive_count(&field("lookups_per_sample"), lookups_per_sample)?,
         });
     }
-    let last = *bottom_mlp.last().expect("checked non-empty");
-    for (i, g) in embeddings.iter().enumerate() {
-        if g.dim != last {
-            return Err(ConfigError::invalid(
-                check.file,
-                format!("embeddings[{i}].dim"),
-                g.dim,
-                format!(
-                    "the width of the last bottom_mlp layer ({last}): feature interaction \
-                     combines vectors of one size"
-                ),
-            ));
-        }
-    }
-    let transformer = match (raw.interaction, raw.transformer) {
+    Ok(embeddings)
+}
+
+/// Checks the `transformer:` section against the interaction it configures.
+fn feature_transformer_of(
+    check: &Checker,
+    interaction: Interaction,
+    raw: Option<FeatureTransformerRaw>,
+) -> Result<Option<FeatureTransformer>, ConfigError> {
+    Ok(match (interaction, raw) {
         (Interaction::Transformer, Some(t)) => {
             let (hidden, heads) = hidden_and_heads(check, "transformer.", t.hidden, t.heads)?;
             Some(FeatureTransformer {
@@ -137,7 +116,43 @@ pub(super) fn dlrm(check: &Checker, raw: DlrmRaw, stem: String) -> Result<Worklo
             ))
         }
         (_, None) => None,
+    })
+}
+
+pub(super) fn dlrm(check: &Checker, raw: DlrmRaw, stem: String) -> Result<Workload, ConfigError> {
+    let mlp = |name: &str, layers: &[u64]| -> Result<Vec<u64>, ConfigError> {
+        if layers.is_empty() {
+            return Err(ConfigError::invalid(
+                check.file,
+                name,
+                "[]",
+                "at least one layer width",
+            ));
+        }
+        layers
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| check.positive_count(&format!("{name}[{i}]"), w))
+            .collect()
     };
+    let bottom_mlp = mlp("bottom_mlp", &raw.bottom_mlp)?;
+    let top_mlp = mlp("top_mlp", &raw.top_mlp)?;
+    let embeddings = table_groups(check, &raw.embeddings)?;
+    let last = *bottom_mlp.last().expect("checked non-empty");
+    for (i, g) in embeddings.iter().enumerate() {
+        if g.dim != last {
+            return Err(ConfigError::invalid(
+                check.file,
+                format!("embeddings[{i}].dim"),
+                g.dim,
+                format!(
+                    "the width of the last bottom_mlp layer ({last}): feature interaction \
+                     combines vectors of one size"
+                ),
+            ));
+        }
+    }
+    let transformer = feature_transformer_of(check, raw.interaction, raw.transformer)?;
     let moe = raw.moe.map(|m| moe(check, m)).transpose()?;
     if moe.is_some() && !(top_mlp.len() >= 3 && top_mlp[1] > top_mlp[0].max(top_mlp[2])) {
         return Err(ConfigError::invalid(
