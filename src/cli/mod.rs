@@ -215,30 +215,7 @@ pub fn run() -> i32 {
 
 fn execute(cli: Cli) -> anyhow::Result<Outcome> {
     let done: anyhow::Result<()> = match cli.command {
-        Command::Generate {
-            design:
-                DesignArgs {
-                    budget,
-                    template,
-                    tech,
-                },
-            json,
-        } => {
-            let design = load_design(budget.as_deref(), template.as_deref(), tech.as_deref())?;
-            let arch = generate(&design);
-            if json {
-                println!("{}", serde_json::to_string_pretty(&arch)?);
-            } else {
-                if budget.is_none() {
-                    println!(
-                        "No --budget given: using the embedded default {} (template {}, technology {}).\n",
-                        design.budget_file, design.template_file, design.tech_file
-                    );
-                }
-                print!("{}", table::render(&design, &arch));
-            }
-            Ok(())
-        }
+        Command::Generate { design, json } => generate_command(design, json),
         Command::Sweep {
             study,
             out,
@@ -310,85 +287,154 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
             pue,
             json,
         } => {
-            if let Some(system) = system {
-                return distributed::run(distributed::Args {
-                    workload: workload.as_deref(),
-                    system: &system,
-                    devices,
-                    strategy: strategy.as_deref(),
-                    slice: slice.as_deref(),
-                    carbon: carbon_rates(grid_kg_per_kwh, pue)?,
-                    json,
-                })
-                .map(|()| Outcome::Done);
-            }
-            let workload_file = workload
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_WORKLOAD));
-            let source = if workload.is_some() {
-                Source::Disk
-            } else {
-                Source::Embedded
-            };
-            let wl = Workload::load(source, &workload_file)?;
-            let (architecture, described) = match &arch {
-                Some(path) => {
-                    let file = path.display().to_string();
-                    let text = Source::Disk.read(path)?;
-                    let a: Architecture = parse_json(&file, &text)?;
-                    (a, format!("architecture {file}"))
-                }
-                None => {
-                    let design =
-                        load_design(budget.as_deref(), template.as_deref(), tech.as_deref())?;
-                    let described = format!(
-                        "budget {} (template {}, technology {})",
-                        design.budget_file, design.template_file, design.tech_file
-                    );
-                    (generate(&design), described)
-                }
-            };
-            let graph = wl.graph();
-            let mut evaluator = Evaluator::new(&architecture);
-            check_precision(&workload_file, &wl, &architecture)?;
-            if let Some((t, spec)) = wl.serving() {
-                let p = evaluator.predict_inference(t, spec, &architecture.violations);
-                if json {
-                    println!("{}", serde_json::to_string_pretty(&p)?);
-                } else {
-                    println!("Accelerator: {described}.\n");
-                    print!("{}", predict::render_inference(&p, &architecture));
-                }
-                return Ok(Outcome::Done);
-            }
-            let prediction = evaluator.predict(&graph, &architecture.violations);
-            let energy = stackflow::perf::energy(&architecture, &prediction);
-            let carbon =
-                carbon_rates(grid_kg_per_kwh, pue)?.map(|r| r.kg_per_joule() * energy.total_j);
-            if json {
-                let mut value = serde_json::to_value(&prediction)?;
-                value["energy"] = serde_json::to_value(&energy)?;
-                if let Some(kg) = carbon {
-                    value["co2e_kg_per_iteration"] = kg.into();
-                }
-                let text = serde_json::to_string_pretty(&value)
-                    .context("writing the prediction as JSON")?;
-                println!("{text}");
-            } else {
-                if workload.is_none() {
-                    println!("No --workload given: using the embedded default {DEFAULT_WORKLOAD}.");
-                }
-                println!("Accelerator: {described}.\n");
-                print!(
-                    "{}",
-                    predict::render(&prediction, architecture.peak_flops_per_s, kernels)
-                );
-                print!("{}", predict::render_energy(&energy, carbon));
-            }
-            Ok(())
+            return predict_command(PredictArgs {
+                workload,
+                budget,
+                template,
+                tech,
+                arch,
+                kernels,
+                system,
+                devices,
+                strategy,
+                slice,
+                grid_kg_per_kwh,
+                pue,
+                json,
+            })
         }
     };
     done.map(|()| Outcome::Done)
+}
+
+/// Runs `generate`: derives the design's architecture and prints it as JSON or tables.
+fn generate_command(
+    DesignArgs {
+        budget,
+        template,
+        tech,
+    }: DesignArgs,
+    json: bool,
+) -> anyhow::Result<()> {
+    let design = load_design(budget.as_deref(), template.as_deref(), tech.as_deref())?;
+    let arch = generate(&design);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&arch)?);
+    } else {
+        if budget.is_none() {
+            println!(
+                "No --budget given: using the embedded default {} (template {}, technology {}).\n",
+                design.budget_file, design.template_file, design.tech_file
+            );
+        }
+        print!("{}", table::render(&design, &arch));
+    }
+    Ok(())
+}
+
+/// The arguments of `predict`, as parsed.
+struct PredictArgs {
+    workload: Option<PathBuf>,
+    budget: Option<PathBuf>,
+    template: Option<PathBuf>,
+    tech: Option<PathBuf>,
+    arch: Option<PathBuf>,
+    kernels: bool,
+    system: Option<PathBuf>,
+    devices: Option<u64>,
+    strategy: Option<String>,
+    slice: Option<String>,
+    grid_kg_per_kwh: Option<f64>,
+    pue: Option<f64>,
+    json: bool,
+}
+
+/// Runs `predict`: distributed on `--system`, else one iteration on one accelerator.
+fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
+    if let Some(system) = &a.system {
+        return distributed::run(distributed::Args {
+            workload: a.workload.as_deref(),
+            system,
+            devices: a.devices,
+            strategy: a.strategy.as_deref(),
+            slice: a.slice.as_deref(),
+            carbon: carbon_rates(a.grid_kg_per_kwh, a.pue)?,
+            json: a.json,
+        })
+        .map(|()| Outcome::Done);
+    }
+    let workload_file = a
+        .workload
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_WORKLOAD));
+    let source = if a.workload.is_some() {
+        Source::Disk
+    } else {
+        Source::Embedded
+    };
+    let wl = Workload::load(source, &workload_file)?;
+    let (architecture, described) = load_architecture(&a)?;
+    let graph = wl.graph();
+    let mut evaluator = Evaluator::new(&architecture);
+    check_precision(&workload_file, &wl, &architecture)?;
+    if let Some((t, spec)) = wl.serving() {
+        let p = evaluator.predict_inference(t, spec, &architecture.violations);
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&p)?);
+        } else {
+            println!("Accelerator: {described}.\n");
+            print!("{}", predict::render_inference(&p, &architecture));
+        }
+        return Ok(Outcome::Done);
+    }
+    let prediction = evaluator.predict(&graph, &architecture.violations);
+    let energy = stackflow::perf::energy(&architecture, &prediction);
+    let carbon = carbon_rates(a.grid_kg_per_kwh, a.pue)?.map(|r| r.kg_per_joule() * energy.total_j);
+    if a.json {
+        let mut value = serde_json::to_value(&prediction)?;
+        value["energy"] = serde_json::to_value(&energy)?;
+        if let Some(kg) = carbon {
+            value["co2e_kg_per_iteration"] = kg.into();
+        }
+        let text =
+            serde_json::to_string_pretty(&value).context("writing the prediction as JSON")?;
+        println!("{text}");
+    } else {
+        if a.workload.is_none() {
+            println!("No --workload given: using the embedded default {DEFAULT_WORKLOAD}.");
+        }
+        println!("Accelerator: {described}.\n");
+        print!(
+            "{}",
+            predict::render(&prediction, architecture.peak_flops_per_s, a.kernels)
+        );
+        print!("{}", predict::render_energy(&energy, carbon));
+    }
+    Ok(Outcome::Done)
+}
+
+/// The accelerator `predict` runs on, from `--arch` or a budget, and how to describe it.
+fn load_architecture(a: &PredictArgs) -> anyhow::Result<(Architecture, String)> {
+    Ok(match &a.arch {
+        Some(path) => {
+            let file = path.display().to_string();
+            let text = Source::Disk.read(path)?;
+            let arch: Architecture = parse_json(&file, &text)?;
+            (arch, format!("architecture {file}"))
+        }
+        None => {
+            let design = load_design(
+                a.budget.as_deref(),
+                a.template.as_deref(),
+                a.tech.as_deref(),
+            )?;
+            let described = format!(
+                "budget {} (template {}, technology {})",
+                design.budget_file, design.template_file, design.tech_file
+            );
+            (generate(&design), described)
+        }
+    })
 }
 
 /// Refuses a workload whose precision the accelerator's template cannot compute.

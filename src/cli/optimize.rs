@@ -14,10 +14,12 @@ use serde::Serialize;
 use stackflow::config::raw::{AreaBudgetRaw, BudgetFile, PerimeterBudgetRaw, PowerBudgetRaw};
 use stackflow::config::{normalize, to_yaml, write_atomic, Source, SHIPPED};
 use stackflow::design::{Design, DesignFiles};
+use stackflow::generator::Architecture;
 use stackflow::network::System;
 use stackflow::opt::budget::{self, BudgetResult, Sensitivity, Settings, TracePoint};
 use stackflow::opt::problem::{feasible_set, with_shares, BoundsFile, Evaluation};
 use stackflow::opt::{co_optimize, BudgetProblem, CoOptimization, Resource};
+use stackflow::parallel::Strategy;
 use stackflow::workload::Workload;
 
 use super::distributed::{load_strategy, render};
@@ -86,48 +88,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         Some(p) => System::load(Source::Disk, p)?,
         None => System::load(Source::Embedded, Path::new(DEFAULT_SYSTEM))?,
     };
-    let design = match &args.budget {
-        Some(b) => Design::load(DesignFiles {
-            source: Source::Disk,
-            budget: b,
-            template: args.template.as_deref(),
-            tech: args.tech.as_deref(),
-        })?,
-        None => Design::load(DesignFiles {
-            source: system.source(),
-            budget: &system.accelerator,
-            template: args.template.as_deref(),
-            tech: args.tech.as_deref(),
-        })?,
-    };
+    let design = load_design(&args, &system)?;
     let devices = args.devices.unwrap_or_else(|| system.default_devices());
-    let bounds = match &args.bounds {
-        Some(p) => {
-            let file = p.display().to_string();
-            Some((
-                file.clone(),
-                BoundsFile::from_yaml(&file, &Source::Disk.read(p)?)?,
-            ))
-        }
-        None => None,
-    };
+    let bounds = load_bounds(&args)?;
     let layout = stackflow::opt::problem::layout(&design);
     let set = feasible_set(&layout, bounds.as_ref().map(|(f, b)| (f.as_str(), b)))?;
     let search = args.search_strategy || args.strategy.is_none();
-    let baseline = match (&args.strategy, search) {
-        (None, true) => {
-            // Pure data parallelism, or the first strategy that runs when it does not.
-            let arch = system.apply_caps(stackflow::generator::generate(&design));
-            let net = system.network(&arch, devices)?;
-            stackflow::opt::search::baseline(&workload, &arch, &net, devices).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "no strategy runs {} on {devices} devices (batch, layers or heads do not split)",
-                    wfile.display()
-                )
-            })?
-        }
-        _ => load_strategy(args.strategy.as_deref(), &system, devices)?,
-    };
+    let baseline = baseline_strategy(&args, search, &system, &design, &workload, &wfile, devices)?;
     let mut problem = BudgetProblem::new(system.clone(), design, devices, workload, baseline, set)
         .with_context(|| {
             format!(
@@ -142,73 +109,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
              InfiniBand XDR), from DeepFlow Fig. 4's budget split.\n"
         );
     }
-    let per_run = args.settings.restarts as u64 * args.settings.steps;
-    let bar = if args.json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(per_run)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} steps {elapsed} {msg}")
-            .expect("static template"),
-    );
-    let progress = {
-        let bar = bar.clone();
-        stackflow::opt::Progress::new(move |steps| bar.inc(steps))
-    };
     let initial = problem.initial();
     let initial_eval = problem.evaluate(&initial);
-    let (result, co) = if search {
-        bar.set_length(per_run * 3);
-        bar.set_message("strategy search and budget optimization");
-        let co = co_optimize(&mut problem, &args.settings, &progress)?;
-        (co.budgets.clone(), Some(co))
-    } else {
-        bar.set_message("budget optimization");
-        (
-            budget::optimize_budgets(&problem, &args.settings, &progress)?,
-            None,
-        )
-    };
-    bar.finish_and_clear();
+    let (result, co) = optimize_problem(&mut problem, &args, search)?;
     let best = problem.evaluate(&result.best);
     let sens = budget::sensitivities(&problem, &result.best);
     let best_design = with_shares(&problem.design, &problem.layout, &result.best);
-    let shares: Vec<ShareReport> = problem
-        .layout
-        .iter()
-        .enumerate()
-        .map(|(i, s)| ShareReport {
-            resource: s.resource,
-            component: s.component.to_string(),
-            initial: initial[i],
-            best: result.best[i],
-            best_amount: result.best[i]
-                * match s.resource {
-                    Resource::Area => best_design.chip_area_mm2,
-                    Resource::Power => best_design.tdp_w,
-                    Resource::Perimeter => best_design.perimeter_mm,
-                },
-            unit: s.resource.unit(),
-        })
-        .collect();
-    let a = &best.architecture;
-    let budget_use = vec![
-        (
-            Resource::Area,
-            a.chip_area_mm2.used / a.chip_area_mm2.allocated,
-        ),
-        (Resource::Power, a.power_w.used / a.power_w.allocated),
-        (
-            Resource::Perimeter,
-            a.perimeter_mm.used / a.perimeter_mm.allocated,
-        ),
-    ];
-    let binding = budget_use
-        .iter()
-        .filter(|(_, u)| *u > 0.99)
-        .map(|(r, _)| *r)
-        .collect();
+    let shares = share_reports(&problem, &initial, &result.best, &best_design);
+    let (budget_use, binding) = budget_use(&best.architecture);
     let report = Report {
         workload: problem.workload.name(),
         system: system.name.clone(),
@@ -253,6 +161,154 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         "{}",
         render_report(&report, &best, &best_design, co.as_ref())
     );
+    print_footer(&args, report.feasible);
+    Ok(outcome)
+}
+
+/// The strategy to start from: `--strategy`, else (searching) the search's baseline.
+fn baseline_strategy(
+    args: &Args,
+    search: bool,
+    system: &System,
+    design: &Design,
+    workload: &Workload,
+    wfile: &Path,
+    devices: u64,
+) -> anyhow::Result<Strategy> {
+    Ok(match (&args.strategy, search) {
+        (None, true) => {
+            // Pure data parallelism, or the first strategy that runs when it does not.
+            let arch = system.apply_caps(stackflow::generator::generate(design));
+            let net = system.network(&arch, devices)?;
+            stackflow::opt::search::baseline(workload, &arch, &net, devices).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no strategy runs {} on {devices} devices (batch, layers or heads do not split)",
+                    wfile.display()
+                )
+            })?
+        }
+        _ => load_strategy(args.strategy.as_deref(), system, devices)?,
+    })
+}
+
+/// Loads the starting design: `--budget` from disk, else the budget the system names.
+fn load_design(args: &Args, system: &System) -> anyhow::Result<Design> {
+    Ok(match &args.budget {
+        Some(b) => Design::load(DesignFiles {
+            source: Source::Disk,
+            budget: b,
+            template: args.template.as_deref(),
+            tech: args.tech.as_deref(),
+        })?,
+        None => Design::load(DesignFiles {
+            source: system.source(),
+            budget: &system.accelerator,
+            template: args.template.as_deref(),
+            tech: args.tech.as_deref(),
+        })?,
+    })
+}
+
+/// Reads `--bounds`, when given, with the file name its errors cite.
+fn load_bounds(args: &Args) -> anyhow::Result<Option<(String, BoundsFile)>> {
+    Ok(match &args.bounds {
+        Some(p) => {
+            let file = p.display().to_string();
+            Some((
+                file.clone(),
+                BoundsFile::from_yaml(&file, &Source::Disk.read(p)?)?,
+            ))
+        }
+        None => None,
+    })
+}
+
+/// Runs the budget optimization, with the strategy search when `search`, under a progress bar.
+fn optimize_problem(
+    problem: &mut BudgetProblem,
+    args: &Args,
+    search: bool,
+) -> anyhow::Result<(BudgetResult, Option<CoOptimization>)> {
+    let per_run = args.settings.restarts as u64 * args.settings.steps;
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(per_run)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} steps {elapsed} {msg}")
+            .expect("static template"),
+    );
+    let progress = {
+        let bar = bar.clone();
+        stackflow::opt::Progress::new(move |steps| bar.inc(steps))
+    };
+    let (result, co) = if search {
+        bar.set_length(per_run * 3);
+        bar.set_message("strategy search and budget optimization");
+        let co = co_optimize(problem, &args.settings, &progress)?;
+        (co.budgets.clone(), Some(co))
+    } else {
+        bar.set_message("budget optimization");
+        (
+            budget::optimize_budgets(problem, &args.settings, &progress)?,
+            None,
+        )
+    };
+    bar.finish_and_clear();
+    Ok((result, co))
+}
+
+/// Each share of the layout: initial and best fraction, and the best amount in its unit.
+fn share_reports(
+    problem: &BudgetProblem,
+    initial: &[f64],
+    best: &[f64],
+    best_design: &Design,
+) -> Vec<ShareReport> {
+    problem
+        .layout
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ShareReport {
+            resource: s.resource,
+            component: s.component.to_string(),
+            initial: initial[i],
+            best: best[i],
+            best_amount: best[i]
+                * match s.resource {
+                    Resource::Area => best_design.chip_area_mm2,
+                    Resource::Power => best_design.tdp_w,
+                    Resource::Perimeter => best_design.perimeter_mm,
+                },
+            unit: s.resource.unit(),
+        })
+        .collect()
+}
+
+/// The share of each whole budget an architecture uses, and the classes that bind (> 99%).
+fn budget_use(a: &Architecture) -> (Vec<(Resource, f64)>, Vec<Resource>) {
+    let budget_use = vec![
+        (
+            Resource::Area,
+            a.chip_area_mm2.used / a.chip_area_mm2.allocated,
+        ),
+        (Resource::Power, a.power_w.used / a.power_w.allocated),
+        (
+            Resource::Perimeter,
+            a.perimeter_mm.used / a.perimeter_mm.allocated,
+        ),
+    ];
+    let binding = budget_use
+        .iter()
+        .filter(|(_, u)| *u > 0.99)
+        .map(|(r, _)| *r)
+        .collect();
+    (budget_use, binding)
+}
+
+/// Prints where the outputs went (or how to get them) and, when so, that nothing was feasible.
+fn print_footer(args: &Args, feasible: bool) {
     match &args.out {
         Some(dir) => println!(
             "\nwrote {0}/budget.yaml, {0}/report.json, {0}/trace.csv, {0}/convergence.svg",
@@ -262,10 +318,9 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             println!("\n(--out DIR writes budget.yaml, report.json, trace.csv and convergence.svg)")
         }
     }
-    if !report.feasible {
+    if !feasible {
         println!("\nNothing feasible was found (exit code 3).");
     }
-    Ok(outcome)
 }
 
 fn render_report(
@@ -297,42 +352,62 @@ fn render_report(
         r.strategy
     );
     if let Some(co) = co {
-        let _ = writeln!(
-            s,
-            "\nco-optimization (DeepFlow Fig. 10)      time/iter  speedup  strategy"
-        );
-        for p in [&co.baseline, &co.strategy_only, &co.budgets_only, &co.both] {
-            let _ = writeln!(
-                s,
-                "  {:<36} {:>9.4} s {:>7.2}x  {}{}",
-                match p.label {
-                    "baseline" => "baseline (given budget, strategy)",
-                    "strategy" => "(a) strategy search only",
-                    "budgets" => "(b) budget optimization only",
-                    _ => "(c) both",
-                },
-                p.time_per_iteration_s,
-                p.speedup,
-                p.strategy,
-                if p.feasible { "" } else { "  (infeasible)" }
-            );
-        }
-        let _ = writeln!(
-            s,
-            "  strategies: {} enumerated, {} cannot run the workload; Pareto front (time vs memory):",
-            co.search.enumerated, co.search.rejected
-        );
-        for c in co.search.pareto.iter().take(6) {
-            let _ = writeln!(
-                s,
-                "    {:<28} {:>9.4} s {:>10}{}",
-                c.strategy,
-                c.time_per_iteration_s,
-                table::bytes(c.memory_per_device_bytes),
-                if c.feasible { "" } else { "  (out of memory)" }
-            );
-        }
+        render_co_optimization(&mut s, co);
     }
+    render_budget_split(&mut s, r);
+    render_sensitivities(&mut s, r.sensitivities);
+    let _ = writeln!(
+        s,
+        "\nbest design\n{}",
+        table::render(design, &best.architecture)
+    );
+    if let Some(p) = &best.prediction {
+        let _ = write!(s, "{}", render(p, best.architecture.peak_flops_per_s));
+    }
+    s
+}
+
+/// Writes the co-optimization table (DeepFlow Fig. 10) and the strategies' Pareto front.
+fn render_co_optimization(s: &mut String, co: &CoOptimization) {
+    let _ = writeln!(
+        s,
+        "\nco-optimization (DeepFlow Fig. 10)      time/iter  speedup  strategy"
+    );
+    for p in [&co.baseline, &co.strategy_only, &co.budgets_only, &co.both] {
+        let _ = writeln!(
+            s,
+            "  {:<36} {:>9.4} s {:>7.2}x  {}{}",
+            match p.label {
+                "baseline" => "baseline (given budget, strategy)",
+                "strategy" => "(a) strategy search only",
+                "budgets" => "(b) budget optimization only",
+                _ => "(c) both",
+            },
+            p.time_per_iteration_s,
+            p.speedup,
+            p.strategy,
+            if p.feasible { "" } else { "  (infeasible)" }
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  strategies: {} enumerated, {} cannot run the workload; Pareto front (time vs memory):",
+        co.search.enumerated, co.search.rejected
+    );
+    for c in co.search.pareto.iter().take(6) {
+        let _ = writeln!(
+            s,
+            "    {:<28} {:>9.4} s {:>10}{}",
+            c.strategy,
+            c.time_per_iteration_s,
+            table::bytes(c.memory_per_device_bytes),
+            if c.feasible { "" } else { "  (out of memory)" }
+        );
+    }
+}
+
+/// Writes the initial and best budget split, the whole budgets used and those that bind.
+fn render_budget_split(s: &mut String, r: &Report) {
     let _ = writeln!(s, "\nbudget split        initial     best   amount");
     for sh in &r.shares {
         let _ = writeln!(
@@ -365,11 +440,15 @@ fn render_report(
                 .join(", ")
         }
     );
+}
+
+/// Writes the sensitivities at the optimum and the share the next 1% of budget helps most.
+fn render_sensitivities(s: &mut String, sensitivities: &[Sensitivity]) {
     let _ = writeln!(
         s,
         "\nsensitivities at the optimum: time change per extra unit (and % time per +1% of the budget)"
     );
-    for x in r.sensitivities {
+    for x in sensitivities {
         let _ = writeln!(
             s,
             "  {:<14} {:<9} {:>+12.3e} s/{:<3} {:>+8.3}%   bound by {}",
@@ -385,7 +464,7 @@ fn render_report(
             }
         );
     }
-    if let Some(most) = r.sensitivities.iter().min_by(|a, b| {
+    if let Some(most) = sensitivities.iter().min_by(|a, b| {
         a.percent_time_per_percent_budget
             .total_cmp(&b.percent_time_per_percent_budget)
     }) {
@@ -397,15 +476,6 @@ fn render_report(
             most.percent_time_per_percent_budget
         );
     }
-    let _ = writeln!(
-        s,
-        "\nbest design\n{}",
-        table::render(design, &best.architecture)
-    );
-    if let Some(p) = &best.prediction {
-        let _ = write!(s, "{}", render(p, best.architecture.peak_flops_per_s));
-    }
-    s
 }
 
 fn write_outputs(

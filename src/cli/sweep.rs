@@ -83,9 +83,51 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("sweep-{}", study.name)));
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let saved = out.join("study.yaml");
     let journal = out.join(JOURNAL);
+    prepare_out(&args, &study, &out, &journal)?;
+    let done = read_journal(&journal)?;
+    let mine: Vec<usize> = (0..total).filter(|i| i % n == k - 1).collect();
+    let todo: Vec<usize> = mine
+        .iter()
+        .copied()
+        .filter(|i| !done.contains_key(i))
+        .collect();
+    println!(
+        "study {}: {} points{}, {} to evaluate{} ({:?}), results in {}",
+        study.name,
+        total,
+        if n > 1 {
+            format!(", shard {k}/{n} holds {}", mine.len())
+        } else {
+            String::new()
+        },
+        todo.len(),
+        if done.is_empty() {
+            String::new()
+        } else {
+            format!(", {} already done", done.len())
+        },
+        study.action,
+        out.display()
+    );
+    evaluate_points(&study, &todo, &journal, args.jobs)?;
+    let results: Vec<PointResult> = read_journal(&journal)?
+        .into_values()
+        .filter(|p| p.index % n == k - 1)
+        .collect();
+    write_results(&study, &out, &results)?;
+    summarize(&study, &results);
+    Ok(if results.iter().any(|r| r.feasible) {
+        Outcome::Done
+    } else {
+        Outcome::NothingFeasible
+    })
+}
+
+/// Creates the output folder, checks any results there are this study's, and records the study.
+fn prepare_out(args: &Args, study: &Study, out: &Path, journal: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let saved = out.join("study.yaml");
     if saved.exists() {
         let before = std::fs::read_to_string(&saved)?;
         ensure!(
@@ -119,31 +161,16 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         &out.join("origin.txt"),
         origin.display().to_string().as_bytes(),
     )?;
-    let done = read_journal(&journal)?;
-    let mine: Vec<usize> = (0..total).filter(|i| i % n == k - 1).collect();
-    let todo: Vec<usize> = mine
-        .iter()
-        .copied()
-        .filter(|i| !done.contains_key(i))
-        .collect();
-    println!(
-        "study {}: {} points{}, {} to evaluate{} ({:?}), results in {}",
-        study.name,
-        total,
-        if n > 1 {
-            format!(", shard {k}/{n} holds {}", mine.len())
-        } else {
-            String::new()
-        },
-        todo.len(),
-        if done.is_empty() {
-            String::new()
-        } else {
-            format!(", {} already done", done.len())
-        },
-        study.action,
-        out.display()
-    );
+    Ok(())
+}
+
+/// Evaluates the points `todo` on `jobs` worker threads, appending each to the journal.
+fn evaluate_points(
+    study: &Study,
+    todo: &[usize],
+    journal: &Path,
+    jobs: Option<usize>,
+) -> anyhow::Result<()> {
     let bar = ProgressBar::new(todo.len() as u64);
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} points {elapsed}/{duration}")
@@ -153,11 +180,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&journal)
+            .open(journal)
             .with_context(|| format!("opening {}", journal.display()))?,
     );
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(args.jobs.unwrap_or(0))
+        .num_threads(jobs.unwrap_or(0))
         .build()
         .context("starting the worker threads")?;
     let failed: Vec<anyhow::Error> = pool.install(|| {
@@ -186,17 +213,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     if let Some(e) = failed.into_iter().next() {
         return Err(e.context(format!("writing {}", journal.display())));
     }
-    let results: Vec<PointResult> = read_journal(&journal)?
-        .into_values()
-        .filter(|p| p.index % n == k - 1)
-        .collect();
-    write_results(&study, &out, &results)?;
-    summarize(&study, &results);
-    Ok(if results.iter().any(|r| r.feasible) {
-        Outcome::Done
-    } else {
-        Outcome::NothingFeasible
-    })
+    Ok(())
 }
 
 /// `stackflow merge`: joins the journals of shard folders into one result.
@@ -426,6 +443,23 @@ fn axis_index(study: &Study, name: &str) -> usize {
 /// What a bar shows of a point.
 type Measure = Box<dyn Fn(&PointResult) -> Option<f64>>;
 
+/// What every panel of a plot shares: the study, the kind and the axes the plot uses.
+struct PlotAxes<'a> {
+    study: &'a Study,
+    kind: StudyPlotKind,
+    /// The axis along x, and its labels.
+    x: usize,
+    xs: &'a [String],
+    /// The axis whose values are the lines of a line plot, if any.
+    series: Option<usize>,
+}
+
+/// A point of a plot's slice: its coordinates on every axis, and its result.
+type Placed<'a> = (Vec<usize>, &'a PointResult);
+
+/// The drawing area of one panel.
+type Panel<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
 fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result<String> {
     let x = axis_index(study, &p.x);
     let series = p.series.as_deref().map(|s| axis_index(study, s));
@@ -435,6 +469,13 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
     let xs = &study.axes[x].labels;
     let panel_count = panels.map_or(1, |i| study.axes[i].values.len());
     let title = p.title.clone().unwrap_or_else(|| study.name.clone());
+    let axes = PlotAxes {
+        study,
+        kind: p.kind,
+        x,
+        xs,
+        series,
+    };
     let mut svg = String::new();
     {
         let width = 420 * panel_count as u32 + 40;
@@ -443,7 +484,7 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
         let root = root.titled(&title, ("sans-serif", 20))?;
         let areas = root.split_evenly((1, panel_count));
         for (pi, area) in areas.iter().enumerate() {
-            let in_panel: Vec<&(Vec<usize>, &PointResult)> = points
+            let in_panel: Vec<&Placed> = points
                 .iter()
                 .filter(|(c, _)| panels.map_or(true, |i| c[i] == pi))
                 .collect();
@@ -451,144 +492,170 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
                 format!("{} = {}", study.axes[i].name, study.axes[i].labels[pi])
             });
             match p.kind {
-                StudyPlotKind::Lines => {
-                    // Performance relative to the slowest point of the panel.
-                    let slowest = in_panel
-                        .iter()
-                        .filter_map(|(_, r)| r.time_per_iteration_s)
-                        .fold(0.0f64, f64::max);
-                    let lines: Vec<(String, Vec<(usize, f64)>)> = (0..series
-                        .map_or(1, |s| study.axes[s].values.len()))
-                        .map(|si| {
-                            let name =
-                                series.map_or(String::new(), |s| study.axes[s].labels[si].clone());
-                            let mut pts: Vec<(usize, f64)> = in_panel
-                                .iter()
-                                .filter(|(c, _)| series.map_or(true, |s| c[s] == si))
-                                .filter_map(|(c, r)| {
-                                    r.time_per_iteration_s.map(|t| (c[x], slowest / t))
-                                })
-                                .collect();
-                            pts.sort_by_key(|p| p.0);
-                            (name, pts)
-                        })
-                        .collect();
-                    let top = lines
-                        .iter()
-                        .flat_map(|(_, p)| p.iter().map(|q| q.1))
-                        .fold(1.0f64, f64::max)
-                        * 1.1;
-                    let mut chart = ChartBuilder::on(area)
-                        .caption(&caption, ("sans-serif", 15))
-                        .margin(10)
-                        .x_label_area_size(35)
-                        .y_label_area_size(50)
-                        .build_cartesian_2d((0..xs.len()).into_segmented(), 0.0..top)?;
-                    chart
-                        .configure_mesh()
-                        .x_desc(&study.axes[x].name)
-                        .y_desc("performance (x slowest)")
-                        .x_label_formatter(&|v| match v {
-                            SegmentValue::CenterOf(i) => xs.get(*i).cloned().unwrap_or_default(),
-                            _ => String::new(),
-                        })
-                        .draw()?;
-                    for (si, (name, pts)) in lines.into_iter().enumerate() {
-                        let color = Palette99::pick(si).to_rgba();
-                        chart
-                            .draw_series(LineSeries::new(
-                                pts.iter().map(|&(i, y)| (SegmentValue::CenterOf(i), y)),
-                                color.stroke_width(2),
-                            ))?
-                            .label(name)
-                            .legend(move |(a, b)| {
-                                PathElement::new(vec![(a, b), (a + 18, b)], color)
-                            });
-                    }
-                    if series.is_some() {
-                        chart
-                            .configure_series_labels()
-                            .background_style(WHITE.mix(0.8))
-                            .border_style(BLACK)
-                            .draw()?;
-                    }
-                }
+                StudyPlotKind::Lines => draw_lines(area, &axes, &in_panel, &caption)?,
                 StudyPlotKind::GroupedBars | StudyPlotKind::Bars => {
-                    let groups: Vec<(&str, Measure)> = if p.kind == StudyPlotKind::GroupedBars {
-                        vec![
-                            (
-                                "strategy search",
-                                Box::new(|r: &PointResult| r.strategy_only_speedup),
-                            ),
-                            (
-                                "budget optimization",
-                                Box::new(|r: &PointResult| r.budgets_only_speedup),
-                            ),
-                            ("both", Box::new(|r: &PointResult| r.both_speedup)),
-                        ]
-                    } else {
-                        let first = in_panel
-                            .iter()
-                            .find(|(c, _)| c[x] == 0)
-                            .and_then(|(_, r)| r.time_per_iteration_s);
-                        vec![(
-                            "speedup over the first",
-                            Box::new(move |r: &PointResult| Some(first? / r.time_per_iteration_s?)),
-                        )]
-                    };
-                    let width = groups.len();
-                    let bars: Vec<(usize, usize, f64)> = in_panel
-                        .iter()
-                        .flat_map(|(c, r)| {
-                            groups
-                                .iter()
-                                .enumerate()
-                                .filter_map(move |(g, (_, f))| f(r).map(|y| (c[x], g, y)))
-                        })
-                        .collect();
-                    let top = bars.iter().map(|b| b.2).fold(1.0f64, f64::max) * 1.15;
-                    let slots = xs.len() * (width + 1);
-                    let mut chart = ChartBuilder::on(area)
-                        .caption(&caption, ("sans-serif", 15))
-                        .margin(10)
-                        .x_label_area_size(35)
-                        .y_label_area_size(50)
-                        .build_cartesian_2d(0..slots, 0.0..top)?;
-                    chart
-                        .configure_mesh()
-                        .disable_x_mesh()
-                        .x_desc(&study.axes[x].name)
-                        .y_desc("speedup")
-                        .x_labels(slots)
-                        .x_label_formatter(&|v| {
-                            if v % (width + 1) == width / 2 {
-                                xs.get(v / (width + 1)).cloned().unwrap_or_default()
-                            } else {
-                                String::new()
-                            }
-                        })
-                        .draw()?;
-                    for (g, (name, _)) in groups.iter().enumerate() {
-                        let color = Palette99::pick(g).to_rgba();
-                        chart
-                            .draw_series(bars.iter().filter(|b| b.1 == g).map(|&(xi, _, y)| {
-                                let left = xi * (width + 1) + g;
-                                Rectangle::new([(left, 0.0), (left + 1, y)], color.filled())
-                            }))?
-                            .label(*name)
-                            .legend(move |(a, b)| {
-                                Rectangle::new([(a, b - 5), (a + 12, b + 5)], color.filled())
-                            });
-                    }
-                    chart
-                        .configure_series_labels()
-                        .background_style(WHITE.mix(0.8))
-                        .border_style(BLACK)
-                        .draw()?;
+                    draw_bars(area, &axes, &in_panel, &caption)?
                 }
             }
         }
         root.present()?;
     }
     Ok(svg)
+}
+
+/// Draws one panel of a line plot: performance along x, a line per series value.
+fn draw_lines(
+    area: &Panel,
+    axes: &PlotAxes,
+    in_panel: &[&Placed],
+    caption: &str,
+) -> anyhow::Result<()> {
+    let PlotAxes {
+        study,
+        x,
+        xs,
+        series,
+        ..
+    } = *axes;
+    // Performance relative to the slowest point of the panel.
+    let slowest = in_panel
+        .iter()
+        .filter_map(|(_, r)| r.time_per_iteration_s)
+        .fold(0.0f64, f64::max);
+    let lines: Vec<(String, Vec<(usize, f64)>)> = (0..series
+        .map_or(1, |s| study.axes[s].values.len()))
+        .map(|si| {
+            let name = series.map_or(String::new(), |s| study.axes[s].labels[si].clone());
+            let mut pts: Vec<(usize, f64)> = in_panel
+                .iter()
+                .filter(|(c, _)| series.map_or(true, |s| c[s] == si))
+                .filter_map(|(c, r)| r.time_per_iteration_s.map(|t| (c[x], slowest / t)))
+                .collect();
+            pts.sort_by_key(|p| p.0);
+            (name, pts)
+        })
+        .collect();
+    let top = lines
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|q| q.1))
+        .fold(1.0f64, f64::max)
+        * 1.1;
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 15))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(50)
+        .build_cartesian_2d((0..xs.len()).into_segmented(), 0.0..top)?;
+    chart
+        .configure_mesh()
+        .x_desc(&study.axes[x].name)
+        .y_desc("performance (x slowest)")
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => xs.get(*i).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .draw()?;
+    for (si, (name, pts)) in lines.into_iter().enumerate() {
+        let color = Palette99::pick(si).to_rgba();
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().map(|&(i, y)| (SegmentValue::CenterOf(i), y)),
+                color.stroke_width(2),
+            ))?
+            .label(name)
+            .legend(move |(a, b)| PathElement::new(vec![(a, b), (a + 18, b)], color));
+    }
+    if series.is_some() {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    Ok(())
+}
+
+/// Draws one panel of a bar plot: a group of bars (speedups) at each x value.
+fn draw_bars(
+    area: &Panel,
+    axes: &PlotAxes,
+    in_panel: &[&Placed],
+    caption: &str,
+) -> anyhow::Result<()> {
+    let PlotAxes { study, x, xs, .. } = *axes;
+    let groups = bar_groups(axes, in_panel);
+    let width = groups.len();
+    let bars: Vec<(usize, usize, f64)> = in_panel
+        .iter()
+        .flat_map(|(c, r)| {
+            groups
+                .iter()
+                .enumerate()
+                .filter_map(move |(g, (_, f))| f(r).map(|y| (c[x], g, y)))
+        })
+        .collect();
+    let top = bars.iter().map(|b| b.2).fold(1.0f64, f64::max) * 1.15;
+    let slots = xs.len() * (width + 1);
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 15))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0..slots, 0.0..top)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc(&study.axes[x].name)
+        .y_desc("speedup")
+        .x_labels(slots)
+        .x_label_formatter(&|v| {
+            if v % (width + 1) == width / 2 {
+                xs.get(v / (width + 1)).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .draw()?;
+    for (g, (name, _)) in groups.iter().enumerate() {
+        let color = Palette99::pick(g).to_rgba();
+        chart
+            .draw_series(bars.iter().filter(|b| b.1 == g).map(|&(xi, _, y)| {
+                let left = xi * (width + 1) + g;
+                Rectangle::new([(left, 0.0), (left + 1, y)], color.filled())
+            }))?
+            .label(*name)
+            .legend(move |(a, b)| Rectangle::new([(a, b - 5), (a + 12, b + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// The bars of each group: the co-optimization speedups, or the speedup over the first x.
+fn bar_groups(axes: &PlotAxes, in_panel: &[&Placed]) -> Vec<(&'static str, Measure)> {
+    if axes.kind == StudyPlotKind::GroupedBars {
+        vec![
+            (
+                "strategy search",
+                Box::new(|r: &PointResult| r.strategy_only_speedup),
+            ),
+            (
+                "budget optimization",
+                Box::new(|r: &PointResult| r.budgets_only_speedup),
+            ),
+            ("both", Box::new(|r: &PointResult| r.both_speedup)),
+        ]
+    } else {
+        let first = in_panel
+            .iter()
+            .find(|(c, _)| c[axes.x] == 0)
+            .and_then(|(_, r)| r.time_per_iteration_s);
+        vec![(
+            "speedup over the first",
+            Box::new(move |r: &PointResult| Some(first? / r.time_per_iteration_s?)),
+        )]
+    }
 }

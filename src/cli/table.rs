@@ -45,6 +45,21 @@ fn bounds(b: &[Bound]) -> String {
 /// Renders the design's files, headline numbers and per-component tables.
 pub fn render(design: &Design, a: &Architecture) -> String {
     let mut s = String::new();
+    render_summary(&mut s, design, a);
+    render_components(&mut s, a);
+    if a.violations.is_empty() {
+        let _ = writeln!(s, "\nfeasible: every component fits its budget");
+    } else {
+        let _ = writeln!(s, "\nINFEASIBLE:");
+        for v in &a.violations {
+            let _ = writeln!(s, "  - {v}");
+        }
+    }
+    s
+}
+
+/// Writes the design's files and the headline numbers (peak, main memory, chip totals).
+fn render_summary(s: &mut String, design: &Design, a: &Architecture) {
     let _ = writeln!(
         s,
         "budget     {} ({})",
@@ -81,6 +96,10 @@ pub fn render(design: &Design, a: &Architecture) -> String {
         usage(&a.power_w),
         usage(&a.perimeter_mm)
     );
+}
+
+/// Writes the per-component table: core, on-chip memories, main memory and networks.
+fn render_components(s: &mut String, a: &Architecture) {
     let _ = writeln!(
         s,
         "\n{:<14} {:<34} {:>16} {:>16} {:>14}  bound by",
@@ -159,13 +178,4 @@ pub fn render(design: &Design, a: &Architecture) -> String {
             );
         }
     }
-    if a.violations.is_empty() {
-        let _ = writeln!(s, "\nfeasible: every component fits its budget");
-    } else {
-        let _ = writeln!(s, "\nINFEASIBLE:");
-        for v in &a.violations {
-            let _ = writeln!(s, "  - {v}");
-        }
-    }
-    s
 }
