@@ -4,6 +4,9 @@
 //! rejected) and then checked and converted into the model's domain types by
 //! [`crate::tech`], [`crate::template`] and [`crate::budget`]. Errors name the file, the field
 //! path, the value and what was expected.
+//!
+//! Imports only [`crate::domain`]. A new input file kind: its raw struct in [`raw`]
+//! (`deny_unknown_fields`, unit in every key), then its checked type in the stage that owns it.
 
 mod error;
 pub mod raw;

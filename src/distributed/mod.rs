@@ -3,9 +3,24 @@
 //! training iteration (per-stage kernel work, collectives, memory, the pipeline schedule)
 //! or as distributed serving.
 //!
-//! Owns: [`predict`] (the best mapping of a strategy), the per-stage work and memory,
-//! [`schedule`] (the pipeline schedules and the shared communication stream), [`serve`].
+//! Owns, in the order an evaluation runs:
+//! - `fit.rs`: whether the strategy fits the workload (a [`FitError`] when not) and the batch
+//!   split into micro-batches;
+//! - `work.rs`: each stage's share of every kernel under the strategy's splits (DeepFlow
+//!   Sec. 5.1's super-graph: tensor and sequence parallelism after Megatron, RC/CR of Sec.
+//!   3.3, experts, table-wise embeddings) and the exact bytes of the blocking collectives;
+//! - `memory.rs`: the fullest device's weights, gradients, optimizer state (ZeRO 1-3) and
+//!   activations in flight, and the out-of-memory violations;
+//! - [`Plan`]: all of the above, once per (workload, architecture, network, strategy);
+//! - `timeline.rs`: one mapping priced (collectives on its group links, ZeRO-3 gathers,
+//!   gradient buckets sharing the stream, MAD Max Sec. 4.3), scheduled by [`schedule`]
+//!   (GPipe, 1F1B, interleaved 1F1B; Narayanan et al. 2021), reported (`report.rs`);
+//! - [`predict`]: the plan under the best mapping that
+//!   [`crate::parallel::mapping::best_placement`] finds; [`serve`]: serving.
+//!
 //! Imports [`crate::parallel`], [`crate::network`], [`crate::perf`] and nothing downstream.
+//! A new strategy axis: its split of each kernel in `work.rs`, its memory in `memory.rs`,
+//! its collectives in `timeline.rs`.
 mod fit;
 mod memory;
 pub mod predict;

@@ -21,6 +21,11 @@
 //!   from the [`operating_point`]; bandwidth `= lanes * rate * encoding_efficiency`.
 //!
 //! All bandwidths are bytes/s summed over directions (as datasheets quote NVLink).
+//!
+//! Owns: [`generate`] (core, memory levels, networks, budget checks as typed
+//! [`crate::violation::Violation`]s) and the [`operating_point`] solver. Imports the design
+//! and technology stages. A new component kind: its report here, its share in
+//! `crate::domain::Component`, its checks in `check_budgets`.
 
 mod operating_point;
 

@@ -1,5 +1,18 @@
 //! Search and optimization (DeepFlow Sec. 7, 9.2): the budget problem and its projected
 //! gradient solver, strategy search, co-optimization and sensitivities.
+//!
+//! Owns: [`problem`] (the design's shares as parameters, the objective: log of the iteration
+//! time plus a smooth penalty on the typed out-of-memory excess, Sec. 7), [`simplex`] (the
+//! exact Euclidean projection onto the capped simplices of area, power and perimeter),
+//! [`solver`] (projected gradient as an `argmin` solver, Sec. 7.2), [`budget`] (restarts,
+//! sensitivities), [`search`] (strategy enumeration and search, Sec. 9.2), and
+//! [`co_optimize`] (Fig. 10). Progress reaches the caller through [`Progress`]; errors are
+//! [`crate::error::ModelError`]. Imports the model stages, nothing downstream.
+//!
+//! A new solver: implement `argmin::core::Solver` over `Vec<f64>` on [`BudgetProblem`] (it
+//! is a `CostFunction` and a `Gradient`), keeping iterates inside the feasible set with
+//! [`Simplices::project`]. A new strategy axis for the search: enumerate it in
+//! [`search::enumerate`].
 
 pub mod budget;
 pub mod problem;

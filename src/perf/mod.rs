@@ -13,6 +13,11 @@
 //!
 //! GEMM results are cached by shape and precision in the [`Evaluator`], which belongs to one
 //! architecture, so a transformer's repeated shapes are searched once.
+//!
+//! Owns: the machine model of one architecture, kernel timing, the single-device
+//! [`Prediction`] (training and serving), energy rates. Imports the generator and workload
+//! stages. A new kind of kernel: an `Op` variant in `crate::workload` and its time here in
+//! `Evaluator::kernel`.
 
 pub mod tiling;
 

@@ -2,6 +2,11 @@
 //! files, and per point a prediction, a budget optimization, a strategy search or both.
 //! The grid is the product of the axes; every point is evaluated on its own, so any subset
 //! (a shard, the points a resumed run still lacks) gives the same numbers.
+//!
+//! Owns: [`Study`] (a study file checked: axes over `system.`, `budget.`, `template.` or
+//! `workload.` fields, plots, optimizer settings) and the evaluation of one point
+//! ([`PointResult`]). Writing results, plots and progress is the command line's. A new axis
+//! target: a base file kind in `TARGETS` and its edit in `Study::inputs`.
 
 use std::path::{Path, PathBuf};
 
