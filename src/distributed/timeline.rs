@@ -460,6 +460,7 @@ fn stage_sync(
     let s = inputs.s;
     let v = s.interleave as usize;
     let (data_axes, grad_collective) = gradient_sync_of(s);
+    let sync_axes = sync_parts(&data_axes, st.expert_share());
     let stage_bytes = st.trained
         * inputs.bytes
         * match s.kernel {
@@ -475,6 +476,7 @@ fn stage_sync(
         .any(|e| matches!(e, StepEvent::Gradient(n, _) if *n > 0.0));
     let sync = Sync {
         axes: &data_axes,
+        expert_axes: &sync_axes,
         collective: grad_collective,
         bytes: stage_bytes / v as f64,
         report,
@@ -516,6 +518,8 @@ fn stage_sync(
 /// One chunk's gradient synchronisation: over `axes` with `collective`, `bytes` per chunk.
 struct Sync<'a> {
     axes: &'a [Axis],
+    /// `axes` with the stage's experts among their replicas.
+    expert_axes: &'a [(Axis, f64)],
     collective: Collective,
     bytes: f64,
     report: Option<f64>,
@@ -572,7 +576,7 @@ fn layer_buckets(
     let vf = inputs.s.interleave as f64;
     let layers = layers_per_chunk(inputs);
     let l = layers as f64;
-    let sync_axes = sync_parts(sync.axes, st.expert_share());
+    let sync_axes = sync.expert_axes;
     let per_layer: Vec<(usize, f64)> = st
         .backward_needs
         .iter()
@@ -585,7 +589,7 @@ fn layer_buckets(
         .collect();
     let charge = |ledger: &mut Ledger| {
         let need = (sync.collective, bucket);
-        ledger.charge_parts("gradient sync", &sync_axes, need, 1.0, false, sync.report);
+        ledger.charge_parts("gradient sync", sync_axes, need, 1.0, false, sync.report);
     };
     if !per_layer
         .iter()

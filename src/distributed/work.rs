@@ -465,14 +465,14 @@ pub(super) fn stage_work(
         let (c, m) = rates.kernel_j(&t);
         w.step_j += (c + m.iter().sum::<f64>()) * count as f64;
         let time = t.time_s * count as f64;
-        let needs: Vec<(f64, Need)> = needs.into_iter().map(|n| (count as f64, n)).collect();
         let bound = t.bound.to_string();
         if sparse_cores && k.split == Split::Table {
             // SparseCores: the lookup (or its update) and the pooled all-to-all leave the
             // dense step.
             w.sparse_s += time;
             w.by_class.push((k.class, time, bound));
-            w.sparse_needs.extend(needs);
+            w.sparse_needs
+                .extend(needs.into_iter().map(|n| (count as f64, n)));
             continue;
         }
         w.add_step_kernel(&k, graph, s, time, count, bound, needs);
@@ -524,7 +524,7 @@ impl StageWork {
         time: f64,
         count: u64,
         bound: String,
-        needs: Vec<(f64, Need)>,
+        needs: Vec<Need>,
     ) {
         let forward = matches!(k.phase, Phase::Forward);
         if forward {
@@ -541,7 +541,7 @@ impl StageWork {
         } else {
             &mut self.backward_needs
         };
-        list.extend(needs);
+        list.extend(needs.into_iter().map(|n| (count as f64, n)));
     }
 
     /// Appends a kernel's events to its step's order: the weight it reads, its compute and
