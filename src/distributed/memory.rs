@@ -5,8 +5,7 @@
 use super::fit::Fit;
 use super::work::StageWork;
 use crate::generator::Architecture;
-use crate::parallel::strategy::{KernelSplit, Strategy};
-use crate::parallel::Axis;
+use crate::parallel::strategy::Strategy;
 use crate::violation::Violation;
 
 /// Bytes one device of the fullest stage holds, and the weight shares the timeline needs.
@@ -48,19 +47,8 @@ impl Footprint {
 pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: u64) -> Footprint {
     let graph = &fit.graph;
     let p = s.pipeline;
-    let degrees = s.degrees();
-    let model_shard = match s.kernel {
-        Some(KernelSplit::Rc { kp2, .. }) => kp2,
-        Some(KernelSplit::Cr { kp1 }) => kp1,
-        None => s.tensor,
-    } as f64;
-    // Devices holding the same weight shard: the data replicas, and RC's row groups.
-    let weight_replicas = (s.data * degrees[Axis::Kp1 as usize]) as f64
-        / if matches!(s.kernel, Some(KernelSplit::Cr { .. })) {
-            degrees[Axis::Kp1 as usize] as f64
-        } else {
-            1.0
-        };
+    let model_shard = s.weight_shards() as f64;
+    let weight_replicas = s.weight_replicas() as f64;
     let bytes = graph.kernels.first().map_or(2.0, |k| k.precision.bytes());
     let (opt_state, optimizer) = (graph.optimizer_state_per_parameter_bytes, graph.trains);
     // Experts are split over the expert-parallel group, not the model-parallel one.
@@ -117,18 +105,7 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
 fn activations(fit: &Fit, s: &Strategy) -> f64 {
     let (p, v, m) = (s.pipeline, s.interleave, fit.micro_batches);
     let act = &fit.graph.memory;
-    let tensor_split = match s.kernel {
-        Some(KernelSplit::Rc { kp1, kp2 }) => ((kp1 * kp2) as f64, kp1 as f64),
-        Some(KernelSplit::Cr { .. }) => (1.0, 1.0),
-        None => (
-            s.tensor as f64,
-            if s.sequence_parallel {
-                s.tensor as f64
-            } else {
-                1.0
-            },
-        ),
-    };
+    let tensor_split = s.activation_split();
     let per_micro_batch = ((act.activations_bytes - act.replicated_activations_bytes)
         / tensor_split.0
         + act.replicated_activations_bytes / tensor_split.1)

@@ -7,7 +7,7 @@ use super::report::CommReport;
 use super::schedule::{self, Piece, StageSteps};
 use super::work::{Need, StageWork, StepEvent};
 use crate::network::collective::Collective;
-use crate::parallel::strategy::{KernelSplit, Strategy};
+use crate::parallel::strategy::Strategy;
 use crate::parallel::{Axis, Mapping};
 use crate::workload::Graph;
 
@@ -431,12 +431,7 @@ fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
 /// The data-parallel axes gradients synchronise over and the collective they use. Under
 /// ZeRO-3 the data group already reduce-scattered every micro-batch's gradients.
 fn gradient_sync_of(s: &Strategy) -> (Vec<Axis>, Collective) {
-    let axes = match (s.kernel, s.zero >= 3) {
-        (Some(KernelSplit::Rc { .. }), false) => vec![Axis::Kp1, Axis::Data],
-        (Some(KernelSplit::Rc { .. }), true) => vec![Axis::Kp1],
-        (_, false) => vec![Axis::Data],
-        (_, true) => vec![],
-    };
+    let axes = s.gradient_sync_axes();
     let collective = if s.zero >= 2 {
         Collective::ReduceScatter
     } else {
@@ -461,12 +456,8 @@ fn stage_sync(
     let v = s.interleave as usize;
     let (data_axes, grad_collective) = gradient_sync_of(s);
     let sync_axes = sync_parts(&data_axes, st.expert_share());
-    let stage_bytes = st.trained
-        * inputs.bytes
-        * match s.kernel {
-            Some(KernelSplit::Rc { kp1, .. }) => kp1 as f64,
-            _ => 1.0,
-        };
+    // RC's row groups each hold the stage's weights: they synchronise them whole.
+    let stage_bytes = st.trained * inputs.bytes * (s.weight_replicas() / s.data) as f64;
     let report = (i == 0).then_some(1.0);
     let mut comm_free = 0.0f64;
     let mut delay = 0.0;

@@ -147,6 +147,52 @@ impl Strategy {
         [self.tensor, kp1, kp2, self.data, self.pipeline]
     }
 
+    /// Devices a layer's weights are sharded over: RC's columns, CR's shared dimension, or
+    /// the tensor-parallel group.
+    pub fn weight_shards(&self) -> u64 {
+        match self.kernel {
+            Some(KernelSplit::Rc { kp2, .. }) => kp2,
+            Some(KernelSplit::Cr { kp1 }) => kp1,
+            None => self.tensor,
+        }
+    }
+
+    /// Devices holding the same weight shard: the data replicas, and RC's row groups.
+    pub fn weight_replicas(&self) -> u64 {
+        match self.kernel {
+            Some(KernelSplit::Rc { kp1, .. }) => self.data * kp1,
+            _ => self.data,
+        }
+    }
+
+    /// How many ways a layer's activations split: (activations in general, those every
+    /// tensor-parallel rank keeps whole unless sequence parallelism splits them).
+    pub fn activation_split(&self) -> (f64, f64) {
+        match self.kernel {
+            Some(KernelSplit::Rc { kp1, kp2 }) => ((kp1 * kp2) as f64, kp1 as f64),
+            Some(KernelSplit::Cr { .. }) => (1.0, 1.0),
+            None => (
+                self.tensor as f64,
+                if self.sequence_parallel {
+                    self.tensor as f64
+                } else {
+                    1.0
+                },
+            ),
+        }
+    }
+
+    /// The axes a stage's gradients synchronise over after the backward steps (RC's rows
+    /// too). Under ZeRO-3 the data group already reduce-scattered every micro-batch's.
+    pub fn gradient_sync_axes(&self) -> Vec<Axis> {
+        match (self.kernel, self.zero >= 3) {
+            (Some(KernelSplit::Rc { .. }), false) => vec![Axis::Kp1, Axis::Data],
+            (Some(KernelSplit::Rc { .. }), true) => vec![Axis::Kp1],
+            (_, false) => vec![Axis::Data],
+            (_, true) => vec![],
+        }
+    }
+
     /// Devices one copy of the strategy occupies.
     pub fn devices(&self) -> u64 {
         self.data * self.model_degree() * self.pipeline
