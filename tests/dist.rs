@@ -1171,3 +1171,33 @@ fn dlrm_tables_beyond_all_device_memory_are_an_infeasible_result() {
         "{out}"
     );
 }
+
+#[test]
+fn predict_is_the_best_of_evaluating_every_mapping() {
+    // The model prices one mapping; predict is the search over orderings above it.
+    let (s, a100) = system("templates/dgx-a100.yaml");
+    let net = s.network(&a100, 1024).unwrap();
+    let gpt3 = Workload::load(
+        Source::Embedded,
+        std::path::Path::new("workloads/gpt3-175b.yaml"),
+    )
+    .unwrap();
+    let strategy = Strategy::parse("t8-p8-d16-mb1-i2-sp").unwrap();
+    let best = predict(&gpt3, &a100, &net, &strategy).unwrap();
+    let orders = mapping::orderings(&strategy);
+    assert_eq!(best.mappings_tried, orders.len());
+    let times: Vec<f64> = orders
+        .iter()
+        .map(|order| {
+            let map = mapping::place(&net, &strategy, order);
+            let p = stackflow::distributed::evaluate(&gpt3, &a100, &net, &strategy, &map).unwrap();
+            assert_eq!(p.mappings_tried, 1);
+            assert_eq!(p.mapping.order, *order);
+            p.time_per_iteration_s
+        })
+        .collect();
+    let fastest = times.iter().copied().fold(f64::INFINITY, f64::min);
+    assert_eq!(best.time_per_iteration_s, fastest);
+    // The orderings differ, or the search would be pointless here.
+    assert!(times.iter().any(|&t| t > fastest * 1.01), "{times:?}");
+}

@@ -31,6 +31,6 @@ mod timeline;
 mod work;
 
 pub use fit::FitError;
-pub use predict::{predict, Plan};
+pub use predict::{evaluate, predict, Plan};
 pub use report::{CommReport, ComputeReport, DistPrediction};
 pub use serve::{predict_inference, DistInference};

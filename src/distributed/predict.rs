@@ -241,3 +241,15 @@ pub fn predict(
     });
     Ok(plan.report(map, eval, tried))
 }
+
+/// Prices `workload` under `strategy` with its axes placed as `mapping` says (one mapping:
+/// no search over orderings).
+pub fn evaluate(
+    workload: &Workload,
+    arch: &Architecture,
+    net: &Network,
+    strategy: &Strategy,
+    mapping: &Mapping,
+) -> Result<DistPrediction, FitError> {
+    Ok(Plan::new(workload, arch, net, strategy)?.evaluate(mapping))
+}
