@@ -290,11 +290,7 @@ impl Strategy {
             seen.push(key.to_string());
             i += 1;
         }
-        if s.kernel.is_some() && s.tensor > 1 {
-            return Err(fail(
-                "kernel parallelism (RC/CR) and tensor parallelism (t) exclude each other".into(),
-            ));
-        }
+        s.structure().map_err(|(_, _, message)| fail(message))?;
         Ok(s)
     }
 
@@ -344,19 +340,11 @@ impl Strategy {
             }
         };
         let tensor = count("tensor", raw.tensor)?;
-        if kernel.is_some() && tensor > 1 {
-            return Err(ConfigError::invalid(
-                file,
-                "tensor",
-                tensor,
-                "kernel parallelism (kernel) and tensor parallelism exclude each other",
-            ));
-        }
         let zero = raw.zero.unwrap_or(0);
         if zero > 3 {
             return Err(ConfigError::invalid(file, "zero", zero, "a ZeRO stage 0-3"));
         }
-        Ok(Strategy {
+        let s = Strategy {
             data: count("data", raw.data)?,
             tensor,
             pipeline: count("pipeline", raw.pipeline)?,
@@ -383,7 +371,10 @@ impl Strategy {
             expert: count("expert", raw.expert)?,
             prefetch: raw.weight_prefetch.unwrap_or(true),
             placement: None,
-        })
+        };
+        s.structure()
+            .map_err(|(field, value, message)| ConfigError::invalid(file, field, value, message))?;
+        Ok(s)
     }
 
     /// MAD Max's hierarchical notation `(INTRA, INTER)`: how the devices inside a node and
@@ -444,7 +435,66 @@ impl Strategy {
             s.zero = 3;
         }
         s.placement = Placement::new(&order);
+        s.structure().map_err(|(_, _, message)| fail(message))?;
         Ok(s)
+    }
+
+    /// The one check of a strategy's axes against each other, whichever front end built it
+    /// (the short form, a YAML file, MAD Max's notation, a search): on failure the YAML key
+    /// at fault, its value and what is expected.
+    pub fn structure(&self) -> Result<(), (&'static str, String, String)> {
+        let bad = |field, value: &dyn std::fmt::Display, message: &str| {
+            Err((field, value.to_string(), message.to_string()))
+        };
+        if self.kernel.is_some() && self.tensor > 1 {
+            return bad(
+                "tensor",
+                &self.tensor,
+                "kernel parallelism (RC/CR) and tensor parallelism (t) exclude each other",
+            );
+        }
+        if self.zero > 3 {
+            return bad("zero", &self.zero, "a ZeRO stage 0-3");
+        }
+        if self.data % self.expert != 0 {
+            return bad(
+                "expert",
+                &self.expert,
+                &format!(
+                    "expert parallelism e{} must divide data parallelism d{}",
+                    self.expert, self.data
+                ),
+            );
+        }
+        if self.sequence_parallel && self.tensor == 1 {
+            return bad(
+                "sequence_parallel",
+                &true,
+                "sequence parallelism (sp) splits the tensor-parallel group; it needs t > 1",
+            );
+        }
+        if self.interleave > 1 && self.gpipe {
+            return bad(
+                "schedule",
+                &"gpipe",
+                "interleaving (i > 1) is a 1F1B schedule, not GPipe",
+            );
+        }
+        if !self.prefetch && self.zero < 3 {
+            return bad(
+                "weight_prefetch",
+                &false,
+                "prefetch=off concerns the weight gathers of ZeRO-3; it needs z3",
+            );
+        }
+        if self.interleave > 1 && self.pipeline == 1 {
+            return bad(
+                "interleave",
+                &self.interleave,
+                "an interleaved schedule (i > 1) needs pipeline parallelism (p > 1)",
+            );
+        }
+        Ok(())
     }
 
     /// Checks the strategy against a device count: degrees multiply to it, expert divides
@@ -465,33 +515,7 @@ impl Strategy {
                 (devices / 32).max(1)
             )));
         }
-        if self.data % self.expert != 0 {
-            return Err(fail(format!(
-                "expert parallelism e{} must divide data parallelism d{}",
-                self.expert, self.data
-            )));
-        }
-        if self.sequence_parallel && self.tensor == 1 {
-            return Err(fail(
-                "sequence parallelism (sp) splits the tensor-parallel group; it needs t > 1".into(),
-            ));
-        }
-        if self.interleave > 1 && self.gpipe {
-            return Err(fail(
-                "interleaving (i > 1) is a 1F1B schedule, not GPipe".into(),
-            ));
-        }
-        if !self.prefetch && self.zero < 3 {
-            return Err(fail(
-                "prefetch=off concerns the weight gathers of ZeRO-3; it needs z3".into(),
-            ));
-        }
-        if self.interleave > 1 && self.pipeline == 1 {
-            return Err(fail(
-                "an interleaved schedule (i > 1) needs pipeline parallelism (p > 1)".into(),
-            ));
-        }
-        Ok(())
+        self.structure().map_err(|(_, _, message)| fail(message))
     }
 }
 
@@ -578,11 +602,8 @@ mod tests {
         let jit = Strategy::parse("d16-t32-sp-z3-prefetch=off").unwrap();
         assert!(!jit.prefetch && jit.zero == 3);
         assert_eq!(Strategy::parse(&jit.to_string()).unwrap(), jit);
-        let e = Strategy::parse("d16-prefetch=off")
-            .unwrap()
-            .check_devices(16)
-            .unwrap_err()
-            .to_string();
+        // Refused where it is written, not later when it runs.
+        let e = Strategy::parse("d16-prefetch=off").unwrap_err().to_string();
         assert!(e.contains("it needs z3"), "{e}");
     }
 
@@ -625,6 +646,11 @@ mod tests {
             "rc=some",
             "CR-2-t2",
             "prefetch=no",
+            "t1-d8-sp",
+            "t2-d4-i2",
+            "t2-p2-d2-i2-gpipe",
+            "d8-prefetch=off",
+            "d6-e4",
         ] {
             let e = Strategy::parse(bad).unwrap_err().to_string();
             assert!(
@@ -632,5 +658,44 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn every_front_end_refuses_axes_that_contradict_each_other() {
+        // The short form, a strategy file and a strategy built in code meet one check.
+        let e = Strategy::parse("t1-d8-sp").unwrap_err().to_string();
+        assert!(e.contains("sequence parallelism (sp) splits"), "{e}");
+        let e = Strategy::from_yaml("s.yaml", "data: 8\nsequence_parallel: true\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "s.yaml: sequence_parallel = true: sequence parallelism (sp) splits the \
+             tensor-parallel group; it needs t > 1"
+        );
+        let e = Strategy::from_yaml(
+            "s.yaml",
+            "data: 2\npipeline: 2\ninterleave: 2\nschedule: gpipe\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("s.yaml: schedule = gpipe: interleaving"),
+            "{e}"
+        );
+        let e = Strategy::from_yaml("s.yaml", "tensor: 2\nkernel: {type: cr, kp1: 2}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("s.yaml: tensor = 2: kernel parallelism"),
+            "{e}"
+        );
+        let coded = Strategy {
+            data: 6,
+            expert: 4,
+            ..Strategy::default()
+        };
+        let e = coded.check_devices(6).unwrap_err().to_string();
+        assert!(e.contains("e4 must divide data parallelism d6"), "{e}");
     }
 }
