@@ -1201,3 +1201,39 @@ fn predict_is_the_best_of_evaluating_every_mapping() {
     // The orderings differ, or the search would be pointless here.
     assert!(times.iter().any(|&t| t > fastest * 1.01), "{times:?}");
 }
+
+#[test]
+fn utilization_caps_apply_in_the_machine_model_not_to_the_architecture() {
+    let (s, capped) = system("templates/dgx-a100.yaml");
+    let generated = stackflow::generate(&s.design().unwrap());
+    // The architecture keeps its derived numbers and carries the system's caps.
+    assert_eq!(
+        capped.main_memory.bandwidth_bytes_per_s,
+        generated.main_memory.bandwidth_bytes_per_s
+    );
+    assert_eq!(capped.core.max_utilization, generated.core.max_utilization);
+    let memory = s.memory_utilization.expect("dgx-a100 caps memory");
+    assert_eq!(
+        capped.achieved_memory_bandwidth(),
+        generated.main_memory.bandwidth_bytes_per_s * memory
+    );
+    let compute = s.compute_utilization.expect("dgx-a100 caps compute");
+    assert_eq!(
+        capped.achieved_utilization(),
+        generated.core.max_utilization.min(compute)
+    );
+    // The machine model sees the caps: a memory-bound kernel runs slower capped.
+    let w = Workload::from_yaml(
+        "stream.yaml",
+        "version: 1\nkind: gemm\nm: 8192\nk: 8\nn: 8192\nprecision: bf16\n",
+    )
+    .unwrap();
+    let kernel = &w.graph().kernels[0];
+    let t = |a: &Architecture| stackflow::perf::Evaluator::new(a).kernel(kernel).time_s;
+    assert!(
+        t(&capped) > t(&generated) * 1.05,
+        "{} vs {}",
+        t(&capped),
+        t(&generated)
+    );
+}

@@ -14,7 +14,7 @@ use crate::config::raw::SystemFile;
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
 use crate::design::{Design, DesignFiles};
 use crate::domain::{Component, Topology};
-use crate::generator::Architecture;
+use crate::generator::{Architecture, UtilizationCaps};
 use crate::tech::TechLibrary;
 use crate::template::check_topology;
 
@@ -314,14 +314,13 @@ impl System {
         Ok(self.apply_caps(crate::generator::generate(&self.design()?)))
     }
 
-    /// Applies the system's achieved-utilization caps to a generated accelerator.
+    /// Records the system's achieved-utilization caps on a generated accelerator; the
+    /// machine model and the energy rates apply them when they are built.
     pub fn apply_caps(&self, mut arch: Architecture) -> Architecture {
-        if let Some(u) = self.compute_utilization {
-            arch.core.max_utilization = arch.core.max_utilization.min(u);
-        }
-        if let Some(u) = self.memory_utilization {
-            arch.main_memory.bandwidth_bytes_per_s *= u;
-        }
+        arch.caps = UtilizationCaps {
+            compute_utilization: self.compute_utilization,
+            memory_utilization: self.memory_utilization,
+        };
         arch
     }
 

@@ -73,7 +73,7 @@ impl Machine {
             scope: Scope::Global,
             capacity_bytes: arch.main_memory.capacity_bytes,
             instances: 1,
-            bandwidth_bytes_per_s: arch.main_memory.bandwidth_bytes_per_s,
+            bandwidth_bytes_per_s: arch.achieved_memory_bandwidth(),
         });
         let core = &arch.core;
         let mcu = match core.mcu {
@@ -101,7 +101,7 @@ impl Machine {
         Machine {
             levels,
             peak_flops_per_s: core.peak_flops_per_s,
-            max_utilization: core.max_utilization,
+            max_utilization: arch.achieved_utilization(),
             throughput_by_precision: core.throughput_by_precision.clone(),
             kernel_launch_s: core.kernel_launch_s,
             hierarchy,
@@ -604,7 +604,7 @@ impl EnergyRates {
             .collect();
         per_byte.push((
             arch.main_memory.name.clone(),
-            arch.main_memory.power_w.used / arch.main_memory.bandwidth_bytes_per_s.max(1.0),
+            arch.main_memory.power_w.used / arch.achieved_memory_bandwidth().max(1.0),
         ));
         let link_j_per_byte = arch
             .inter_package
@@ -613,7 +613,7 @@ impl EnergyRates {
             .map_or(0.0, |n| n.power_w.used / n.bandwidth_bytes_per_s.max(1.0));
         EnergyRates {
             core_w: arch.core.power_w.used,
-            utilization: arch.core.max_utilization,
+            utilization: arch.achieved_utilization(),
             per_byte,
             leakage_w: arch.on_chip.iter().map(|l| l.static_power_w).sum(),
             link_j_per_byte,
