@@ -7,26 +7,18 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::budget::Budget;
-use crate::config::raw::OperandTile;
 use crate::config::{ConfigError, Source};
-use crate::domain::{Component, Dataflow, McuShape, Precision, Scope, Topology};
+use crate::domain::{Component, Scope, Topology};
 use crate::tech::{ComputeTech, DramTech, LinkTech, SramTech, TechLibrary};
-use crate::template::Template;
+use crate::template::{Compute, Template};
 
 /// The compute side of a design: the MCU scaled from its library component to the
 /// template's shape (area and power scale with the MAC count).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CoreDesign {
-    pub technology: String,
-    pub mcu: McuShape,
-    pub dataflow: Dataflow,
-    pub max_utilization: f64,
-    pub mcus_per_bundle: u64,
-    pub throughput_by_precision: BTreeMap<Precision, f64>,
-    pub operand_tile: OperandTile,
-    pub kernel_launch_s: f64,
-    /// Embedding engines beside the dense cores (TPU SparseCores).
-    pub sparse_cores: u64,
+    /// The template's compute section, as checked (embedded, not copied field by field).
+    #[serde(flatten)]
+    pub compute: Compute,
     /// The library component, scaled to one MCU of the template's shape.
     pub unit: ComputeTech,
     pub area_share: f64,
@@ -36,7 +28,7 @@ pub struct CoreDesign {
 impl CoreDesign {
     /// 16-bit floating-point operations per cycle of one MCU (2 per MAC).
     pub fn flops_per_cycle(&self) -> f64 {
-        2.0 * self.mcu.macs_per_cycle() as f64
+        2.0 * self.compute.mcu.macs_per_cycle() as f64
     }
 }
 
@@ -176,15 +168,7 @@ impl Design {
             tdp_w: budget.tdp_w,
             perimeter_mm: budget.perimeter_mm,
             core: CoreDesign {
-                technology: c.technology.clone(),
-                mcu: c.mcu,
-                dataflow: c.dataflow,
-                max_utilization: c.max_utilization,
-                mcus_per_bundle: c.mcus_per_bundle,
-                throughput_by_precision: c.throughput_by_precision.clone(),
-                operand_tile: c.operand_tile,
-                kernel_launch_s: c.kernel_launch_s,
-                sparse_cores: c.sparse_cores,
+                compute: c.clone(),
                 unit,
                 area_share: budget.area_shares[Component::Core.name()],
                 power_share: budget.power_shares[Component::Core.name()],

@@ -81,7 +81,7 @@ fn render_summary(s: &mut String, design: &Design, a: &Architecture) {
         "\npeak 16-bit      {}  (sustained {} at {:.0}% utilisation)",
         si(a.peak_flops_per_s, "FLOP/s"),
         si(a.core.sustained_flops_per_s, "FLOP/s"),
-        design.core.max_utilization * 100.0
+        design.core.compute.max_utilization * 100.0
     );
     let _ = writeln!(
         s,

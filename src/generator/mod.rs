@@ -246,33 +246,33 @@ fn core_level(design: &Design, violations: &mut Vec<Violation>) -> CoreReport {
     let c = &design.core;
     let core_area = c.area_share * chip;
     let core_power = c.power_share * tdp;
-    let bundle_area = c.unit.area_mm2 * c.mcus_per_bundle as f64;
+    let bundle_area = c.unit.area_mm2 * c.compute.mcus_per_bundle as f64;
     let max_bundles = count(core_area / bundle_area);
     let op = operating_point(
         &c.unit.voltage,
         max_bundles,
-        c.unit.power_w * c.mcus_per_bundle as f64,
+        c.unit.power_w * c.compute.mcus_per_bundle as f64,
         core_power,
     );
     let bundles = op.units;
-    let mcus = bundles * c.mcus_per_bundle;
+    let mcus = bundles * c.compute.mcus_per_bundle;
     let frequency_hz = c.unit.frequency_hz * op.frequency_ratio;
     let peak = mcus as f64 * c.flops_per_cycle() * frequency_hz;
     let core = CoreReport {
-        technology: c.technology.clone(),
+        technology: c.compute.technology.clone(),
         mcus,
         bundles,
         voltage_v: op.voltage_v,
         frequency_hz,
         peak_flops_per_s: peak,
-        sustained_flops_per_s: peak * c.max_utilization,
-        mcu: c.mcu,
-        dataflow: c.dataflow,
-        max_utilization: c.max_utilization,
-        throughput_by_precision: c.throughput_by_precision.clone(),
-        operand_tile: c.operand_tile,
-        kernel_launch_s: c.kernel_launch_s,
-        sparse_cores: c.sparse_cores,
+        sustained_flops_per_s: peak * c.compute.max_utilization,
+        mcu: c.compute.mcu,
+        dataflow: c.compute.dataflow,
+        max_utilization: c.compute.max_utilization,
+        throughput_by_precision: c.compute.throughput_by_precision.clone(),
+        operand_tile: c.compute.operand_tile,
+        kernel_launch_s: c.compute.kernel_launch_s,
+        sparse_cores: c.compute.sparse_cores,
         area_mm2: Usage::new(core_area, bundles as f64 * bundle_area),
         power_w: Usage::new(core_power, op.power_w),
         bounds: vec![
