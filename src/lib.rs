@@ -39,8 +39,11 @@
 //! | module | owns |
 //! |---|---|
 //! | [`domain`] | the shared vocabulary: precisions, topologies, optimizers, recomputation |
+//! | [`violation`] | typed reasons a design or mapping cannot run |
 //! | [`config`] | the one place that parses YAML/JSON; raw unit-suffixed file structs, errors |
-//! | [`tech`], [`template`], [`budget`] | technology libraries, architecture templates, budgets |
+//! | [`tech`] | technology libraries |
+//! | [`template`] | architecture templates |
+//! | [`budget`] | area, power and perimeter budgets and their split |
 //! | [`design`] | a budget with its template and technology, loaded together |
 //! | [`generator`] | voltage-frequency-area scaling: a design -> an [`Architecture`] |
 //! | [`workload`] | GEMM, LSTM, transformer, DLRM lowered to a graph of kernels |

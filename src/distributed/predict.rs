@@ -11,7 +11,8 @@ use super::work::{stage_work, StageWork};
 use crate::generator::Architecture;
 use crate::network::collective::Collective;
 use crate::network::Network;
-use crate::parallel::mapping::{best_placement, Mapping};
+use crate::parallel::mapping::{best_placement, place_cached, Mapping};
+use crate::parallel::Axis;
 use crate::parallel::Strategy;
 use crate::perf::{EnergyRates, Evaluator};
 use crate::violation::Violation;
@@ -84,13 +85,14 @@ impl Plan {
         self.table_wise
     }
 
-    /// The iteration time under `map`, s.
-    pub fn time(&self, map: &Mapping) -> f64 {
-        self.schedule(map).time_s
-    }
-
-    /// The prediction under one mapping.
+    /// The prediction under one mapping. `map` must have been placed with every device
+    /// measured as one group when [`Plan::needs_all_devices`] (table-wise embeddings talk to
+    /// all of them); [`evaluate`] places it so.
     pub fn evaluate(&self, map: &Mapping) -> DistPrediction {
+        debug_assert!(
+            !self.table_wise || self.devices <= 1 || map.link(Axis::Every).p > 1,
+            "a table-wise workload's mapping must measure every device as one group"
+        );
         self.report(map.clone(), self.schedule(map), 1)
     }
 
@@ -242,14 +244,23 @@ pub fn predict(
     Ok(plan.report(map, eval, tried))
 }
 
-/// Prices `workload` under `strategy` with its axes placed as `mapping` says (one mapping:
-/// no search over orderings).
+/// Prices `workload` under `strategy` with its used axes laid onto the devices in `order`,
+/// innermost first (one mapping: no search over orderings; `parallel::mapping::orderings`
+/// lists the candidates).
 pub fn evaluate(
     workload: &Workload,
     arch: &Architecture,
     net: &Network,
     strategy: &Strategy,
-    mapping: &Mapping,
+    order: &[Axis],
 ) -> Result<DistPrediction, FitError> {
-    Ok(Plan::new(workload, arch, net, strategy)?.evaluate(mapping))
+    let plan = Plan::new(workload, arch, net, strategy)?;
+    let map = place_cached(
+        net,
+        strategy,
+        order,
+        plan.needs_all_devices(),
+        &mut Vec::new(),
+    );
+    Ok(plan.evaluate(&map))
 }

@@ -268,7 +268,10 @@ pub(super) fn evaluate(inputs: &Inputs, map: &Mapping) -> Eval {
                 .sparse_needs
                 .iter()
                 .map(|(count, n)| {
-                    let label = format!("sparse-core {}", n.collective.name());
+                    let label = match report {
+                        Some(_) => format!("sparse-core {}", n.collective.name()),
+                        None => String::new(),
+                    };
                     ledger.charge(&label, n, *count, false, report)
                 })
                 .sum();
@@ -303,7 +306,11 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
         needs
             .iter()
             .map(|(count, n)| {
-                let label = format!("{} {}", n.axis.name(), n.collective.name());
+                // Only listed collectives need their name.
+                let label = match report {
+                    Some(_) => format!("{} {}", n.axis.name(), n.collective.name()),
+                    None => String::new(),
+                };
                 ledger.charge(&label, n, *count, true, report)
             })
             .sum()
@@ -469,7 +476,7 @@ fn stage_sync(
         axes: &data_axes,
         expert_axes: &sync_axes,
         collective: grad_collective,
-        bytes: stage_bytes / v as f64,
+        stage_bytes,
         report,
     };
     for c in (0..v).rev() {
@@ -478,7 +485,7 @@ fn stage_sync(
         }
         let (start, stop) = timeline.last_backward[i][c];
         let pieces = if by_weight {
-            weight_buckets(ledger, st, &sync, 1.0 / v as f64)
+            weight_buckets(ledger, st, &sync, v as f64)
         } else {
             match layer_buckets(inputs, ledger, st, &sync, (start, stop)) {
                 Buckets::Pieces(pieces) => pieces,
@@ -512,7 +519,8 @@ struct Sync<'a> {
     /// `axes` with the stage's experts among their replicas.
     expert_axes: &'a [(Axis, f64)],
     collective: Collective,
-    bytes: f64,
+    /// The stage's gradient bytes (all its chunks).
+    stage_bytes: f64,
     report: Option<f64>,
 }
 
@@ -522,11 +530,11 @@ fn layers_per_chunk(inputs: &Inputs) -> usize {
 }
 
 /// A bucket per weight, when its gradient is computed (DDP's order: last layers first); an
-/// expert's among its replicas. `scale`: the chunk's share of the stage's backward step.
-fn weight_buckets(ledger: &mut Ledger, st: &StageWork, sync: &Sync, scale: f64) -> Vec<Piece> {
+/// expert's among its replicas. `chunks`: the stage's chunks (the step is one of them).
+fn weight_buckets(ledger: &mut Ledger, st: &StageWork, sync: &Sync, chunks: f64) -> Vec<Piece> {
     let (dense, experts) = (sync_parts(sync.axes, 0.0), sync_parts(sync.axes, 1.0));
     let traffic = StreamTraffic {
-        bytes: sync.bytes,
+        bytes: sync.stage_bytes / chunks,
         collective: sync.collective,
         axes: &dense,
         expert_axes: &experts,
@@ -534,7 +542,7 @@ fn weight_buckets(ledger: &mut Ledger, st: &StageWork, sync: &Sync, scale: f64) 
     let (pieces, buckets) = step_pieces(
         &st.backward_order,
         &st.backward_needs,
-        scale,
+        1.0 / chunks,
         ledger.map,
         None,
         Some(&traffic),
@@ -573,7 +581,7 @@ fn layer_buckets(
         .iter()
         .flat_map(|(count, n)| need_phases(map, n, count / (vf * l)))
         .collect();
-    let bucket = sync.bytes / l;
+    let bucket = sync.stage_bytes / (vf * l);
     let bucket_phases: Vec<(usize, f64)> = sync_axes
         .iter()
         .flat_map(|&(axis, f)| map.link(axis).phases(sync.collective, bucket * f))

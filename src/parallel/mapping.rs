@@ -78,10 +78,9 @@ pub fn place(net: &Network, s: &Strategy, order: &[Axis]) -> Mapping {
     place_cached(net, s, order, false, &mut Vec::new())
 }
 
-/// [`place`], reusing group measurements across orderings: an axis's groups depend only on
-/// its degree and stride.
-/// As `place`, reusing group links measured for earlier orderings; `all_devices` also
-/// measures every device as one group (for table-wise sharded embeddings).
+/// As [`place`], reusing group links measured for earlier orderings (an axis's groups depend
+/// only on its degree and stride); `all_devices` also measures every device as one group
+/// (for table-wise sharded embeddings).
 pub fn place_cached(
     net: &Network,
     s: &Strategy,
