@@ -182,91 +182,191 @@ fn wave_time(p: &Problem, units: u64, bundles: u64, rate: f64) -> f64 {
     }
 }
 
-/// Offers `consider` the tiles a level of `elements` elements can hold, in three
-/// families: output stationary (k at its minimum, the largest n that fits each m), A
-/// stationary, B stationary. Stops as soon as `consider` says a tile reached the floor.
-fn offer_tiles(
-    p: &Problem,
-    elements: u64,
-    (mmin, nmin, kmin): (u64, u64, u64),
+/// The tile candidates every level draws from: the sizes of m and n worth trying with
+/// their reload counts, the smallest tile, and the reload count of k at its minimum.
+struct Candidates {
+    cand_m: Vec<(u64, u64)>,
+    cand_n: Vec<(u64, u64)>,
+    mins: (u64, u64, u64),
     qk_min: u64,
-    cand_m: &[(u64, u64)],
-    cand_n: &[(u64, u64)],
-    consider: &mut impl FnMut(Tile, [u64; 3]) -> bool,
-) {
-    // Output stationary: k at its minimum, the largest n that fits each m.
-    for &(m, qm) in cand_m {
-        let used = kmin * m;
-        if used >= elements {
-            continue;
+}
+
+/// The cheapest tile of one level under `lc` (stopping at `floor_s`), and its reload counts.
+fn best_tile(
+    h: &Hierarchy,
+    p: &Problem,
+    lc: &LevelCost,
+    c: &Candidates,
+    floor_s: f64,
+) -> (Tile, [u64; 3]) {
+    let (cand_m, cand_n, mins, qk_min) = (&c.cand_m, &c.cand_n, c.mins, c.qk_min);
+    let (mmin, nmin, kmin) = mins;
+    let elements = (h.capacity_bytes[lc.level] / p.bytes as f64).floor() as u64;
+    let mut best: Option<(f64, Tile, [u64; 3])> = None;
+    let mut consider = |t: Tile, q: [u64; 3]| {
+        let incumbent = best.as_ref().map_or(f64::INFINITY, |b| b.0);
+        let cost = lc.cost(h, p, &t, q, incumbent);
+        if cost < incumbent {
+            best = Some((cost, t, q));
         }
-        let n_max = ((elements - used) / (m + kmin)).min(p.n);
-        if n_max < nmin {
-            continue;
-        }
-        let qn = ceil_div(p.n, n_max);
-        let mut try_qn = |qn: u64| {
-            let n = ceil_div(p.n, qn);
-            if n >= nmin && n <= n_max {
-                let t = Tile {
-                    m,
-                    k: kmin,
-                    n,
-                    order: LoopOrder::OutputStationary,
-                };
-                consider(t, [qm, ceil_div(p.n, n), qk_min])
-            } else {
-                false
+        cost <= floor_s
+    };
+    'search: {
+        // Output stationary: k at its minimum, the largest n that fits each m.
+        for &(m, qm) in cand_m {
+            let used = kmin * m;
+            if used >= elements {
+                continue;
             }
-        };
-        if try_qn(qn) {
-            return;
+            let n_max = ((elements - used) / (m + kmin)).min(p.n);
+            if n_max < nmin {
+                continue;
+            }
+            let qn = ceil_div(p.n, n_max);
+            let mut try_qn = |qn: u64| {
+                let n = ceil_div(p.n, qn);
+                if n >= nmin && n <= n_max {
+                    let t = Tile {
+                        m,
+                        k: kmin,
+                        n,
+                        order: LoopOrder::OutputStationary,
+                    };
+                    consider(t, [qm, ceil_div(p.n, n), qk_min])
+                } else {
+                    false
+                }
+            };
+            if try_qn(qn) {
+                break 'search;
+            }
+        }
+        // A stationary: an m x k block of A stays, n at its minimum streams.
+        let qn_max = ceil_div(p.n, nmin);
+        for &(m, qm) in cand_m {
+            let used = m * nmin;
+            if used >= elements {
+                continue;
+            }
+            let k_max = ((elements - used) / (m + nmin)).min(p.k);
+            if k_max < kmin {
+                continue;
+            }
+            let qk = ceil_div(p.k, k_max);
+            let t = Tile {
+                m,
+                k: ceil_div(p.k, qk),
+                n: nmin,
+                order: LoopOrder::AStationary,
+            };
+            if consider(t, [qm, qn_max, qk]) {
+                break 'search;
+            }
+        }
+        // B stationary: a k x n block of B stays, m at its minimum streams.
+        let qm_max = ceil_div(p.m, mmin);
+        for &(n, qn) in cand_n {
+            let used = n * mmin;
+            if used >= elements {
+                continue;
+            }
+            let k_max = ((elements - used) / (n + mmin)).min(p.k);
+            if k_max < kmin {
+                continue;
+            }
+            let qk = ceil_div(p.k, k_max);
+            let t = Tile {
+                m: mmin,
+                k: ceil_div(p.k, qk),
+                n,
+                order: LoopOrder::BStationary,
+            };
+            if consider(t, [qm_max, qn, qk]) {
+                break 'search;
+            }
         }
     }
-    // A stationary: an m x k block of A stays, n at its minimum streams.
-    let qn_max = ceil_div(p.n, nmin);
-    for &(m, qm) in cand_m {
-        let used = m * nmin;
-        if used >= elements {
-            continue;
-        }
-        let k_max = ((elements - used) / (m + nmin)).min(p.k);
-        if k_max < kmin {
-            continue;
-        }
-        let qk = ceil_div(p.k, k_max);
-        let t = Tile {
-            m,
-            k: ceil_div(p.k, qk),
-            n: nmin,
-            order: LoopOrder::AStationary,
-        };
-        if consider(t, [qm, qn_max, qk]) {
-            return;
+    // A level too small for even the smallest tile streams everything through it.
+    best.map_or_else(|| smallest(p, mins), |(_, t, q)| (t, q))
+}
+
+/// What a tile costs at one level: its traffic from the level above, Eq. 5's accesses at
+/// the innermost level, and wave quantisation where the level spreads over the bundles.
+struct LevelCost {
+    level: usize,
+    /// Seconds per element moved from the level above, and at this level.
+    to_above_s: f64,
+    to_own_s: f64,
+    /// The level is per bundle: its tiles spread over the bundles in waves.
+    spreads: bool,
+    rate: f64,
+}
+
+impl LevelCost {
+    fn new(h: &Hierarchy, p: &Problem, level: usize, rate: f64) -> LevelCost {
+        let per_element = p.batch as f64 * p.bytes as f64;
+        LevelCost {
+            level,
+            to_above_s: per_element / h.bandwidth_bytes_per_s[level + 1],
+            to_own_s: per_element / h.bandwidth_bytes_per_s[level],
+            spreads: h.bundle_level == Some(level) && h.bundles > 0,
+            rate,
         }
     }
-    // B stationary: a k x n block of B stays, m at its minimum streams.
-    let qm_max = ceil_div(p.m, mmin);
-    for &(n, qn) in cand_n {
-        let used = n * mmin;
-        if used >= elements {
-            continue;
+
+    /// The cost of tile `t` with reload counts `q`. The cost is a max: terms stop being
+    /// added once it cannot beat `incumbent`.
+    #[inline]
+    fn cost(&self, h: &Hierarchy, p: &Problem, t: &Tile, q: [u64; 3], incumbent: f64) -> f64 {
+        let mut cost = traffic_q(p, t.order, q[0], q[1], q[2]) * self.to_above_s;
+        if self.level == 0 && cost < incumbent {
+            cost = cost.max(eq5_accesses(h, p, t) * self.to_own_s);
         }
-        let k_max = ((elements - used) / (n + mmin)).min(p.k);
-        if k_max < kmin {
-            continue;
+        if self.spreads && cost < incumbent {
+            let units = units_q(p, t.order, q[0], q[1], q[2]);
+            cost = cost.max(wave_time(p, units, h.bundles, self.rate));
         }
-        let qk = ceil_div(p.k, k_max);
-        let t = Tile {
+        cost
+    }
+}
+
+/// Bytes at the innermost level of a product whose operands already sit there: Eq. 5's
+/// accesses of the whole product as one tile.
+fn in_registers(h: &Hierarchy, p: &Problem) -> f64 {
+    let whole = Tile {
+        m: p.m,
+        k: p.k,
+        n: p.n,
+        order: LoopOrder::OutputStationary,
+    };
+    p.batch as f64 * eq5_accesses(h, p, &whole) * p.bytes as f64
+}
+
+/// No level can make the kernel faster than this: the compute bound `compute_s`, and the
+/// compulsory traffic at home. A level whose cost falls to it cannot set the kernel time, so
+/// its search stops there (the kernel time is then exactly that of the full search).
+fn floor(h: &Hierarchy, p: &Problem, home: usize, compute_s: f64) -> f64 {
+    let (m, k, n) = (p.m as f64, p.k as f64, p.n as f64);
+    let compulsory = p.batch as f64 * (m * k + k * n + m * n) * p.bytes as f64;
+    compute_s.max(compulsory / h.bandwidth_bytes_per_s[home])
+}
+
+/// The smallest tile and its reload counts: what a level too small for any tile streams
+/// everything through.
+fn smallest(p: &Problem, (mmin, nmin, kmin): (u64, u64, u64)) -> (Tile, [u64; 3]) {
+    (
+        Tile {
             m: mmin,
-            k: ceil_div(p.k, qk),
-            n,
-            order: LoopOrder::BStationary,
-        };
-        if consider(t, [qm_max, qn, qk]) {
-            return;
-        }
-    }
+            k: kmin,
+            n: nmin,
+            order: LoopOrder::OutputStationary,
+        },
+        [
+            ceil_div(p.m, mmin),
+            ceil_div(p.n, nmin),
+            ceil_div(p.k, kmin),
+        ],
+    )
 }
 
 /// Searches tiles for `p` on `h` with operands living at level `home`; `rate` is the
@@ -280,13 +380,7 @@ pub fn search(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
     let flops = 2.0 * batch * p.m as f64 * p.k as f64 * p.n as f64;
     let mut compute_s = flops / rate;
     if home == 0 {
-        let whole = Tile {
-            m: p.m,
-            k: p.k,
-            n: p.n,
-            order: LoopOrder::OutputStationary,
-        };
-        level_bytes[0] = batch * eq5_accesses(h, p, &whole) * b;
+        level_bytes[0] = in_registers(h, p);
         return GemmCost {
             level_bytes,
             compute_s,
@@ -298,60 +392,19 @@ pub fn search(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
         h.mcu.1.min(p.n).max(1),
         h.mcu.2.min(p.k).max(1),
     );
-    let mut cand_m = Vec::with_capacity(64);
-    let mut cand_n = Vec::with_capacity(64);
-    candidates(p.m, mins.0, &mut cand_m);
-    candidates(p.n, mins.1, &mut cand_n);
-    let (mmin, nmin, kmin) = mins;
-    let qk_min = ceil_div(p.k, kmin);
-    // No level can make the kernel faster than this: the compute bound, and the compulsory
-    // traffic at home. A level whose cost falls to it cannot set the kernel time, so its
-    // search stops there (the kernel time is then exactly that of the full search).
-    let compulsory =
-        batch * (p.m as f64 * p.k as f64 + p.k as f64 * p.n as f64 + p.m as f64 * p.n as f64) * b;
-    let floor_s = (flops / rate).max(compulsory / h.bandwidth_bytes_per_s[home]);
+    let mut cands = Candidates {
+        cand_m: Vec::with_capacity(64),
+        cand_n: Vec::with_capacity(64),
+        mins,
+        qk_min: ceil_div(p.k, mins.2),
+    };
+    candidates(p.m, mins.0, &mut cands.cand_m);
+    candidates(p.n, mins.1, &mut cands.cand_n);
+    let floor_s = floor(h, p, home, flops / rate);
     for level in 0..home {
-        let elements = (h.capacity_bytes[level] / b).floor() as u64;
-        let above_bw = h.bandwidth_bytes_per_s[level + 1];
-        let own_bw = h.bandwidth_bytes_per_s[level];
-        let spreads = h.bundle_level == Some(level) && h.bundles > 0;
-        let mut best: Option<(f64, Tile, [u64; 3])> = None;
-        let to_above_s = batch * b / above_bw;
-        let to_own_s = batch * b / own_bw;
-        let mut consider = |t: Tile, q: [u64; 3]| {
-            let incumbent = best.as_ref().map_or(f64::INFINITY, |b| b.0);
-            // The cost is a max: stop adding terms once it cannot beat the incumbent.
-            let mut cost = traffic_q(p, t.order, q[0], q[1], q[2]) * to_above_s;
-            if level == 0 && cost < incumbent {
-                cost = cost.max(eq5_accesses(h, p, &t) * to_own_s);
-            }
-            if spreads && cost < incumbent {
-                cost = cost.max(wave_time(
-                    p,
-                    units_q(p, t.order, q[0], q[1], q[2]),
-                    h.bundles,
-                    rate,
-                ));
-            }
-            if cost < incumbent {
-                best = Some((cost, t, q));
-            }
-            cost <= floor_s
-        };
-        offer_tiles(p, elements, mins, qk_min, &cand_m, &cand_n, &mut consider);
-        // A level too small for even the smallest tile streams everything through it.
-        let (tile, q) = match best {
-            Some((_, t, q)) => (t, q),
-            None => (
-                Tile {
-                    m: mmin,
-                    k: kmin,
-                    n: nmin,
-                    order: LoopOrder::OutputStationary,
-                },
-                [ceil_div(p.m, mmin), ceil_div(p.n, nmin), qk_min],
-            ),
-        };
+        let lc = LevelCost::new(h, p, level, rate);
+        let spreads = lc.spreads;
+        let (tile, q) = best_tile(h, p, &lc, &cands, floor_s);
         level_bytes[level + 1] = batch * traffic_q(p, tile.order, q[0], q[1], q[2]) * b;
         if level == 0 {
             level_bytes[0] = batch * eq5_accesses(h, p, &tile) * b;
