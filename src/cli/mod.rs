@@ -140,51 +140,7 @@ enum Command {
     /// Predict one training iteration of a workload on one accelerator: time, achieved
     /// FLOP/s, memory footprint and a per-kernel-class breakdown with the bounding resource.
     /// With no arguments, runs the embedded workloads/gpt-1.7b.yaml on budgets/h100.yaml.
-    Predict {
-        /// Workload file (workloads/*.yaml).
-        #[arg(long)]
-        workload: Option<PathBuf>,
-        /// Budget file; it names its template and technology file.
-        #[arg(long, conflicts_with = "arch")]
-        budget: Option<PathBuf>,
-        /// Template file overriding the one the budget names.
-        #[arg(long, conflicts_with = "arch")]
-        template: Option<PathBuf>,
-        /// Technology file overriding the one the budget names.
-        #[arg(long, conflicts_with = "arch")]
-        tech: Option<PathBuf>,
-        /// A derived architecture saved by `generate --json`, instead of a budget.
-        #[arg(long)]
-        arch: Option<PathBuf>,
-        /// List every kernel, not only the per-class breakdown.
-        #[arg(long)]
-        kernels: bool,
-        /// A system template (templates/dgx-a100.yaml, templates/tpu-v4-pod.yaml): the
-        /// accelerator and the fabrics joining the devices. Makes the prediction distributed.
-        #[arg(long, conflicts_with_all = ["budget", "template", "tech", "arch"])]
-        system: Option<PathBuf>,
-        /// Total devices (a multiple of the devices per node); default: the system's own.
-        #[arg(long, requires = "system")]
-        devices: Option<u64>,
-        /// Parallelism strategy: a YAML file, the paper's notation (RC-4-2-d8-p2,
-        /// CR-16-d4-p1) or the short form (t8-p8-d16-mb1-i3-sp-rc=selective). Default:
-        /// data parallelism over all devices.
-        #[arg(long, requires = "system")]
-        strategy: Option<String>,
-        /// Reshape the system's mesh or torus into this slice, e.g. 4x8x16 (TPU v4 slices
-        /// are whole 4x4x4 blocks); the device count follows.
-        #[arg(long, requires = "system")]
-        slice: Option<String>,
-        /// Grid carbon intensity (kg CO2e per kWh) for operational emissions (TPU v4 Sec. 7.6).
-        #[arg(long)]
-        grid_kg_per_kwh: Option<f64>,
-        /// Power usage effectiveness of the datacenter (with --grid-kg-per-kwh; default 1.1).
-        #[arg(long, requires = "grid_kg_per_kwh")]
-        pue: Option<f64>,
-        /// Print JSON (a stable interface for scripts) instead of tables.
-        #[arg(long)]
-        json: bool,
-    },
+    Predict(PredictArgs),
 }
 
 /// What a command that ran to the end found.
@@ -272,37 +228,7 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
                 json,
             })
         }
-        Command::Predict {
-            workload,
-            budget,
-            template,
-            tech,
-            arch,
-            kernels,
-            system,
-            devices,
-            strategy,
-            slice,
-            grid_kg_per_kwh,
-            pue,
-            json,
-        } => {
-            return predict_command(PredictArgs {
-                workload,
-                budget,
-                template,
-                tech,
-                arch,
-                kernels,
-                system,
-                devices,
-                strategy,
-                slice,
-                grid_kg_per_kwh,
-                pue,
-                json,
-            })
-        }
+        Command::Predict(args) => return predict_command(args),
     };
     done.map(|()| Outcome::Done)
 }
@@ -332,20 +258,51 @@ fn generate_command(
     Ok(())
 }
 
-/// The arguments of `predict`, as parsed.
+/// The arguments of `predict`.
+#[derive(clap::Args, Debug)]
 struct PredictArgs {
+    /// Workload file (workloads/*.yaml).
+    #[arg(long)]
     workload: Option<PathBuf>,
+    /// Budget file; it names its template and technology file.
+    #[arg(long, conflicts_with = "arch")]
     budget: Option<PathBuf>,
+    /// Template file overriding the one the budget names.
+    #[arg(long, conflicts_with = "arch")]
     template: Option<PathBuf>,
+    /// Technology file overriding the one the budget names.
+    #[arg(long, conflicts_with = "arch")]
     tech: Option<PathBuf>,
+    /// A derived architecture saved by `generate --json`, instead of a budget.
+    #[arg(long)]
     arch: Option<PathBuf>,
+    /// List every kernel, not only the per-class breakdown.
+    #[arg(long)]
     kernels: bool,
+    /// A system template (templates/dgx-a100.yaml, templates/tpu-v4-pod.yaml): the
+    /// accelerator and the fabrics joining the devices. Makes the prediction distributed.
+    #[arg(long, conflicts_with_all = ["budget", "template", "tech", "arch"])]
     system: Option<PathBuf>,
+    /// Total devices (a multiple of the devices per node); default: the system's own.
+    #[arg(long, requires = "system")]
     devices: Option<u64>,
+    /// Parallelism strategy: a YAML file, the paper's notation (RC-4-2-d8-p2,
+    /// CR-16-d4-p1) or the short form (t8-p8-d16-mb1-i3-sp-rc=selective). Default:
+    /// data parallelism over all devices.
+    #[arg(long, requires = "system")]
     strategy: Option<String>,
+    /// Reshape the system's mesh or torus into this slice, e.g. 4x8x16 (TPU v4 slices
+    /// are whole 4x4x4 blocks); the device count follows.
+    #[arg(long, requires = "system")]
     slice: Option<String>,
+    /// Grid carbon intensity (kg CO2e per kWh) for operational emissions (TPU v4 Sec. 7.6).
+    #[arg(long)]
     grid_kg_per_kwh: Option<f64>,
+    /// Power usage effectiveness of the datacenter (with --grid-kg-per-kwh; default 1.1).
+    #[arg(long, requires = "grid_kg_per_kwh")]
     pue: Option<f64>,
+    /// Print JSON (a stable interface for scripts) instead of tables.
+    #[arg(long)]
     json: bool,
 }
 

@@ -127,10 +127,10 @@ impl Plan {
     }
 
     /// Compute time per kernel class on the busiest stage, over all micro-batches.
-    fn compute_report(&self) -> Vec<ComputeReport> {
+    fn compute_report(&self, busiest: &StageWork) -> Vec<ComputeReport> {
         let m = self.fit.micro_batches as f64;
         let mut compute: Vec<ComputeReport> = Vec::new();
-        for (class, t, bound) in &self.busiest_stage().by_class {
+        for (class, t, bound) in &busiest.by_class {
             match compute.iter_mut().find(|c| c.class == *class) {
                 Some(c) => c.time_s += t * m,
                 None => compute.push(ComputeReport {
@@ -209,7 +209,7 @@ impl Plan {
             model_flops_utilization: model_flops / (time * devices * self.peak_flops_per_s),
             achieved_flops_per_s_per_device: graph.flops() / (time * devices),
             compute_s,
-            compute: self.compute_report(),
+            compute: self.compute_report(busiest),
             communication: eval.comms,
             exposed_communication_s: eval.exposed_s,
             sparse_core_s: eval.sparse_s,

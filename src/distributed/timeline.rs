@@ -257,8 +257,10 @@ pub(super) fn evaluate(inputs: &Inputs, map: &Mapping) -> Eval {
     let timeline = schedule::simulate(&steps, m as usize, transfer, s.gpipe);
     let mut end = 0.0f64;
     let mut sparse_busy = 0.0f64;
+    let gradients = gradient_sync_of(s);
     for (i, st) in inputs.stages.iter().enumerate() {
-        let (comm_free, delay, after) = stage_sync(inputs, &mut ledger, &timeline, i, st);
+        let (comm_free, delay, after) =
+            stage_sync(inputs, &mut ledger, &timeline, &gradients, i, st);
         end = end.max((timeline.end_s[i] + delay + tails[i]).max(comm_free) + after);
         // Embedding engines run lookups, updates and their all-to-alls beside the dense
         // step, a batch ahead (TPU v4 Fig. 10: the step takes the longer of the two).
@@ -456,13 +458,14 @@ fn stage_sync(
     inputs: &Inputs,
     ledger: &mut Ledger,
     timeline: &schedule::Timeline,
+    (data_axes, grad_collective): &(Vec<Axis>, Collective),
     i: usize,
     st: &StageWork,
 ) -> (f64, f64, f64) {
     let s = inputs.s;
     let v = s.interleave as usize;
-    let (data_axes, grad_collective) = gradient_sync_of(s);
-    let sync_axes = sync_parts(&data_axes, st.expert_share());
+    let grad_collective = *grad_collective;
+    let sync_axes = sync_parts(data_axes, st.expert_share());
     // RC's row groups each hold the stage's weights: they synchronise them whole.
     let stage_bytes = st.trained * inputs.bytes * (s.weight_replicas() / s.data) as f64;
     let report = (i == 0).then_some(1.0);
@@ -473,7 +476,7 @@ fn stage_sync(
         .iter()
         .any(|e| matches!(e, StepEvent::Gradient(n, _) if *n > 0.0));
     let sync = Sync {
-        axes: &data_axes,
+        axes: data_axes,
         expert_axes: &sync_axes,
         collective: grad_collective,
         stage_bytes,

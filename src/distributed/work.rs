@@ -416,13 +416,14 @@ fn stage_weights(graph: &Graph, s: &Strategy, stage: u64) -> StageWork {
     w
 }
 
-/// Instances of `kernel` stage `stage` runs per micro-batch (the update: once).
-fn instances(kernel: &Kernel, graph: &Graph, p: u64, stage: u64) -> u64 {
+/// Instances of `kernel` stage `stage` runs per micro-batch (the update: once);
+/// `trained` is the stage's [`trained_layers`].
+fn instances(kernel: &Kernel, graph: &Graph, p: u64, stage: u64, trained: (u64, bool)) -> u64 {
     let backward = matches!(
         kernel.phase,
         Phase::Recompute | Phase::BackwardInput | Phase::BackwardWeight
     );
-    let (trained_layers, fine_tuning) = trained_layers(graph, p, stage);
+    let (trained_layers, fine_tuning) = trained;
     match kernel.position {
         _ if kernel.phase == Phase::Update => 1,
         Position::Layer if backward && fine_tuning => {
@@ -448,8 +449,9 @@ pub(super) fn stage_work(
     sparse_cores: bool,
 ) -> StageWork {
     let mut w = stage_weights(graph, s, stage);
+    let trained = trained_layers(graph, s.pipeline, stage);
     for kernel in &graph.kernels {
-        let count = instances(kernel, graph, s.pipeline, stage);
+        let count = instances(kernel, graph, s.pipeline, stage, trained);
         if count == 0 {
             continue;
         }
