@@ -23,6 +23,7 @@
 //! its collectives in `timeline.rs`.
 mod fit;
 mod memory;
+pub mod pipeline;
 pub mod predict;
 mod report;
 pub mod schedule;

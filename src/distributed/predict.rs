@@ -7,7 +7,7 @@ use super::fit::{fit, Fit, FitError};
 use super::memory::{self, Footprint};
 use super::report::{ComputeReport, DistPrediction};
 use super::timeline::{self, Eval};
-use super::work::{stage_work, StageWork};
+use super::work::{stages_work, StageWork};
 use crate::generator::Architecture;
 use crate::network::collective::Collective;
 use crate::network::Network;
@@ -50,19 +50,7 @@ impl Plan {
         // Embedding engines beside the dense cores take the table lookups (TPU v4 Sec. 3.5).
         let sparse = arch.core.sparse_cores > 0;
         let rates = EnergyRates::of(arch);
-        let stages: Vec<StageWork> = (0..s.pipeline)
-            .map(|stage| {
-                stage_work(
-                    &fit.graph,
-                    s,
-                    stage,
-                    fit.f_tok,
-                    &mut evaluator,
-                    &rates,
-                    sparse,
-                )
-            })
-            .collect();
+        let stages = stages_work(&fit.graph, s, fit.f_tok, &mut evaluator, &rates, sparse);
         let memory = memory::footprint(&fit, s, &stages, net.devices);
         let violations = memory::violations(arch, &memory, net.devices);
         Ok(Plan {

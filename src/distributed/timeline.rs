@@ -3,6 +3,7 @@
 //! gradient buckets sharing the communication stream with blocking collectives (MAD Max
 //! Sec. 4.3), embedding engines beside the dense step (TPU v4 Fig. 10).
 
+use super::pipeline;
 use super::report::CommReport;
 use super::schedule::{self, Piece, StageSteps};
 use super::work::{Need, StageWork, StepEvent};
@@ -254,7 +255,7 @@ pub(super) fn evaluate(inputs: &Inputs, map: &Mapping) -> Eval {
         ]);
     }
     let transfer = pipeline_transfers(inputs, &mut ledger);
-    let timeline = schedule::simulate(&steps, m as usize, transfer, s.gpipe);
+    let timeline = pipeline::solve(&steps, m as usize, transfer, s.gpipe);
     let mut end = 0.0f64;
     let mut sparse_busy = 0.0f64;
     let gradients = gradient_sync_of(s);
@@ -631,7 +632,7 @@ pub(super) fn free_schedule_end(s: &Strategy, stages: &[StageWork], m: u64) -> f
             ]
         })
         .collect();
-    let free = schedule::simulate(&free_steps, m as usize, 0.0, s.gpipe);
+    let free = pipeline::solve(&free_steps, m as usize, 0.0, s.gpipe);
     stages
         .iter()
         .zip(&free.end_s)

@@ -10,6 +10,7 @@ use crate::perf::{EnergyRates, Evaluator};
 use crate::workload::{Graph, Kernel, KernelClass, Op, Phase, Position, Split};
 
 /// A collective a kernel needs, per instance.
+#[derive(Clone)]
 pub(super) struct Need {
     pub(super) collective: Collective,
     pub(super) axis: Axis,
@@ -43,7 +44,7 @@ impl StageWork {
 }
 
 /// One stage's work for one micro-batch, before communication costs.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct StageWork {
     pub(super) forward_s: f64,
     pub(super) backward_s: f64,
@@ -434,6 +435,45 @@ fn instances(kernel: &Kernel, graph: &Graph, p: u64, stage: u64, trained: (u64, 
         Position::Tail if stage == p - 1 => kernel.count,
         _ => 0,
     }
+}
+
+/// Every stage's work ([`stage_work`]); stages that hold the same kinds of layers (neither
+/// end of the pipeline, the same trained layers) share one evaluation.
+pub(super) fn stages_work(
+    graph: &Graph,
+    s: &Strategy,
+    f_tok: f64,
+    evaluator: &mut Evaluator,
+    rates: &EnergyRates,
+    sparse_cores: bool,
+) -> Vec<StageWork> {
+    let p = s.pipeline;
+    let mut out: Vec<StageWork> = Vec::with_capacity(p as usize);
+    // (first stage, last stage, trained layers) -> the stage that has it.
+    type Kind = (bool, bool, (u64, bool));
+    let mut seen: Vec<(Kind, usize)> = Vec::new();
+    for stage in 0..p {
+        let key = (stage == 0, stage == p - 1, trained_layers(graph, p, stage));
+        match seen.iter().find(|(k, _)| *k == key) {
+            Some(&(_, i)) => {
+                let same = out[i].clone();
+                out.push(same);
+            }
+            None => {
+                seen.push((key, out.len()));
+                out.push(stage_work(
+                    graph,
+                    s,
+                    stage,
+                    f_tok,
+                    evaluator,
+                    rates,
+                    sparse_cores,
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// One stage's work for one micro-batch: every kernel it runs, split by `s` and timed by

@@ -76,20 +76,38 @@ struct GroupShape {
 /// Group shapes by group set. Clones share it; it never changes a result, so networks
 /// compare equal whatever it holds.
 #[derive(Debug, Clone, Default)]
-struct Memo(Arc<Mutex<HashMap<Groups, Arc<GroupShape>>>>);
+struct Memo(Arc<Mutex<Memos>>);
+
+#[derive(Debug, Default)]
+struct Memos {
+    shapes: HashMap<Groups, Arc<GroupShape>>,
+    /// Strided group sets ([`Network::strided_link`]) by (degree, stride): their shape and
+    /// the fabrics a group spans.
+    strided: HashMap<(u64, u64), (Arc<GroupShape>, Vec<String>)>,
+}
 
 /// Groups of devices communicating at once, each in ring order.
 type Groups = Vec<Vec<u64>>;
 
 impl Memo {
     fn get(&self, groups: &[Vec<u64>]) -> Option<Arc<GroupShape>> {
-        self.0.lock().ok()?.get(groups).cloned()
+        self.0.lock().ok()?.shapes.get(groups).cloned()
+    }
+
+    fn get_strided(&self, key: (u64, u64)) -> Option<(Arc<GroupShape>, Vec<String>)> {
+        self.0.lock().ok()?.strided.get(&key).cloned()
+    }
+
+    fn insert_strided(&self, key: (u64, u64), value: (Arc<GroupShape>, Vec<String>)) {
+        if let Ok(mut memos) = self.0.lock() {
+            memos.strided.insert(key, value);
+        }
     }
 
     fn insert(&self, groups: &[Vec<u64>], shape: GroupShape) -> Arc<GroupShape> {
         let shape = Arc::new(shape);
         if let Ok(mut map) = self.0.lock() {
-            map.insert(groups.to_vec(), shape.clone());
+            map.shapes.insert(groups.to_vec(), shape.clone());
         }
         shape
     }
@@ -251,6 +269,25 @@ impl Network {
     /// network when they communicate at the same time.
     pub fn group_link(&self, groups: &[Vec<u64>]) -> GroupLink {
         self.link_of(&self.group_shape(groups))
+    }
+
+    /// What the groups of `degree` devices `stride` apart (device `d` with the `degree - 1`
+    /// devices `d + stride`, `d + 2 stride`, ... for every `d` whose digit in base `stride`
+    /// and `degree` is 0) get when they communicate at once, and the fabrics one group
+    /// spans: how a parallel axis's groups lie. Memoised by (degree, stride).
+    pub fn strided_link(&self, degree: u64, stride: u64) -> (GroupLink, Vec<String>) {
+        if let Some((shape, span)) = self.memo.get_strided((degree, stride)) {
+            return (self.link_of(&shape), span);
+        }
+        let groups: Groups = (0..self.devices)
+            .filter(|dev| (dev / stride) % degree == 0)
+            .map(|base| (0..degree).map(|c| base + c * stride).collect())
+            .collect();
+        let shape = self.group_shape(&groups);
+        let span = self.spanned(&groups[0]);
+        self.memo
+            .insert_strided((degree, stride), (shape.clone(), span.clone()));
+        (self.link_of(&shape), span)
     }
 
     /// Prices a group shape with this network's port bandwidths.

@@ -65,14 +65,6 @@ fn permute(v: &mut Vec<Axis>, i: usize, out: &mut Vec<Vec<Axis>>) {
     }
 }
 
-/// The groups of an axis of degree `deg` laid out with stride `st` over `devices` devices.
-fn groups_of(devices: u64, deg: u64, st: u64) -> Vec<Vec<u64>> {
-    (0..devices)
-        .filter(|dev| (dev / st) % deg == 0)
-        .map(|base| (0..deg).map(|c| base + c * st).collect())
-        .collect()
-}
-
 /// Places the strategy's axes in `order` onto the network and measures every axis's groups.
 pub fn place(net: &Network, s: &Strategy, order: &[Axis]) -> Mapping {
     place_cached(net, s, order, false, &mut Vec::new())
@@ -108,9 +100,7 @@ pub fn place_cached(
             links.push(link.clone());
             continue;
         }
-        let groups = groups_of(net.devices, deg, st);
-        let span = net.spanned(&groups[0]);
-        let link = net.group_link(&groups);
+        let (link, span) = net.strided_link(deg, st);
         cache.push(((deg, st), link.clone(), span.clone()));
         spans.push((a, span));
         links.push(link);
@@ -121,9 +111,8 @@ pub fn place_cached(
         _ if !all_devices => GroupLink::single(),
         Some((_, link, _)) => link.clone(),
         None if all > 1 => {
-            let group: Vec<Vec<u64>> = vec![(0..all).collect()];
-            let link = net.group_link(&group);
-            cache.push(((all, 1), link.clone(), net.spanned(&group[0])));
+            let (link, span) = net.strided_link(all, 1);
+            cache.push(((all, 1), link.clone(), span));
             link
         }
         None => GroupLink::single(),
@@ -135,9 +124,9 @@ pub fn place_cached(
         (Axis::ExpertReplica, s.data / e, sd * e),
     ] {
         links.push(if e > 1 && deg > 1 {
-            let groups = groups_of(net.devices, deg, st);
-            spans.push((axis, net.spanned(&groups[0])));
-            net.group_link(&groups)
+            let (link, span) = net.strided_link(deg, st);
+            spans.push((axis, span));
+            link
         } else {
             GroupLink::single()
         });
