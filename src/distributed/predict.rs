@@ -84,8 +84,8 @@ impl Plan {
         self.report(map.clone(), self.schedule(map), 1)
     }
 
-    fn schedule(&self, map: &Mapping) -> Eval {
-        let inputs = timeline::Inputs {
+    fn inputs(&self) -> timeline::Inputs<'_> {
+        timeline::Inputs {
             graph: &self.fit.graph,
             s: &self.strategy,
             stages: &self.stages,
@@ -95,10 +95,19 @@ impl Plan {
             expert_param_share: self.memory.expert_share(&self.strategy),
             bytes: self.memory.bytes_per_weight,
             free_end: self.free_end_s,
-        };
-        let mut eval = timeline::evaluate(&inputs, map);
+        }
+    }
+
+    fn schedule(&self, map: &Mapping) -> Eval {
+        let mut eval = timeline::evaluate(&self.inputs(), map);
         eval.exposed_s = (eval.time_s - self.free_end_s).max(0.0);
         eval
+    }
+
+    /// A lower bound on the iteration under `map`, from its stages' steps alone.
+    pub fn bound(&self, map: &Mapping) -> f64 {
+        let inputs = self.inputs();
+        timeline::stage_steps(&inputs, map).bound(&inputs)
     }
 
     /// The stage with the most compute per micro-batch.
@@ -225,10 +234,18 @@ pub fn predict(
     strategy: &Strategy,
 ) -> Result<DistPrediction, FitError> {
     let plan = Plan::new(workload, arch, net, strategy)?;
-    let (map, eval, tried) = best_placement(net, strategy, plan.needs_all_devices(), |map| {
-        let eval = plan.schedule(map);
-        (eval.time_s, eval)
-    });
+    let bound = |map: &Mapping| plan.bound(map);
+    let (map, eval, tried) =
+        best_placement(net, strategy, plan.needs_all_devices(), bound, |map| {
+            let eval = plan.schedule(map);
+            debug_assert!(
+                eval.time_s >= plan.bound(map) * (1.0 - 1e-12),
+                "the bound exceeds the time: {} > {}",
+                plan.bound(map),
+                eval.time_s
+            );
+            (eval.time_s, eval)
+        });
     Ok(plan.report(map, eval, tried))
 }
 

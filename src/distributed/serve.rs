@@ -291,10 +291,16 @@ pub fn predict_inference(
     } else {
         1.0
     };
-    let (map, time, tried) = best_placement(net, s, false, |map| {
-        let time = timing(map, &work, spec, in_flight as f64, sp);
-        (time.total_s, time)
-    });
+    let (map, time, tried) = best_placement(
+        net,
+        s,
+        false,
+        |_| 0.0,
+        |map| {
+            let time = timing(map, &work, spec, in_flight as f64, sp);
+            (time.total_s, time)
+        },
+    );
     let energy = energy_j(&work, spec, s, &rates, time.total_s, sp);
     let tokens = (in_flight * spec.batch * spec.output_tokens) as f64;
     Ok(DistInference {

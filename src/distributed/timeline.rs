@@ -227,20 +227,49 @@ pub(super) struct Inputs<'a> {
     pub(super) free_end: f64,
 }
 
-/// Schedules one iteration under one mapping: each stage's steps with their blocking
-/// collectives (and ZeRO-3 traffic), the pipeline schedule with activation hand-offs, then
-/// per stage the gradient synchronisation, the update and the embedding engines.
-pub(super) fn evaluate(inputs: &Inputs, map: &Mapping) -> Eval {
-    let (s, m) = (inputs.s, inputs.m);
+/// Every stage's step under one mapping, before the pipeline schedule: what a lower bound
+/// on the iteration needs, and what [`finish`] schedules.
+pub(super) struct Steps<'a> {
+    ledger: Ledger<'a>,
+    /// Per stage and chunk: step durations with blocking collectives.
+    steps: Vec<Vec<StageSteps>>,
+    /// Per stage: how long the last reduce-scatters outlast compute (ZeRO-3, weight by
+    /// weight).
+    tails: Vec<f64>,
+    /// One micro-batch's activations to the next stage.
+    transfer: f64,
+}
+
+impl Steps<'_> {
+    /// A lower bound on the iteration, from the steps alone: stage `b` runs its `m`
+    /// micro-batches one after another, after the first has come through the stages before
+    /// it and before the last goes back up them (a chunk's share of their steps and a
+    /// transfer each way per stage), and stage 0 then updates.
+    pub(super) fn bound(&self, inputs: &Inputs) -> f64 {
+        let m = inputs.m as f64;
+        let mut before = 0.0;
+        let mut bound = 0.0f64;
+        for st in &self.steps {
+            let (f, b): (f64, f64) = st
+                .iter()
+                .fold((0.0, 0.0), |a, c| (a.0 + c.forward_s, a.1 + c.backward_s));
+            bound = bound.max(before + m * (f + b));
+            before += st[0].forward_s + st[0].backward_s + 2.0 * self.transfer;
+        }
+        bound + inputs.stages.first().map_or(0.0, |st| st.update_s)
+    }
+}
+
+/// Each stage's forward and backward step under `map` with their blocking collectives (and
+/// ZeRO-3 traffic), and the activation hand-offs.
+pub(super) fn stage_steps<'a>(inputs: &Inputs, map: &'a Mapping) -> Steps<'a> {
+    let s = inputs.s;
     let mut ledger = Ledger {
         map,
         comms: Vec::new(),
     };
     let p = s.pipeline as usize;
-    // Per stage and chunk: step durations with blocking collectives.
     let mut steps = Vec::with_capacity(p);
-    // Per stage: how long the last reduce-scatters outlast compute (ZeRO-3, weight by
-    // weight).
     let mut tails = vec![0.0; p];
     for (i, st) in inputs.stages.iter().enumerate() {
         let (fwd, bwd, tail) = stage_step(inputs, &mut ledger, i, st);
@@ -255,6 +284,30 @@ pub(super) fn evaluate(inputs: &Inputs, map: &Mapping) -> Eval {
         ]);
     }
     let transfer = pipeline_transfers(inputs, &mut ledger);
+    Steps {
+        ledger,
+        steps,
+        tails,
+        transfer,
+    }
+}
+
+/// Schedules one iteration under one mapping: each stage's steps with their blocking
+/// collectives (and ZeRO-3 traffic), the pipeline schedule with activation hand-offs, then
+/// per stage the gradient synchronisation, the update and the embedding engines.
+pub(super) fn evaluate(inputs: &Inputs, map: &Mapping) -> Eval {
+    finish(inputs, stage_steps(inputs, map))
+}
+
+/// [`evaluate`] from the stages' steps.
+pub(super) fn finish(inputs: &Inputs, steps: Steps) -> Eval {
+    let (s, m) = (inputs.s, inputs.m);
+    let Steps {
+        mut ledger,
+        steps,
+        tails,
+        transfer,
+    } = steps;
     let timeline = pipeline::solve(&steps, m as usize, transfer, s.gpipe);
     let mut end = 0.0f64;
     let mut sparse_busy = 0.0f64;

@@ -141,24 +141,46 @@ pub fn place_cached(
 /// The mapping search over orderings (Timeloop's mapper, above the model): places `s` on
 /// `net` under every ordering of its used axes (or its pinned placement), prices each with
 /// `price` (lower is better; the first of equal prices wins), and returns the best mapping,
-/// what `price` returned for it, and the number of orderings tried. `all_devices` also
-/// measures every device as one group (table-wise sharded embeddings).
+/// what `price` returned for it, and the number of orderings tried. `bound` is a lower bound
+/// on `price` (`|_| 0.0` for none): orderings are priced from the lowest bound up, and
+/// those whose bound cannot beat the best so far are not priced, with the same result as
+/// pricing all. `all_devices` also measures every device as one group (table-wise sharded
+/// embeddings).
 pub fn best_placement<T>(
     net: &Network,
     s: &Strategy,
     all_devices: bool,
+    mut bound: impl FnMut(&Mapping) -> f64,
     mut price: impl FnMut(&Mapping) -> (f64, T),
 ) -> (Mapping, T, usize) {
     let orders = orderings(s);
     let mut cache = Vec::new();
-    let mut best: Option<(f64, Mapping, T)> = None;
-    for order in &orders {
-        let map = place_cached(net, s, order, all_devices, &mut cache);
-        let (cost, value) = price(&map);
-        if best.as_ref().map_or(true, |b| cost < b.0) {
-            best = Some((cost, map, value));
+    let mut maps: Vec<Mapping> = orders
+        .iter()
+        .map(|order| place_cached(net, s, order, all_devices, &mut cache))
+        .collect();
+    let bounds: Vec<f64> = maps.iter().map(&mut bound).collect();
+    let mut by_bound: Vec<usize> = (0..maps.len()).collect();
+    by_bound.sort_by(|&a, &b| bounds[a].total_cmp(&bounds[b]));
+    // (price, ordering, value) of the best so far.
+    let mut best: Option<(f64, usize, T)> = None;
+    for i in by_bound {
+        if let Some((cost, at, _)) = &best {
+            if bounds[i] > *cost {
+                break;
+            }
+            if bounds[i] == *cost && i > *at {
+                continue;
+            }
+        }
+        let (cost, value) = price(&maps[i]);
+        let better = best
+            .as_ref()
+            .map_or(true, |b| cost < b.0 || (cost == b.0 && i < b.1));
+        if better {
+            best = Some((cost, i, value));
         }
     }
-    let (_, map, value) = best.expect("orderings gives at least one ordering");
-    (map, value, orders.len())
+    let (_, at, value) = best.expect("orderings gives at least one ordering");
+    (maps.swap_remove(at), value, orders.len())
 }
