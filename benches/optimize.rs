@@ -12,7 +12,7 @@ use stackflow::config::Source;
 use stackflow::network::System;
 use stackflow::opt::budget::{optimize_budgets, Settings};
 use stackflow::opt::problem::{feasible_set, layout};
-use stackflow::opt::search::{enumerate, search};
+use stackflow::opt::search::{self, enumerate, search};
 use stackflow::opt::{co_optimize, BudgetProblem};
 use stackflow::parallel::Strategy;
 use stackflow::workload::Workload;
@@ -34,7 +34,18 @@ fn bench(c: &mut Criterion) {
     let arch = system.accelerator().unwrap();
     let net = system.network(&arch, 512).unwrap();
     g.bench_function("strategy enumeration, lstm-sec9 on 512 nodes", |b| {
-        b.iter(|| search(&lstm, &arch, &net, &enumerate(&lstm, 512)))
+        b.iter(|| {
+            let space = enumerate(&lstm, 512).unwrap();
+            search(
+                &lstm,
+                &arch,
+                &net,
+                &space,
+                None,
+                &search::Settings::default(),
+                &bar,
+            )
+        })
     });
     let base = stackflow::opt::search::baseline(&lstm, &arch, &net, 512).unwrap();
     g.bench_function(

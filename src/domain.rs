@@ -207,7 +207,7 @@ impl EmbeddingOptimizer {
 }
 
 /// Activation recomputation (Narayanan et al. 2021).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Recompute {
     /// Keep every activation the backward pass needs.

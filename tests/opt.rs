@@ -324,13 +324,13 @@ fn strategy_search_beats_pure_data_parallelism() {
     let arch = system.accelerator().unwrap();
     let net = system.network(&arch, 512).unwrap();
     let lstm = Workload::load(Source::Embedded, Path::new("workloads/lstm-sec9.yaml")).unwrap();
-    let all = stackflow::opt::search::enumerate(&lstm, 512);
-    let r = stackflow::opt::search::search(&lstm, &arch, &net, &all);
-    let dp = r
-        .candidates
-        .iter()
-        .find(|c| c.strategy == "t1-d512-p1")
-        .unwrap();
+    let all = stackflow::opt::search::enumerate(&lstm, 512).unwrap();
+    let dp = stackflow::parallel::Strategy::parse("d512").unwrap();
+    let settings = stackflow::opt::search::Settings::default();
+    let none = stackflow::opt::Progress::none();
+    let r = stackflow::opt::search::search(&lstm, &arch, &net, &all, Some(&dp), &settings, &none);
+    let dp = r.base.as_ref().unwrap();
+    assert_eq!(dp.strategy, "t1-d512-p1");
     let best = r.best.as_ref().unwrap();
     let speedup = dp.time_per_iteration_s / best.time_per_iteration_s;
     println!(

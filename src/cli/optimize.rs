@@ -392,7 +392,7 @@ fn render_co_optimization(s: &mut String, co: &CoOptimization) {
     let _ = writeln!(
         s,
         "  strategies: {} enumerated, {} cannot run the workload; Pareto front (time vs memory):",
-        co.search.enumerated, co.search.rejected
+        co.search.enumerated, co.search.invalid
     );
     for c in co.search.pareto.iter().take(6) {
         let _ = writeln!(

@@ -2,6 +2,8 @@
 //! parallelism, batch and micro-batch splits. A strategy that does not fit is an error
 //! ([`FitError`]), not an infeasible design: there is nothing to price.
 
+use std::sync::Arc;
+
 use crate::parallel::Strategy;
 use crate::workload::{Graph, Split, Workload};
 
@@ -16,8 +18,8 @@ pub struct FitError {
 
 /// A workload's graph under a strategy that fits it, and its batch split.
 pub(super) struct Fit {
-    /// The graph with the strategy's recomputation.
-    pub(super) graph: Graph,
+    /// The graph with the strategy's recomputation (shared by a search's strategies).
+    pub(super) graph: Arc<Graph>,
     /// Samples per micro-batch.
     pub(super) micro_batch: u64,
     /// Micro-batches per replica and iteration.
@@ -28,20 +30,36 @@ pub(super) struct Fit {
 
 /// Checks that `s` can run `workload` on `devices` devices and splits its batch.
 pub(super) fn fit(workload: &Workload, s: &Strategy, devices: u64) -> Result<Fit, FitError> {
-    let fail = |message: String| FitError {
+    if workload.serving().is_some() {
+        s.check_devices(devices)
+            .map_err(|e| fail(workload, s, e.message))?;
+        let message = "a serving workload (inference:): use distributed::predict_inference";
+        return Err(fail(workload, s, message.into()));
+    }
+    let graph = Arc::new(workload.graph_with(s.recompute));
+    fit_graph(workload, graph, s, devices)
+}
+
+fn fail(workload: &Workload, s: &Strategy, message: String) -> FitError {
+    FitError {
         strategy: s.to_string(),
         workload: workload.name(),
         message,
-    };
-    s.check_devices(devices).map_err(|e| fail(e.message))?;
-    if workload.serving().is_some() {
-        return Err(fail(
-            "a serving workload (inference:): use distributed::predict_inference".into(),
-        ));
     }
-    let graph = workload.graph_with(s.recompute);
-    check_model_split(&graph, s).map_err(fail)?;
-    let (micro_batch, micro_batches) = split_batch(&graph, s).map_err(fail)?;
+}
+
+/// [`fit`] with the workload's graph under `s`'s recomputation already built (a training
+/// workload's).
+pub(super) fn fit_graph(
+    workload: &Workload,
+    graph: Arc<Graph>,
+    s: &Strategy,
+    devices: u64,
+) -> Result<Fit, FitError> {
+    s.check_devices(devices)
+        .map_err(|e| fail(workload, s, e.message))?;
+    check_model_split(&graph, s).map_err(|m| fail(workload, s, m))?;
+    let (micro_batch, micro_batches) = split_batch(&graph, s).map_err(|m| fail(workload, s, m))?;
     let f_tok = micro_batch as f64 / graph.samples;
     Ok(Fit {
         graph,

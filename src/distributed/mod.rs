@@ -28,7 +28,7 @@ pub mod predict;
 mod report;
 pub mod schedule;
 pub mod serve;
-mod timeline;
+pub mod timeline;
 mod work;
 
 pub use fit::FitError;

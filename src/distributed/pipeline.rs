@@ -115,6 +115,8 @@ struct Rounds<'a> {
     finish: Vec<f64>,
     head: usize,
     tail: usize,
+    /// Slots per (stage, direction).
+    row: usize,
     next: Vec<usize>,
     free: Vec<f64>,
     last_backward: Vec<Vec<(f64, f64)>>,
@@ -156,6 +158,7 @@ impl<'a> Rounds<'a> {
             finish: vec![f64::NAN; 2 * p * row],
             head,
             tail,
+            row,
             next: vec![0; p],
             free: vec![0.0; p],
             last_backward: vec![vec![(0.0, 0.0); v]; p],
@@ -164,7 +167,7 @@ impl<'a> Rounds<'a> {
     }
 
     fn slot(&self, s: usize, step: Step) -> usize {
-        let row = self.head + self.total - self.tail;
+        let row = self.row;
         let i = if step.k < self.head {
             step.k
         } else {
@@ -199,7 +202,11 @@ impl<'a> Rounds<'a> {
 
     /// The chunk group of step `k` (forwards run chunk `c`, backwards chunk `v - 1 - c`).
     fn group(&self, k: usize) -> usize {
-        (k % (self.p * self.v)) / self.p
+        if self.v == 1 {
+            0
+        } else {
+            (k % (self.p * self.v)) / self.p
+        }
     }
 
     /// The chunk a step runs.

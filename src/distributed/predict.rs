@@ -3,11 +3,13 @@
 //! memory of the fullest device); [`Plan::evaluate`] prices one mapping; [`predict`] is the
 //! convenience that asks [`crate::parallel::mapping::best_placement`] for the best one.
 
-use super::fit::{fit, Fit, FitError};
+use std::sync::Arc;
+
+use super::fit::{fit, fit_graph, Fit, FitError};
 use super::memory::{self, Footprint};
 use super::report::{ComputeReport, DistPrediction};
-use super::timeline::{self, Eval};
-use super::work::{stages_work, StageWork};
+use super::timeline::{self, Eval, StageTimes};
+use super::work::{stages_weights, stages_work, StageWork};
 use crate::generator::Architecture;
 use crate::network::collective::Collective;
 use crate::network::Network;
@@ -16,14 +18,147 @@ use crate::parallel::Axis;
 use crate::parallel::Strategy;
 use crate::perf::{EnergyRates, Evaluator};
 use crate::violation::Violation;
-use crate::workload::{Phase, Split, Workload};
+use crate::workload::{Graph, Phase, Split, Workload};
+
+/// A strategy fitted to a workload on a machine, before any kernel is timed: the batch
+/// split and the fullest device's memory. What a search checks first.
+pub struct Fitted {
+    strategy: Strategy,
+    fit: Fit,
+    memory: Footprint,
+    violations: Vec<Violation>,
+    devices: u64,
+}
+
+impl Fitted {
+    /// Fits `strategy` to `workload`, whose graph under the strategy's recomputation is
+    /// `graph` (built once for a search's strategies: [`Workload::graph_with`]).
+    pub fn new(
+        workload: &Workload,
+        graph: Arc<Graph>,
+        arch: &Architecture,
+        net: &Network,
+        strategy: &Strategy,
+    ) -> Result<Fitted, FitError> {
+        Fitted::of(
+            fit_graph(workload, graph, strategy, net.devices)?,
+            arch,
+            net,
+            strategy,
+        )
+    }
+
+    fn of(fit: Fit, arch: &Architecture, net: &Network, s: &Strategy) -> Result<Fitted, FitError> {
+        let weights = stages_weights(&fit.graph, s);
+        let memory = memory::footprint(&fit, s, &weights, net.devices);
+        let violations = memory::violations(arch, &memory, net.devices);
+        Ok(Fitted {
+            strategy: *s,
+            fit,
+            memory,
+            violations,
+            devices: net.devices,
+        })
+    }
+
+    /// The fullest device's memory, bytes.
+    pub fn memory_per_device_bytes(&self) -> f64 {
+        self.memory.total_bytes()
+    }
+
+    /// Why the strategy does not fit in memory (empty when it does).
+    pub fn violations(&self) -> &[Violation] {
+        &self.violations
+    }
+
+    /// Micro-batches per replica and iteration.
+    pub fn micro_batches(&self) -> u64 {
+        self.fit.micro_batches
+    }
+
+    /// What the stages' work depends on: the strategy without its interleaving, prefetch,
+    /// schedule and placement, and the micro-batch's share of the batch. Strategies with
+    /// the same key have the same [`Fitted::stage_times`].
+    pub fn work_key(&self) -> (Strategy, u64) {
+        let s = Strategy {
+            interleave: 1,
+            prefetch: true,
+            gpipe: false,
+            placement: None,
+            micro_batch: 0,
+            ..self.strategy
+        };
+        (s, self.fit.f_tok.to_bits())
+    }
+
+    /// A lower bound on the iteration under any mapping, from the stages' work in
+    /// O(stages): the busiest stage's micro-batches back to back, behind the pipeline's
+    /// fill and drain, then the update (below [`Plan::free_end_s`]).
+    pub fn bound_s(&self, stages: &StagesWork) -> f64 {
+        let times: Vec<StageTimes> = stages.0.iter().map(StageTimes::of).collect();
+        timeline::free_bound(&self.strategy, &times, self.fit.micro_batches)
+    }
+
+    /// Times every stage's kernels with `evaluator` (built for `arch`; its kernel times are
+    /// reused across plans).
+    pub fn plan(self, arch: &Architecture, evaluator: &mut Evaluator) -> Plan {
+        let stages = self.stages_work(arch, evaluator);
+        self.plan_with(arch, stages)
+    }
+
+    /// Every stage's work, timed with `evaluator`: shared by the plans of strategies with
+    /// the same [`Fitted::work_key`].
+    pub fn stages_work(&self, arch: &Architecture, evaluator: &mut Evaluator) -> StagesWork {
+        // Embedding engines beside the dense cores take the table lookups (TPU v4 Sec. 3.5).
+        let sparse = arch.core.sparse_cores > 0;
+        let rates = EnergyRates::of(arch);
+        let (s, fit) = (&self.strategy, &self.fit);
+        StagesWork(Arc::new(stages_work(
+            &fit.graph, s, fit.f_tok, evaluator, &rates, sparse,
+        )))
+    }
+
+    /// The plan with every stage's work already timed (`stages`, from the
+    /// [`Fitted::stages_work`] of a strategy with the same [`Fitted::work_key`]).
+    pub fn plan_with(self, arch: &Architecture, stages: StagesWork) -> Plan {
+        let s = &self.strategy;
+        let fit = self.fit;
+        let stages = stages.0;
+        debug_assert_eq!(stages.len() as u64, s.pipeline);
+        let times: Vec<StageTimes> = stages.iter().map(StageTimes::of).collect();
+        Plan {
+            strategy: *s,
+            table_wise: fit.graph.kernels.iter().any(|k| k.split == Split::Table),
+            free_end_s: timeline::free_schedule_end(s, &times, fit.micro_batches),
+            fit,
+            stages,
+            memory: self.memory,
+            violations: self.violations,
+            rates: EnergyRates::of(arch),
+            devices: self.devices,
+            peak_flops_per_s: arch.peak_flops_per_s,
+            memory_capacity_bytes: arch.memory_capacity_bytes,
+        }
+    }
+}
+
+/// Every stage's work under one strategy, shareable between plans ([`Fitted::stages_work`]).
+#[derive(Clone)]
+pub struct StagesWork(Arc<Vec<StageWork>>);
+
+impl StagesWork {
+    /// Pipeline stages held.
+    pub fn stages(&self) -> usize {
+        self.0.len()
+    }
+}
 
 /// A strategy fitted to a workload on a machine: everything about the iteration that does
 /// not depend on how the strategy's axes are mapped onto the devices.
 pub struct Plan {
     strategy: Strategy,
     fit: Fit,
-    stages: Vec<StageWork>,
+    stages: Arc<Vec<StageWork>>,
     memory: Footprint,
     violations: Vec<Violation>,
     /// Table-wise sharded embeddings talk to every device at once.
@@ -44,28 +179,36 @@ impl Plan {
         net: &Network,
         strategy: &Strategy,
     ) -> Result<Plan, FitError> {
-        let s = strategy;
-        let fit = fit(workload, s, net.devices)?;
-        let mut evaluator = Evaluator::new(arch);
-        // Embedding engines beside the dense cores take the table lookups (TPU v4 Sec. 3.5).
-        let sparse = arch.core.sparse_cores > 0;
-        let rates = EnergyRates::of(arch);
-        let stages = stages_work(&fit.graph, s, fit.f_tok, &mut evaluator, &rates, sparse);
-        let memory = memory::footprint(&fit, s, &stages, net.devices);
-        let violations = memory::violations(arch, &memory, net.devices);
-        Ok(Plan {
-            strategy: *s,
-            table_wise: fit.graph.kernels.iter().any(|k| k.split == Split::Table),
-            free_end_s: timeline::free_schedule_end(s, &stages, fit.micro_batches),
-            fit,
-            stages,
-            memory,
-            violations,
-            rates,
-            devices: net.devices,
-            peak_flops_per_s: arch.peak_flops_per_s,
-            memory_capacity_bytes: arch.memory_capacity_bytes,
-        })
+        let fitted = Fitted::of(fit(workload, strategy, net.devices)?, arch, net, strategy)?;
+        Ok(fitted.plan(arch, &mut Evaluator::new(arch)))
+    }
+
+    /// The iteration with every communication free: a lower bound under any mapping.
+    pub fn free_end_s(&self) -> f64 {
+        self.free_end_s
+    }
+
+    /// The fullest device's memory, bytes.
+    pub fn memory_per_device_bytes(&self) -> f64 {
+        self.memory.total_bytes()
+    }
+
+    /// The prediction under the best mapping of the strategy's axes onto `net`; `None` when
+    /// no mapping can be faster than `beat` s (by its lower bound: nothing is priced then).
+    pub fn best_mapping(&self, net: &Network, beat: f64) -> Option<DistPrediction> {
+        let bound = |map: &Mapping| self.bound(map);
+        let all = self.needs_all_devices();
+        let (map, eval, tried) = best_placement(net, &self.strategy, all, beat, bound, |map| {
+            let eval = self.schedule(map);
+            debug_assert!(
+                eval.time_s >= self.bound(map) * (1.0 - 1e-12),
+                "the bound exceeds the time: {} > {}",
+                self.bound(map),
+                eval.time_s
+            );
+            (eval.time_s, eval)
+        })?;
+        Some(self.report(map, eval, tried))
     }
 
     /// Whether a mapping must also measure every device as one group.
@@ -234,19 +377,9 @@ pub fn predict(
     strategy: &Strategy,
 ) -> Result<DistPrediction, FitError> {
     let plan = Plan::new(workload, arch, net, strategy)?;
-    let bound = |map: &Mapping| plan.bound(map);
-    let (map, eval, tried) =
-        best_placement(net, strategy, plan.needs_all_devices(), bound, |map| {
-            let eval = plan.schedule(map);
-            debug_assert!(
-                eval.time_s >= plan.bound(map) * (1.0 - 1e-12),
-                "the bound exceeds the time: {} > {}",
-                plan.bound(map),
-                eval.time_s
-            );
-            (eval.time_s, eval)
-        });
-    Ok(plan.report(map, eval, tried))
+    Ok(plan
+        .best_mapping(net, f64::INFINITY)
+        .expect("without a bound to beat a mapping is priced"))
 }
 
 /// Prices `workload` under `strategy` with its used axes laid onto the devices in `order`,

@@ -295,12 +295,14 @@ pub fn predict_inference(
         net,
         s,
         false,
+        f64::INFINITY,
         |_| 0.0,
         |map| {
             let time = timing(map, &work, spec, in_flight as f64, sp);
             (time.total_s, time)
         },
-    );
+    )
+    .expect("without a bound every ordering is priced");
     let energy = energy_j(&work, spec, s, &rates, time.total_s, sp);
     let tokens = (in_flight * spec.batch * spec.output_tokens) as f64;
     Ok(DistInference {

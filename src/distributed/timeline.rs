@@ -246,18 +246,43 @@ impl Steps<'_> {
     /// it and before the last goes back up them (a chunk's share of their steps and a
     /// transfer each way per stage), and stage 0 then updates.
     pub(super) fn bound(&self, inputs: &Inputs) -> f64 {
-        let m = inputs.m as f64;
-        let mut before = 0.0;
-        let mut bound = 0.0f64;
-        for st in &self.steps {
-            let (f, b): (f64, f64) = st
-                .iter()
-                .fold((0.0, 0.0), |a, c| (a.0 + c.forward_s, a.1 + c.backward_s));
-            bound = bound.max(before + m * (f + b));
-            before += st[0].forward_s + st[0].backward_s + 2.0 * self.transfer;
-        }
-        bound + inputs.stages.first().map_or(0.0, |st| st.update_s)
+        let whole = self.steps.iter().map(|st| {
+            st.iter()
+                .fold((0.0, 0.0), |a, c| (a.0 + c.forward_s, a.1 + c.backward_s))
+        });
+        let update = inputs.stages.first().map_or(0.0, |st| st.update_s);
+        schedule_bound(whole, inputs.m, inputs.s.interleave, self.transfer) + update
     }
+}
+
+/// A lower bound on any pipeline schedule of `m` micro-batches over stages whose whole
+/// forward and backward step (all `chunks` chunks) take `stages`: stage `b` runs its
+/// micro-batches one after another, after the first has come through the stages before it
+/// and before the last goes back up them (a chunk's share of their steps and a `transfer`
+/// each way per stage). Exact for 1F1B on equal stages without transfers.
+pub(super) fn schedule_bound(
+    stages: impl Iterator<Item = (f64, f64)>,
+    m: u64,
+    chunks: u64,
+    transfer: f64,
+) -> f64 {
+    let (m, v) = (m as f64, chunks as f64);
+    let mut before = 0.0;
+    let mut bound = 0.0f64;
+    for (f, b) in stages {
+        bound = bound.max(before + m * (f + b));
+        before += (f + b) / v + 2.0 * transfer;
+    }
+    bound
+}
+
+/// A lower bound on [`free_schedule_end`]: [`schedule_bound`] without transfers, then the
+/// first stage's update, or the embedding engines' time if longer.
+pub(super) fn free_bound(s: &Strategy, stages: &[StageTimes], m: u64) -> f64 {
+    let whole = stages.iter().map(|st| (st.forward_s, st.backward_s));
+    let update = stages.first().map_or(0.0, |st| st.update_s);
+    let sparse = stages.iter().map(|st| st.sparse_s).fold(0.0, f64::max) * m as f64;
+    (schedule_bound(whole, m, s.interleave, 0.0) + update).max(sparse)
 }
 
 /// Each stage's forward and backward step under `map` with their blocking collectives (and
@@ -671,7 +696,7 @@ fn layer_buckets(
 }
 
 /// End of the iteration with every communication free: the schedule's compute alone.
-pub(super) fn free_schedule_end(s: &Strategy, stages: &[StageWork], m: u64) -> f64 {
+pub(super) fn free_schedule_end(s: &Strategy, stages: &[StageTimes], m: u64) -> f64 {
     let v = s.interleave as usize;
     let free_steps: Vec<Vec<StageSteps>> = stages
         .iter()
@@ -691,4 +716,25 @@ pub(super) fn free_schedule_end(s: &Strategy, stages: &[StageWork], m: u64) -> f
         .zip(&free.end_s)
         .map(|(st, e)| (e + st.update_s).max(st.sparse_s * m as f64))
         .fold(0.0, f64::max)
+}
+
+/// What the schedule with free communication needs of a stage: one micro-batch's forward,
+/// backward and embedding-engine time, and the update.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StageTimes {
+    pub forward_s: f64,
+    pub backward_s: f64,
+    pub update_s: f64,
+    pub sparse_s: f64,
+}
+
+impl StageTimes {
+    pub(super) fn of(st: &StageWork) -> StageTimes {
+        StageTimes {
+            forward_s: st.forward_s,
+            backward_s: st.backward_s,
+            update_s: st.update_s,
+            sparse_s: st.sparse_s,
+        }
+    }
 }

@@ -437,6 +437,14 @@ fn instances(kernel: &Kernel, graph: &Graph, p: u64, stage: u64, trained: (u64, 
     }
 }
 
+/// Every stage's weights ([`StageWork`] with only the weights filled in): what the memory
+/// footprint needs, without timing a kernel.
+pub(super) fn stages_weights(graph: &Graph, s: &Strategy) -> Vec<StageWork> {
+    (0..s.pipeline)
+        .map(|stage| stage_weights(graph, s, stage))
+        .collect()
+}
+
 /// Every stage's work ([`stage_work`]); stages that hold the same kinds of layers (neither
 /// end of the pipeline, the same trained layers) share one evaluation.
 pub(super) fn stages_work(

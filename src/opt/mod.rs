@@ -109,6 +109,15 @@ fn point(
     }
 }
 
+/// A strategy space too large to enumerate, as a setting out of range.
+pub fn too_large(e: search::TooLarge) -> ModelError {
+    ModelError::Setting {
+        setting: "devices",
+        value: e.devices.to_string(),
+        expected: "a device count whose strategy space has at most 4,000,000 strategies",
+    }
+}
+
 /// Runs the three searches of Fig. 10 from `problem`'s design and strategy.
 pub fn co_optimize(
     problem: &mut BudgetProblem,
@@ -119,18 +128,30 @@ pub fn co_optimize(
     let start = problem.initial();
     let base = problem.evaluate(&start);
     let baseline_s = base.time_per_iteration_s;
-    let candidates = search::enumerate(&problem.workload, problem.devices);
+    let candidates = search::enumerate_from(&problem.workload, problem.devices, &problem.strategy)
+        .map_err(too_large)?;
     let best_strategy =
         |problem: &BudgetProblem, w: &[f64]| -> Result<search::SearchResult, ModelError> {
             let (arch, net) = problem.machine(w)?;
-            Ok(search::search(&problem.workload, &arch, &net, &candidates))
+            let settings = search::Settings::default();
+            let base = Some(&problem.strategy);
+            let none = Progress::none();
+            Ok(search::search(
+                &problem.workload,
+                &arch,
+                &net,
+                &candidates,
+                base,
+                &settings,
+                &none,
+            ))
         };
     // (a) strategy only.
     let first = best_strategy(problem, &start)?;
     let chosen = first
         .best
         .as_ref()
-        .or(first.fastest.as_ref())
+        .or(first.base.as_ref())
         .map(|c| c.parsed)
         .ok_or_else(|| ModelError::NoStrategy {
             tried: first.enumerated,

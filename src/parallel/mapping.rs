@@ -144,15 +144,17 @@ pub fn place_cached(
 /// what `price` returned for it, and the number of orderings tried. `bound` is a lower bound
 /// on `price` (`|_| 0.0` for none): orderings are priced from the lowest bound up, and
 /// those whose bound cannot beat the best so far are not priced, with the same result as
-/// pricing all. `all_devices` also measures every device as one group (table-wise sharded
-/// embeddings).
+/// pricing all; `beat` (a price found elsewhere, `f64::INFINITY` for none) rules out every
+/// ordering whose bound is above it, and `None` comes back when that is all of them.
+/// `all_devices` also measures every device as one group (table-wise sharded embeddings).
 pub fn best_placement<T>(
     net: &Network,
     s: &Strategy,
     all_devices: bool,
+    beat: f64,
     mut bound: impl FnMut(&Mapping) -> f64,
     mut price: impl FnMut(&Mapping) -> (f64, T),
-) -> (Mapping, T, usize) {
+) -> Option<(Mapping, T, usize)> {
     let orders = orderings(s);
     let mut cache = Vec::new();
     let mut maps: Vec<Mapping> = orders
@@ -165,6 +167,9 @@ pub fn best_placement<T>(
     // (price, ordering, value) of the best so far.
     let mut best: Option<(f64, usize, T)> = None;
     for i in by_bound {
+        if bounds[i] > beat {
+            break;
+        }
         if let Some((cost, at, _)) = &best {
             if bounds[i] > *cost {
                 break;
@@ -181,6 +186,6 @@ pub fn best_placement<T>(
             best = Some((cost, i, value));
         }
     }
-    let (_, at, value) = best.expect("orderings gives at least one ordering");
-    (maps.swap_remove(at), value, orders.len())
+    let (_, at, value) = best?;
+    Some((maps.swap_remove(at), value, orders.len()))
 }

@@ -20,7 +20,7 @@ use crate::domain::Recompute;
 pub const EXAMPLES: &str = "RC-4-2-d8-p2, CR-16-d4-p1 or t8-p8-d16-mb1-i3-sp-rc=selective";
 
 /// Distributed GEMM (DeepFlow Sec. 3.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum KernelSplit {
     /// Row-column (inner product): the first operand's rows over `kp1` devices, the second's
@@ -41,7 +41,7 @@ impl KernelSplit {
 }
 
 /// How one training iteration is spread over devices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct Strategy {
     /// Model replicas, each on its own share of the batch.
     pub data: u64,
@@ -76,7 +76,7 @@ pub struct Strategy {
 }
 
 /// Parallel dimensions in placement order, innermost first (at most the five axes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Placement {
     axes: [Axis; 5],
     len: usize,

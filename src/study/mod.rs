@@ -322,7 +322,7 @@ impl Study {
                 let net = system.network(&arch, devices)?;
                 search::baseline(&workload, &arch, &net, devices).ok_or_else(|| {
                     ModelError::NoStrategy {
-                        tried: search::enumerate(&workload, devices).len(),
+                        tried: search::enumerate(&workload, devices).map_or(0, |s| s.len()),
                         workload: workload.name().to_string(),
                         devices,
                     }
@@ -348,17 +348,18 @@ impl Study {
             }
             StudyAction::Search => {
                 let (arch, net) = problem.machine(&start)?;
+                let space = search::enumerate_from(&problem.workload, devices, &problem.strategy)
+                    .map_err(crate::opt::too_large)?;
                 let found = search::search(
                     &problem.workload,
                     &arch,
                     &net,
-                    &search::enumerate(&problem.workload, devices),
+                    &space,
+                    Some(&problem.strategy),
+                    &search::Settings::default(),
+                    &quiet,
                 );
-                let best = found
-                    .best
-                    .or(found.fastest)
-                    .map(|c| c.parsed)
-                    .unwrap_or(problem.strategy);
+                let best = found.best.map(|c| c.parsed).unwrap_or(problem.strategy);
                 (start, best)
             }
             StudyAction::Both => {

@@ -1,0 +1,380 @@
+//! The strategy space as a grammar: one table, [`GRAMMAR`], lists every axis of a
+//! [`Strategy`], says whether the search varies it or takes it from the user's base
+//! strategy, and gives the rule that expands a partial strategy along it. [`enumerate`]
+//! folds the table, so a new axis enters the enumeration by a new row, not a second list.
+//!
+//! The rules keep only values the workload can take by construction (degrees that divide
+//! the devices, pipeline stages and chunks that divide the layers, micro-batches that
+//! divide a replica's batch, ZeRO only with data parallelism, prefetching only under
+//! ZeRO-3); what is left for the fit to reject is counted as invalid by the search.
+
+use crate::domain::Recompute;
+use crate::parallel::strategy::KernelSplit;
+use crate::parallel::Strategy;
+use crate::workload::{Split, Workload};
+
+/// Who sets an axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The search tries every value the rule gives.
+    Searched,
+    /// The user's base strategy (or the workload) fixes it: precisions and the schedule.
+    User,
+}
+
+/// What the rules need to know about the workload and the machine.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub devices: u64,
+    /// Samples per iteration (the global batch).
+    pub samples: u64,
+    /// Repeated layers (0: the graph has none to pipeline).
+    pub layers: u64,
+    /// Megatron column/row linear layers (tensor parallelism); else RC/CR kernel splits.
+    pub tensor_layers: bool,
+    /// Activation recomputation is a choice (transformers).
+    pub recompute: bool,
+    /// Experts per MoE layer (1: dense).
+    pub experts: u64,
+}
+
+impl Shape {
+    pub fn of(workload: &Workload, devices: u64) -> Shape {
+        let graph = workload.graph();
+        Shape {
+            devices,
+            samples: graph.samples.round().max(1.0) as u64,
+            layers: graph.layers,
+            tensor_layers: graph
+                .kernels
+                .iter()
+                .any(|k| matches!(k.split, Split::Column | Split::Row)),
+            recompute: matches!(workload, Workload::Transformer(_)),
+            experts: graph.experts,
+        }
+    }
+}
+
+/// One axis of the grammar.
+pub struct Rule {
+    pub name: &'static str,
+    pub role: Role,
+    /// Appends `partial` with every value of this axis to `out`.
+    expand: fn(&Shape, &Strategy, &mut Vec<Strategy>),
+}
+
+/// Every axis, in the order the enumeration fixes them (later rules read earlier axes).
+pub const GRAMMAR: &[Rule] = &[
+    Rule {
+        name: "model split: tensor t (transformers), else kernel RC-kp1-kp2 / CR-kp1",
+        role: Role::Searched,
+        expand: model,
+    },
+    Rule {
+        name: "pipeline stages p",
+        role: Role::Searched,
+        expand: pipeline,
+    },
+    Rule {
+        name: "data replicas d (the devices left)",
+        role: Role::Searched,
+        expand: data,
+    },
+    Rule {
+        name: "expert parallelism e",
+        role: Role::Searched,
+        expand: expert,
+    },
+    Rule {
+        name: "micro-batch mb (every size dividing a replica's batch)",
+        role: Role::Searched,
+        expand: micro_batch,
+    },
+    Rule {
+        name: "interleaved chunks i",
+        role: Role::Searched,
+        expand: interleave,
+    },
+    Rule {
+        name: "activation recomputation rc (none, selective, full)",
+        role: Role::Searched,
+        expand: recompute,
+    },
+    Rule {
+        name: "sequence parallelism sp",
+        role: Role::Searched,
+        expand: sequence_parallel,
+    },
+    Rule {
+        name: "ZeRO stage z (0-3)",
+        role: Role::Searched,
+        expand: zero,
+    },
+    Rule {
+        name: "ZeRO-3 prefetch",
+        role: Role::Searched,
+        expand: prefetch,
+    },
+    Rule {
+        name: "schedule (1F1B or GPipe)",
+        role: Role::User,
+        expand: keep,
+    },
+    Rule {
+        name: "precisions and overlap (the workload's)",
+        role: Role::User,
+        expand: keep,
+    },
+    Rule {
+        name: "placement (every ordering of the used axes, by the mapping search)",
+        role: Role::Searched,
+        expand: keep,
+    },
+];
+
+/// Strategies the enumeration may produce before it stops (a count bound, not a target).
+pub const MAX_STRATEGIES: usize = 4_000_000;
+
+/// The space is larger than [`MAX_STRATEGIES`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the strategy space for {devices} devices has more than {limit} strategies; pin axes in \
+     the base strategy or search fewer devices"
+)]
+pub struct TooLarge {
+    pub devices: u64,
+    pub limit: usize,
+}
+
+/// Every strategy of the grammar for `shape`, the user's axes taken from `base`.
+pub fn enumerate(shape: &Shape, base: &Strategy) -> Result<Vec<Strategy>, TooLarge> {
+    let start = Strategy {
+        gpipe: base.gpipe,
+        ..Strategy::default()
+    };
+    let mut partial = vec![start];
+    for rule in GRAMMAR.iter().filter(|r| r.role == Role::Searched) {
+        let mut next = Vec::with_capacity(partial.len());
+        for s in &partial {
+            (rule.expand)(shape, s, &mut next);
+            if next.len() > MAX_STRATEGIES {
+                return Err(TooLarge {
+                    devices: shape.devices,
+                    limit: MAX_STRATEGIES,
+                });
+            }
+        }
+        partial = next;
+    }
+    Ok(partial)
+}
+
+/// The divisors of `n`, ascending.
+pub fn divisors(n: u64) -> Vec<u64> {
+    let mut low = Vec::new();
+    let mut high = Vec::new();
+    let mut d = 1;
+    while d * d <= n {
+        if n % d == 0 {
+            low.push(d);
+            if d * d != n {
+                high.push(n / d);
+            }
+        }
+        d += 1;
+    }
+    low.extend(high.into_iter().rev());
+    low
+}
+
+fn keep(_: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
+    out.push(*s);
+}
+
+fn model(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
+    for degree in divisors(shape.devices) {
+        if degree == 1 {
+            out.push(*s);
+        } else if shape.tensor_layers {
+            out.push(Strategy {
+                tensor: degree,
+                ..*s
+            });
+        } else {
+            for kp1 in divisors(degree) {
+                let kp2 = degree / kp1;
+                out.push(Strategy {
+                    kernel: Some(KernelSplit::Rc { kp1, kp2 }),
+                    ..*s
+                });
+            }
+            out.push(Strategy {
+                kernel: Some(KernelSplit::Cr { kp1: degree }),
+                ..*s
+            });
+        }
+    }
+}
+
+fn pipeline(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
+    for p in divisors(shape.devices / s.model_degree()) {
+        if p == 1 || (shape.layers > 0 && shape.layers % p == 0) {
+            out.push(Strategy { pipeline: p, ..*s });
+        }
+    }
+}
+
+fn data(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
+    let data = shape.devices / (s.model_degree() * s.pipeline);
+    out.push(Strategy { data, ..*s });
+}
+
+fn expert(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
+    if shape.experts <= 1 || s.kernel.is_some() {
+        return out.push(*s);
+    }
+    for e in divisors(s.data) {
+        if shape.experts % e == 0 {
+            out.push(Strategy { expert: e, ..*s });
+        }
+    }
+}
+
+fn micro_batch(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
+    if shape.samples % s.data != 0 {
+        // The batch does not split over the replicas: one strategy, for the fit to reject.
+        return out.push(*s);
+    }
+    let per_replica = shape.samples / s.data;
+    for mb in divisors(per_replica) {
+        // A micro-batch of the whole replica batch is written mb0.
+        let micro_batch = if mb == per_replica { 0 } else { mb };
+        out.push(Strategy { micro_batch, ..*s });
+    }
+}
+
+fn interleave(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
+    out.push(*s);
+    if s.pipeline <= 1 || s.gpipe || shape.layers == 0 {
+        return;
+    }
+    let per_replica = shape.samples / s.data.max(1);
+    let mb = if s.micro_batch == 0 {
+        per_replica
+    } else {
+        s.micro_batch
+    };
+    let m = per_replica / mb.max(1);
+    if m % s.pipeline != 0 {
+        return;
+    }
+    for v in divisors(shape.layers / s.pipeline).into_iter().skip(1) {
+        out.push(Strategy {
+            interleave: v,
+            ..*s
+        });
+    }
+}
+
+fn recompute(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
+    if !shape.recompute {
+        return out.push(*s);
+    }
+    for r in [Recompute::None, Recompute::Selective, Recompute::Full] {
+        out.push(Strategy {
+            recompute: Some(r),
+            ..*s
+        });
+    }
+}
+
+fn sequence_parallel(_: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
+    out.push(*s);
+    if s.tensor > 1 {
+        out.push(Strategy {
+            sequence_parallel: true,
+            ..*s
+        });
+    }
+}
+
+fn zero(_: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
+    let stages: &[u8] = if s.data > 1 { &[0, 1, 2, 3] } else { &[0] };
+    for &zero in stages {
+        out.push(Strategy { zero, ..*s });
+    }
+}
+
+fn prefetch(_: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
+    out.push(*s);
+    if s.zero >= 3 {
+        out.push(Strategy {
+            prefetch: false,
+            ..*s
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(devices: u64) -> Shape {
+        Shape {
+            devices,
+            samples: 64,
+            layers: 8,
+            tensor_layers: true,
+            recompute: true,
+            experts: 1,
+        }
+    }
+
+    #[test]
+    fn divisors_are_complete_and_sorted() {
+        assert_eq!(divisors(12), vec![1, 2, 3, 4, 6, 12]);
+        assert_eq!(divisors(1), vec![1]);
+        assert_eq!(divisors(49), vec![1, 7, 49]);
+    }
+
+    #[test]
+    fn every_strategy_uses_every_device_once_and_is_distinct() {
+        let all = enumerate(&shape(16), &Strategy::default()).unwrap();
+        assert!(all.iter().all(|s| s.devices() == 16));
+        for (i, a) in all.iter().enumerate() {
+            assert!(!all[..i].contains(a), "{a} twice");
+        }
+        // The searched axes all vary.
+        let has = |f: fn(&Strategy) -> bool| all.iter().any(f);
+        assert!(has(|s| s.interleave > 1));
+        assert!(has(|s| s.recompute == Some(Recompute::Full)));
+        assert!(has(|s| s.zero == 2));
+        assert!(has(|s| !s.prefetch));
+        assert!(has(|s| s.sequence_parallel));
+        assert!(has(|s| s.micro_batch == 1 && s.pipeline > 1));
+        assert!(!has(|s| s.gpipe), "the schedule is the user's");
+    }
+
+    #[test]
+    fn user_axes_come_from_the_base_and_graphs_without_tensor_layers_get_rc_and_cr() {
+        let base = Strategy {
+            gpipe: true,
+            ..Strategy::default()
+        };
+        let lstm = Shape {
+            tensor_layers: false,
+            recompute: false,
+            ..shape(8)
+        };
+        let all = enumerate(&lstm, &base).unwrap();
+        assert!(all
+            .iter()
+            .all(|s| s.gpipe && s.interleave == 1 && s.tensor == 1));
+        assert!(all
+            .iter()
+            .any(|s| matches!(s.kernel, Some(KernelSplit::Rc { kp1: 2, kp2: 4 }))));
+        assert!(all
+            .iter()
+            .any(|s| matches!(s.kernel, Some(KernelSplit::Cr { kp1: 8 }))));
+    }
+}
