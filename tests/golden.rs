@@ -452,6 +452,40 @@ const CASES: &[(&str, Run, i32)] = &[
         ]),
         0,
     ),
+    // `search`: the strategy search with its counts, top N and Pareto front; and a search
+    // where nothing fits (exit 3, the nearest candidates listed).
+    (
+        "search-llama2-70b-64",
+        Run::Stdout(&[
+            "search",
+            "--system",
+            "templates/dgx-a100.yaml",
+            "--devices",
+            "64",
+            "--workload",
+            "workloads/llama2-70b.yaml",
+            "--base",
+            "t8-p8-mb1",
+            "--top",
+            "5",
+            "--json",
+        ]),
+        0,
+    ),
+    (
+        "search-nothing-fits",
+        Run::Stdout(&[
+            "search",
+            "--system",
+            "templates/dgx-a100.yaml",
+            "--devices",
+            "8",
+            "--workload",
+            "workloads/gpt3-175b.yaml",
+            "--json",
+        ]),
+        3,
+    ),
     // `optimize` with a fixed seed and few steps: co-optimization and budgets only.
     (
         "optimize-co",

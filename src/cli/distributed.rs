@@ -30,17 +30,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => (Source::Embedded, PathBuf::from(DEFAULT_WORKLOAD)),
     };
     let workload = Workload::load(source, &workload_file)?;
-    let mut system = System::load(Source::Disk, args.system)?;
-    if let Some(text) = args.slice {
-        let dims: Option<Vec<u64>> = text
-            .split('x')
-            .map(|d| d.trim().parse::<u64>().ok().filter(|&d| d > 0))
-            .collect();
-        let dims = dims.ok_or_else(|| {
-            anyhow::anyhow!("--slice {text}: expected dimensions joined by x, e.g. 4x8x16")
-        })?;
-        system = system.with_slice(&dims)?;
-    }
+    let system = load_system(args.system, args.slice)?;
     let design = system.design()?;
     let arch = system.accelerator()?;
     let devices = args.devices.unwrap_or_else(|| system.default_devices());
@@ -103,6 +93,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bail!("infeasible prediction without reasons");
     }
     Ok(())
+}
+
+/// A system file, reshaped into `--slice` (e.g. 4x8x16) when given.
+pub fn load_system(path: &Path, slice: Option<&str>) -> anyhow::Result<System> {
+    let system = System::load(Source::Disk, path)?;
+    let Some(text) = slice else {
+        return Ok(system);
+    };
+    let dims: Option<Vec<u64>> = text
+        .split('x')
+        .map(|d| d.trim().parse::<u64>().ok().filter(|&d| d > 0))
+        .collect();
+    let dims = dims.ok_or_else(|| {
+        anyhow::anyhow!("--slice {text}: expected dimensions joined by x, e.g. 4x8x16")
+    })?;
+    Ok(system.with_slice(&dims)?)
 }
 
 /// A strategy from `--strategy`: a YAML file, MAD Max's `(INTRA, INTER)`, the paper's

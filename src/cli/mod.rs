@@ -4,6 +4,7 @@
 mod distributed;
 mod optimize;
 mod predict;
+mod search;
 mod sweep;
 mod table;
 mod validate;
@@ -141,6 +142,11 @@ enum Command {
     /// FLOP/s, memory footprint and a per-kernel-class breakdown with the bounding resource.
     /// With no arguments, runs the embedded workloads/gpt-1.7b.yaml on budgets/h100.yaml.
     Predict(PredictArgs),
+    /// Search parallelism strategies for a workload on a system (tensor or RC/CR, pipeline,
+    /// data, expert, micro-batch, interleave, recompute, sequence parallelism, ZeRO 0-3,
+    /// prefetch, placements): the top N, the Pareto front of time against memory per
+    /// device, and the search's counts. Exits 3 when no strategy fits.
+    Search(search::SearchArgs),
 }
 
 /// What a command that ran to the end found.
@@ -229,6 +235,7 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
             })
         }
         Command::Predict(args) => return predict_command(args),
+        Command::Search(args) => return search::run(args),
     };
     done.map(|()| Outcome::Done)
 }

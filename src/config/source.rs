@@ -195,6 +195,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../workloads/llama2-70b.yaml"),
     ),
     (
+        "workloads/llama2-70b-8k.yaml",
+        include_str!("../../workloads/llama2-70b-8k.yaml"),
+    ),
+    (
         "workloads/megatron-1t.yaml",
         include_str!("../../workloads/megatron-1t.yaml"),
     ),

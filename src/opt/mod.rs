@@ -11,8 +11,8 @@
 //!
 //! A new solver: implement `argmin::core::Solver` over `Vec<f64>` on [`BudgetProblem`] (it
 //! is a `CostFunction` and a `Gradient`), keeping iterates inside the feasible set with
-//! [`Simplices::project`]. A new strategy axis for the search: enumerate it in
-//! [`search::enumerate`].
+//! [`Simplices::project`]. A new strategy axis for the search: a row of
+//! [`search::GRAMMAR`].
 
 pub mod budget;
 pub mod problem;

@@ -83,7 +83,8 @@ pub struct SearchResult {
     pub pruned_by_memory: usize,
     /// Strategies (placements included) whose lower bound ruled them out.
     pub pruned_by_bound: usize,
-    /// Strategies priced on at least one placement.
+    /// Fitting strategies priced on at least one placement (with invalid, pruned by memory
+    /// and pruned by bound: every strategy once).
     pub evaluated: usize,
     /// The fastest strategy that fits; `None` when none fits.
     pub best: Option<Candidate>,
@@ -433,7 +434,8 @@ pub fn search(
         .cloned()
         .collect();
     let mut pruned_by_bound = 0;
-    let mut evaluated = usize::from(base_candidate.is_some());
+    // The base counts as priced when it fits (else among those out of memory).
+    let mut evaluated = usize::from(base_candidate.as_ref().is_some_and(|c| c.feasible));
     for chunk in order.chunks(CHUNK) {
         let incumbents = Incumbents::of(&done, top);
         let priced: Vec<Option<Candidate>> = chunk

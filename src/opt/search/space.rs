@@ -4,7 +4,7 @@
 //! folds the table, so a new axis enters the enumeration by a new row, not a second list.
 //!
 //! The rules keep only values the workload can take by construction (degrees that divide
-//! the devices, pipeline stages and chunks that divide the layers, micro-batches that
+//! the devices, tensor degrees that divide the attention heads, pipeline stages and chunks that divide the layers, micro-batches that
 //! divide a replica's batch, ZeRO only with data parallelism, prefetching only under
 //! ZeRO-3); what is left for the fit to reject is counted as invalid by the search.
 
@@ -36,6 +36,9 @@ pub struct Shape {
     pub recompute: bool,
     /// Experts per MoE layer (1: dense).
     pub experts: u64,
+    /// Attention heads, which tensor parallelism splits whole (Megatron: t divides the
+    /// heads); 0 when the workload has none.
+    pub heads: u64,
 }
 
 impl Shape {
@@ -51,6 +54,10 @@ impl Shape {
                 .any(|k| matches!(k.split, Split::Column | Split::Row)),
             recompute: matches!(workload, Workload::Transformer(_)),
             experts: graph.experts,
+            heads: match workload {
+                Workload::Transformer(t) => t.heads,
+                _ => 0,
+            },
         }
     }
 }
@@ -196,6 +203,9 @@ fn model(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
         if degree == 1 {
             out.push(*s);
         } else if shape.tensor_layers {
+            if shape.heads > 0 && shape.heads % degree != 0 {
+                continue;
+            }
             out.push(Strategy {
                 tensor: degree,
                 ..*s
@@ -327,6 +337,7 @@ mod tests {
             tensor_layers: true,
             recompute: true,
             experts: 1,
+            heads: 8,
         }
     }
 
@@ -353,6 +364,7 @@ mod tests {
         assert!(has(|s| s.sequence_parallel));
         assert!(has(|s| s.micro_batch == 1 && s.pipeline > 1));
         assert!(!has(|s| s.gpipe), "the schedule is the user's");
+        assert!(!has(|s| s.tensor == 16), "t16 does not split 8 heads");
     }
 
     #[test]

@@ -1,0 +1,297 @@
+//! `stackflow search`: the strategy search ([`stackflow::opt::search`]) for a workload on a
+//! system: the top N with time, memory per device, MFU and what binds; the Pareto front of
+//! time against memory per device; the search's counts; JSON and CSV for scripts.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use stackflow::config::{write_atomic, Source};
+use stackflow::opt::search::{self, Candidate, SearchResult};
+use stackflow::opt::Progress;
+use stackflow::workload::Workload;
+
+use super::distributed::{load_strategy, load_system};
+use super::table::bytes;
+use super::{Outcome, DEFAULT_WORKLOAD};
+
+/// The arguments of `search`.
+#[derive(clap::Args, Debug)]
+pub struct SearchArgs {
+    /// Workload file (default: the embedded workloads/gpt-1.7b.yaml).
+    #[arg(long)]
+    workload: Option<PathBuf>,
+    /// System template (templates/dgx-a100.yaml, templates/tpu-v4-pod.yaml).
+    #[arg(long)]
+    system: PathBuf,
+    /// Total devices (a multiple of the devices per node); default: the system's own.
+    #[arg(long, conflicts_with = "slice")]
+    devices: Option<u64>,
+    /// Reshape the system's mesh or torus into this slice, e.g. 4x8x16.
+    #[arg(long)]
+    slice: Option<String>,
+    /// The strategy to start from, always a candidate (the result is never slower when it
+    /// fits): a YAML file, MAD Max's (INTRA, INTER), the paper's notation or the short
+    /// form. Its schedule (GPipe or 1F1B) is kept for every candidate. Default: pure data
+    /// parallelism, else the first strategy that runs the workload.
+    #[arg(long)]
+    base: Option<String>,
+    /// Strategies listed by time.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    top: u64,
+    /// Price every strategy that fits instead of pruning by lower bounds (slower; the same
+    /// best, top N and Pareto front).
+    #[arg(long)]
+    exhaustive: bool,
+    /// Write the top N and the Pareto front to this CSV file.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Print JSON (a stable interface for scripts) instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    workload: String,
+    system: &'a str,
+    devices: u64,
+    base_strategy: String,
+    feasible: bool,
+    /// Base time over best time.
+    speedup: Option<f64>,
+    /// Wall time (left out of JSON: the same inputs give the same bytes).
+    #[serde(skip)]
+    wall_s: f64,
+    #[serde(flatten)]
+    search: &'a SearchResult,
+}
+
+pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
+    let (source, workload_file) = match &a.workload {
+        Some(p) => (Source::Disk, p.clone()),
+        None => (Source::Embedded, PathBuf::from(DEFAULT_WORKLOAD)),
+    };
+    let workload = Workload::load(source, &workload_file)?;
+    if workload.serving().is_some() {
+        bail!(
+            "{}: a serving workload (inference:); search trains a workload, predict serves it",
+            workload_file.display()
+        );
+    }
+    let system = load_system(&a.system, a.slice.as_deref())?;
+    let arch = system.accelerator()?;
+    let devices = a.devices.unwrap_or_else(|| system.default_devices());
+    let net = system.network(&arch, devices)?;
+    super::check_precision(&workload_file, &workload, &arch)?;
+    let base = match &a.base {
+        Some(text) => {
+            let base = load_strategy(Some(text), &system, devices)
+                .with_context(|| format!("--base {text}"))?;
+            base.check_devices(devices)
+                .with_context(|| format!("--base {base} on --devices {devices}"))?;
+            // A base the workload cannot run is bad input, with the fit's reason.
+            stackflow::distributed::Plan::new(&workload, &arch, &net, &base)
+                .with_context(|| format!("--base {base}"))?;
+            base
+        }
+        // Pure data parallelism, else the first strategy that runs the workload.
+        None => search::baseline(&workload, &arch, &net, devices).ok_or_else(|| {
+            let tried = search::enumerate(&workload, devices).map_or(0, |s| s.len());
+            anyhow::anyhow!(
+                "--devices {devices}: none of the {tried} strategies for {devices} devices runs \
+                 workload {} (its batch, layers, heads or experts do not split that way); try \
+                 another device count",
+                workload.name()
+            )
+        })?,
+    };
+    let space = search::enumerate_from(&workload, devices, &base)
+        .map_err(|e| anyhow::anyhow!("--devices {devices}: {e}"))?;
+    let settings = search::Settings {
+        top: a.top as usize,
+        prune: !a.exhaustive,
+    };
+    let bar = if a.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(3 * (space.len() as u64 + 1))
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed} fit, time, price")
+            .expect("static template"),
+    );
+    let progress = {
+        let bar = bar.clone();
+        Progress::new(move |n| bar.inc(n))
+    };
+    let start = Instant::now();
+    let r = search::search(
+        &workload,
+        &arch,
+        &net,
+        &space,
+        Some(&base),
+        &settings,
+        &progress,
+    );
+    let wall_s = start.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let report = Report {
+        workload: workload.name(),
+        system: &system.name,
+        devices,
+        base_strategy: base.to_string(),
+        feasible: r.best.is_some(),
+        speedup: match (&r.base, &r.best) {
+            (Some(b), Some(x)) if b.feasible => {
+                Some(b.time_per_iteration_s / x.time_per_iteration_s)
+            }
+            _ => None,
+        },
+        wall_s,
+        search: &r,
+    };
+    if let Some(path) = &a.csv {
+        write_csv(path, &r)?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        if a.workload.is_none() {
+            println!("No --workload given: using the embedded default {DEFAULT_WORKLOAD}.");
+        }
+        print!("{}", render(&report));
+        if let Some(path) = &a.csv {
+            println!("\nwrote {}", path.display());
+        }
+    }
+    Ok(if r.best.is_some() {
+        Outcome::Done
+    } else {
+        Outcome::NothingFeasible
+    })
+}
+
+/// The search as tables: nothing fits first (with the nearest candidates), else the base,
+/// the best, the top N and the Pareto front, then the counts.
+fn render(report: &Report) -> String {
+    let r = report.search;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "System: {} ({} devices). Workload: {}.\n",
+        report.system, report.devices, report.workload
+    );
+    if r.best.is_none() {
+        let _ = writeln!(
+            s,
+            "No strategy fits: every one of the {} valid strategies runs out of memory. Nearest:",
+            r.enumerated - r.invalid
+        );
+        for n in &r.nearest {
+            let _ = writeln!(
+                s,
+                "  {:<36} {:>11}",
+                n.strategy,
+                bytes(n.memory_per_device_bytes)
+            );
+            for v in &n.violations {
+                let _ = writeln!(s, "      {v}");
+            }
+        }
+        let _ = writeln!(s);
+    }
+    if let Some(b) = &r.base {
+        let fits = if b.feasible { "" } else { "  (does not fit)" };
+        let _ = writeln!(
+            s,
+            "base  {:<36} {:>10.4} s{fits}",
+            b.strategy, b.time_per_iteration_s
+        );
+    }
+    if let Some(b) = &r.best {
+        let faster = report
+            .speedup
+            .map_or(String::new(), |x| format!("  ({x:.3}x the base)"));
+        let _ = writeln!(
+            s,
+            "best  {:<36} {:>10.4} s{faster}\n",
+            b.strategy, b.time_per_iteration_s
+        );
+        let _ = writeln!(s, "top {} by time", r.top.len());
+        table(&mut s, &r.top);
+        let _ = writeln!(s, "\nPareto front: time against memory per device");
+        table(&mut s, &r.pareto);
+    }
+    let _ = writeln!(
+        s,
+        "\nsearched {} strategies ({} valid strategy-placement pairs): {} invalid, {} out of \
+         memory, {} ruled out by a lower bound, {} priced; {:.2} s",
+        r.enumerated,
+        r.pairs,
+        r.invalid,
+        r.pruned_by_memory,
+        r.pruned_by_bound,
+        r.evaluated,
+        report.wall_s
+    );
+    s
+}
+
+fn table(s: &mut String, rows: &[Candidate]) {
+    let _ = writeln!(
+        s,
+        "  {:<36} {:<22} {:>10} {:>11} {:>6}  binding",
+        "strategy", "placement (inner first)", "time", "memory", "MFU"
+    );
+    for c in rows {
+        let _ = writeln!(
+            s,
+            "  {:<36} {:<22} {:>8.4} s {:>11} {:>5.1}%  {}",
+            c.strategy,
+            c.placement,
+            c.time_per_iteration_s,
+            bytes(c.memory_per_device_bytes),
+            100.0 * c.model_flops_utilization,
+            c.binding
+        );
+    }
+}
+
+/// The top N and the Pareto front, one row each, written atomically.
+fn write_csv(path: &Path, r: &SearchResult) -> anyhow::Result<()> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "list",
+        "rank",
+        "strategy",
+        "placement",
+        "time_per_iteration_s",
+        "memory_per_device_bytes",
+        "model_flops_utilization",
+        "binding",
+    ])?;
+    for (list, rows) in [("top", &r.top), ("pareto", &r.pareto)] {
+        for (rank, c) in rows.iter().enumerate() {
+            w.write_record([
+                list.to_string(),
+                (rank + 1).to_string(),
+                c.strategy.clone(),
+                c.placement.clone(),
+                c.time_per_iteration_s.to_string(),
+                c.memory_per_device_bytes.to_string(),
+                c.model_flops_utilization.to_string(),
+                c.binding.to_string(),
+            ])?;
+        }
+    }
+    let bytes = w.into_inner().context("writing the CSV")?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    write_atomic(path, &bytes).with_context(|| format!("writing {}", path.display()))
+}
