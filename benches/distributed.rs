@@ -3,16 +3,23 @@
 //!   and Megatron 1T on 3072 (`t8-p64-d6-mb1-sp-rc=selective`), each with every mapping
 //!   ordering tried;
 //! - cold: a freshly built network with no memoised group shapes (one CLI prediction);
-//! - warm: the network's group shapes already computed (a search over designs or strategies
-//!   on one topology).
+//! - warm: the network's group shapes and the kernel times already computed (a search over
+//!   designs or strategies on one topology, which keeps its `perf::Evaluator`);
+//! - evaluate: one mapping (the best ordering) priced, warm;
+//! - search: `opt::search` over the full strategy space of GPT-3 175B on 1024 A100s from
+//!   Megatron's strategy (top 10).
 
 use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use stackflow::config::Source;
-use stackflow::distributed::predict;
+use stackflow::distributed::{evaluate_with, predict, predict_with};
 use stackflow::network::System;
+use stackflow::opt::search::{enumerate_from, search, Settings};
+use stackflow::opt::Progress;
+use stackflow::parallel::Axis;
 use stackflow::parallel::Strategy;
+use stackflow::perf::Evaluator;
 use stackflow::workload::Workload;
 
 fn bench(c: &mut Criterion) {
@@ -42,10 +49,43 @@ fn bench(c: &mut Criterion) {
                 predict(std::hint::black_box(&workload), &a100, &net, &strategy)
             })
         });
-        g.bench_function(format!("predict {name} ({strategy}), warm network"), |b| {
-            b.iter(|| predict(std::hint::black_box(&workload), &a100, &net, &strategy))
+        let mut ev = Evaluator::new(&a100);
+        g.bench_function(format!("predict {name} ({strategy}), warm"), |b| {
+            b.iter(|| {
+                let w = std::hint::black_box(&workload);
+                predict_with(w, &a100, &net, &strategy, &mut ev)
+            })
+        });
+        let best = predict(&workload, &a100, &net, &strategy).unwrap();
+        let order: Vec<Axis> = best.mapping.order.clone();
+        g.bench_function(format!("evaluate {name} ({strategy}), one mapping"), |b| {
+            b.iter(|| {
+                let w = std::hint::black_box(&workload);
+                evaluate_with(w, &a100, &net, &strategy, &order, &mut ev)
+            })
         });
     }
+    g.finish();
+    let mut g = c.benchmark_group("search");
+    g.sample_size(10);
+    let workload = Workload::load(Source::Embedded, Path::new("workloads/gpt3-175b.yaml")).unwrap();
+    let net = system.network(&a100, 1024).unwrap();
+    let base = Strategy::parse("t8-p16-d8-mb1-i2-sp-rc=selective").unwrap();
+    g.bench_function("full search gpt3-175b on 1024 a100", |b| {
+        b.iter(|| {
+            let space = enumerate_from(&workload, 1024, &base).unwrap();
+            let none = Progress::none();
+            search(
+                &workload,
+                &a100,
+                &net,
+                &space,
+                Some(&base),
+                &Settings::default(),
+                &none,
+            )
+        })
+    });
     g.finish();
 }
 

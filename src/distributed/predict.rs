@@ -95,7 +95,7 @@ impl Fitted {
     /// O(stages): the busiest stage's micro-batches back to back, behind the pipeline's
     /// fill and drain, then the update (below [`Plan::free_end_s`]).
     pub fn bound_s(&self, stages: &StagesWork) -> f64 {
-        let times: Vec<StageTimes> = stages.0.iter().map(StageTimes::of).collect();
+        let times: Vec<StageTimes> = stages.0.iter().map(|st| StageTimes::of(st)).collect();
         timeline::free_bound(&self.strategy, &times, self.fit.micro_batches)
     }
 
@@ -125,7 +125,7 @@ impl Fitted {
         let fit = self.fit;
         let stages = stages.0;
         debug_assert_eq!(stages.len() as u64, s.pipeline);
-        let times: Vec<StageTimes> = stages.iter().map(StageTimes::of).collect();
+        let times: Vec<StageTimes> = stages.iter().map(|st| StageTimes::of(st)).collect();
         Plan {
             strategy: *s,
             table_wise: fit.graph.kernels.iter().any(|k| k.split == Split::Table),
@@ -144,7 +144,7 @@ impl Fitted {
 
 /// Every stage's work under one strategy, shareable between plans ([`Fitted::stages_work`]).
 #[derive(Clone)]
-pub struct StagesWork(Arc<Vec<StageWork>>);
+pub struct StagesWork(Arc<Vec<Arc<StageWork>>>);
 
 impl StagesWork {
     /// Pipeline stages held.
@@ -158,7 +158,7 @@ impl StagesWork {
 pub struct Plan {
     strategy: Strategy,
     fit: Fit,
-    stages: Arc<Vec<StageWork>>,
+    stages: Arc<Vec<Arc<StageWork>>>,
     memory: Footprint,
     violations: Vec<Violation>,
     /// Table-wise sharded embeddings talk to every device at once.
@@ -179,8 +179,19 @@ impl Plan {
         net: &Network,
         strategy: &Strategy,
     ) -> Result<Plan, FitError> {
+        Plan::with(workload, arch, net, strategy, &mut Evaluator::new(arch))
+    }
+
+    /// [`Plan::new`] timing kernels with `evaluator` (built for `arch`).
+    pub fn with(
+        workload: &Workload,
+        arch: &Architecture,
+        net: &Network,
+        strategy: &Strategy,
+        evaluator: &mut Evaluator,
+    ) -> Result<Plan, FitError> {
         let fitted = Fitted::of(fit(workload, strategy, net.devices)?, arch, net, strategy)?;
-        Ok(fitted.plan(arch, &mut Evaluator::new(arch)))
+        Ok(fitted.plan(arch, evaluator))
     }
 
     /// The iteration with every communication free: a lower bound under any mapping.
@@ -376,7 +387,19 @@ pub fn predict(
     net: &Network,
     strategy: &Strategy,
 ) -> Result<DistPrediction, FitError> {
-    let plan = Plan::new(workload, arch, net, strategy)?;
+    predict_with(workload, arch, net, strategy, &mut Evaluator::new(arch))
+}
+
+/// [`predict`] timing kernels with `evaluator` (built for `arch`), whose kernel times carry
+/// over to the next prediction: how a search over strategies or mappings predicts.
+pub fn predict_with(
+    workload: &Workload,
+    arch: &Architecture,
+    net: &Network,
+    strategy: &Strategy,
+    evaluator: &mut Evaluator,
+) -> Result<DistPrediction, FitError> {
+    let plan = Plan::with(workload, arch, net, strategy, evaluator)?;
     Ok(plan
         .best_mapping(net, f64::INFINITY)
         .expect("without a bound to beat a mapping is priced"))
@@ -392,7 +415,26 @@ pub fn evaluate(
     strategy: &Strategy,
     order: &[Axis],
 ) -> Result<DistPrediction, FitError> {
-    let plan = Plan::new(workload, arch, net, strategy)?;
+    evaluate_with(
+        workload,
+        arch,
+        net,
+        strategy,
+        order,
+        &mut Evaluator::new(arch),
+    )
+}
+
+/// [`evaluate`] timing kernels with `evaluator` (see [`predict_with`]).
+pub fn evaluate_with(
+    workload: &Workload,
+    arch: &Architecture,
+    net: &Network,
+    strategy: &Strategy,
+    order: &[Axis],
+    evaluator: &mut Evaluator,
+) -> Result<DistPrediction, FitError> {
+    let plan = Plan::with(workload, arch, net, strategy, evaluator)?;
     let map = place_cached(
         net,
         strategy,

@@ -4,6 +4,8 @@
 //! Sec. 4.3), embedding engines beside the dense step (TPU v4 Fig. 10).
 
 use super::pipeline;
+use std::sync::Arc;
+
 use super::report::CommReport;
 use super::schedule::{self, Piece, StageSteps};
 use super::work::{Need, StageWork, StepEvent};
@@ -212,7 +214,7 @@ pub(super) struct Eval {
 pub(super) struct Inputs<'a> {
     pub(super) graph: &'a Graph,
     pub(super) s: &'a Strategy,
-    pub(super) stages: &'a [StageWork],
+    pub(super) stages: &'a [Arc<StageWork>],
     /// Micro-batches per replica.
     pub(super) m: u64,
     /// A micro-batch's share of the batch.

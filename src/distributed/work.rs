@@ -3,6 +3,8 @@
 //! exact bytes of the blocking collectives each split adds, the weights the stage holds and
 //! trains, and the order of a step's events for graphs without repeated layers.
 
+use std::sync::Arc;
+
 use crate::network::collective::Collective;
 use crate::parallel::strategy::{KernelSplit, Strategy};
 use crate::parallel::Axis;
@@ -454,9 +456,9 @@ pub(super) fn stages_work(
     evaluator: &mut Evaluator,
     rates: &EnergyRates,
     sparse_cores: bool,
-) -> Vec<StageWork> {
+) -> Vec<Arc<StageWork>> {
     let p = s.pipeline;
-    let mut out: Vec<StageWork> = Vec::with_capacity(p as usize);
+    let mut out: Vec<Arc<StageWork>> = Vec::with_capacity(p as usize);
     // (first stage, last stage, trained layers) -> the stage that has it.
     type Kind = (bool, bool, (u64, bool));
     let mut seen: Vec<(Kind, usize)> = Vec::new();
@@ -469,15 +471,8 @@ pub(super) fn stages_work(
             }
             None => {
                 seen.push((key, out.len()));
-                out.push(stage_work(
-                    graph,
-                    s,
-                    stage,
-                    f_tok,
-                    evaluator,
-                    rates,
-                    sparse_cores,
-                ));
+                let work = stage_work(graph, s, stage, f_tok, evaluator, rates, sparse_cores);
+                out.push(Arc::new(work));
             }
         }
     }
@@ -503,7 +498,7 @@ pub(super) fn stage_work(
         if count == 0 {
             continue;
         }
-        let mut k = kernel.clone();
+        let mut k = kernel.unnamed();
         if k.phase == Phase::Update {
             w.add_update(&mut k, graph, s, evaluator, rates);
             continue;

@@ -138,6 +138,9 @@ pub fn place_cached(
     }
 }
 
+/// Relative rounding a lower bound may carry above the price it bounds.
+pub const BOUND_SLACK: f64 = 1e-12;
+
 /// The mapping search over orderings (Timeloop's mapper, above the model): places `s` on
 /// `net` under every ordering of its used axes (or its pinned placement), prices each with
 /// `price` (lower is better; the first of equal prices wins), and returns the best mapping,
@@ -166,15 +169,18 @@ pub fn best_placement<T>(
     by_bound.sort_by(|&a, &b| bounds[a].total_cmp(&bounds[b]));
     // (price, ordering, value) of the best so far.
     let mut best: Option<(f64, usize, T)> = None;
+    // A bound summed differently from the price may exceed an equal price by rounding:
+    // only a bound clearly above rules an ordering out.
+    let above = |bound: f64, price: f64| bound > price * (1.0 + BOUND_SLACK);
     for i in by_bound {
-        if bounds[i] > beat {
+        if above(bounds[i], beat) {
             break;
         }
         if let Some((cost, at, _)) = &best {
-            if bounds[i] > *cost {
+            if above(bounds[i], *cost) {
                 break;
             }
-            if bounds[i] == *cost && i > *at {
+            if bounds[i] >= *cost && i > *at {
                 continue;
             }
         }
