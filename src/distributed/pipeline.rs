@@ -51,9 +51,95 @@ pub fn solve(
             simulate(steps, micro_batches, transfer_s, gpipe)
         };
     }
+    if chunks == 1 && micro_batches + 1 >= steps.len() {
+        return plain_1f1b(steps, micro_batches, transfer_s);
+    }
     Rounds::new(steps, micro_batches, transfer_s)
         .and_then(|r| r.run())
         .unwrap_or_else(|| simulate(steps, micro_batches, transfer_s, gpipe))
+}
+
+/// 1F1B without interleaving, `m >= p - 1` (full warm-ups): round `r` (from `-(p - 1)`
+/// to `m - 1`) is forward `w_s + r` of every stage `s` (`w_s = p - 1 - s` warm-up
+/// forwards) that has one, then backward `r` of every stage from the last up. A forward
+/// waits for the stage before in the round before, a backward for the stage after in the
+/// same round: two passes per round and no searching. The rounds where every stage runs
+/// both repeat periodically and are jumped as in [`Rounds`].
+fn plain_1f1b(steps: &[Vec<StageSteps>], m: usize, transfer_s: f64) -> Timeline {
+    let p = steps.len();
+    let t = if p > 1 { transfer_s } else { 0.0 };
+    let (f, b): (Vec<f64>, Vec<f64>) = steps
+        .iter()
+        .map(|s| (s[0].forward_s, s[0].backward_s))
+        .unzip();
+    // (forward end, backward end) per stage in the last round; `free`: each stage's last
+    // step's end.
+    let mut x = vec![0.0f64; 2 * p];
+    let mut free = vec![0.0f64; p];
+    let mut last_backward = vec![vec![(0.0, 0.0)]; p];
+    let first = -(p as i64 - 1);
+    // Rounds 0 .. m - p + 1 run a forward and a backward on every stage.
+    let steady = (m + 1 - p) as i64;
+    let kept = 2 * p + 1;
+    let mut history: Vec<Vec<f64>> = Vec::new();
+    let mut jumped = false;
+    let mut r = first;
+    while r < m as i64 {
+        for s in (0..p).rev() {
+            let k = (p - 1 - s) as i64 + r;
+            if (0..m as i64).contains(&k) {
+                // Stage s - 1's forward of the same micro-batch ended in the last round.
+                let ready = if s > 0 { x[2 * (s - 1)] + t } else { 0.0 };
+                let end = free[s].max(ready) + f[s];
+                x[2 * s] = end;
+                free[s] = end;
+            }
+        }
+        if r >= 0 {
+            for s in (0..p).rev() {
+                let ready = if s + 1 < p {
+                    x[2 * (s + 1) + 1] + t
+                } else {
+                    x[2 * s]
+                };
+                let start = free[s].max(ready);
+                let end = start + b[s];
+                x[2 * s + 1] = end;
+                free[s] = end;
+                last_backward[s][0] = (start, end);
+            }
+        }
+        if !jumped && (0..steady).contains(&r) {
+            let i = r as usize;
+            if let Some(c) = repeat(&history, &x, i, 1, 2 * p) {
+                // Whole periods up to the last round in which every stage runs both.
+                let jumps = (steady as usize - 1 - i) / c;
+                if jumps > 0 {
+                    let then = &history[(i - c) % kept];
+                    let shift: Vec<f64> = x.iter().zip(then).map(|(a, b)| a - b).collect();
+                    for (v, d) in x.iter_mut().zip(&shift) {
+                        *v += jumps as f64 * d;
+                    }
+                    for s in 0..p {
+                        free[s] = x[2 * s + 1];
+                        last_backward[s][0] = (free[s] - b[s], free[s]);
+                    }
+                    r += (jumps * c) as i64;
+                    jumped = true;
+                }
+            }
+            if history.len() < kept {
+                history.push(x.clone());
+            } else {
+                history[i % kept].clone_from(&x);
+            }
+        }
+        r += 1;
+    }
+    Timeline {
+        end_s: free,
+        last_backward,
+    }
 }
 
 /// GPipe without interleaving: two flow shops of `m` identical jobs (module doc).
