@@ -506,8 +506,8 @@ pub(super) fn stage_work(
         scale_tokens(&mut k, f_tok);
         let (needs, fewer) = split_kernel(&mut k, s);
         let count = count / fewer.max(1);
-        let t = evaluator.kernel(&k);
-        let (c, m) = rates.kernel_j(&t);
+        let t = evaluator.kernel_ref(&k);
+        let (c, m) = rates.kernel_j(t);
         w.step_j += (c + m.iter().sum::<f64>()) * count as f64;
         let time = t.time_s * count as f64;
         let bound = t.bound.to_string();

@@ -176,11 +176,15 @@ struct GemmKey {
     weight_bytes: u64,
 }
 
-/// Evaluates kernels on one machine, caching GEMM searches by shape and precision.
+/// Evaluates kernels on one machine, caching GEMM searches by shape and precision and
+/// streaming kernels by their bytes and FLOPs (each cache starts over past
+/// [`Evaluator::KEPT`] entries).
 #[derive(Debug, Clone)]
 pub struct Evaluator {
     pub machine: Machine,
     cache: HashMap<GemmKey, KernelTime>,
+    /// Streams and gathers by (kind, the op's three numbers' bits).
+    streams: HashMap<[u64; 4], KernelTime>,
 }
 
 impl Evaluator {
@@ -188,13 +192,21 @@ impl Evaluator {
         Evaluator {
             machine: Machine::new(arch),
             cache: HashMap::new(),
+            streams: HashMap::new(),
         }
     }
+
+    /// Kernel times each cache keeps before it starts over.
+    pub const KEPT: usize = 100_000;
 
     /// Time of one instance of `kernel`. A precision the compute units lack gives an
     /// infinite compute time (callers check precisions first, see [`unsupported`]).
     pub fn kernel(&mut self, kernel: &Kernel) -> KernelTime {
-        let m = &self.machine;
+        self.kernel_ref(kernel).clone()
+    }
+
+    /// [`Evaluator::kernel`], borrowed from the cache.
+    pub fn kernel_ref(&mut self, kernel: &Kernel) -> &KernelTime {
         match kernel.op {
             Op::Gemm { batch, m: mm, k, n } => {
                 let problem = Problem {
@@ -210,36 +222,67 @@ impl Evaluator {
                     precision: kernel.precision,
                     weight_bytes,
                 };
-                if let Some(hit) = self.cache.get(&key) {
-                    return hit.clone();
+                if !self.cache.contains_key(&key) {
+                    if self.cache.len() >= Self::KEPT {
+                        self.cache.clear();
+                    }
+                    let t = self.gemm(problem, kernel.precision, weight_bytes as f64);
+                    self.cache.insert(key, t);
                 }
-                let t = self.gemm(problem, kernel.precision, weight_bytes as f64);
-                self.cache.insert(key, t.clone());
-                t
+                &self.cache[&key]
             }
             Op::Stream {
                 read_bytes,
                 write_bytes,
                 flops,
             } => {
-                let bytes = read_bytes + write_bytes;
-                let home = m.home(bytes);
-                self.finish(flops / m.vector_rate(), home, bytes, Vec::new())
+                let key = [
+                    0,
+                    read_bytes.to_bits(),
+                    write_bytes.to_bits(),
+                    flops.to_bits(),
+                ];
+                if !self.streams.contains_key(&key) {
+                    let m = &self.machine;
+                    let bytes = read_bytes + write_bytes;
+                    let home = m.home(bytes);
+                    let t = self.finish(flops / m.vector_rate(), home, bytes, Vec::new());
+                    self.keep_stream(key, t);
+                }
+                &self.streams[&key]
             }
             Op::Gather {
                 read_bytes,
                 write_bytes,
                 table_bytes,
             } => {
-                let home = m.home(table_bytes + write_bytes);
-                self.finish(0.0, home, read_bytes + write_bytes, Vec::new())
+                let key = [
+                    1,
+                    read_bytes.to_bits(),
+                    write_bytes.to_bits(),
+                    table_bytes.to_bits(),
+                ];
+                if !self.streams.contains_key(&key) {
+                    let home = self.machine.home(table_bytes + write_bytes);
+                    let t = self.finish(0.0, home, read_bytes + write_bytes, Vec::new());
+                    self.keep_stream(key, t);
+                }
+                &self.streams[&key]
             }
         }
     }
 
-    /// Forgets every cached GEMM search.
+    fn keep_stream(&mut self, key: [u64; 4], t: KernelTime) {
+        if self.streams.len() >= Self::KEPT {
+            self.streams.clear();
+        }
+        self.streams.insert(key, t);
+    }
+
+    /// Forgets every cached kernel time.
     pub fn clear_cache(&mut self) {
         self.cache.clear();
+        self.streams.clear();
     }
 
     /// Number of cached GEMM searches.
