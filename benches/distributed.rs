@@ -4,7 +4,8 @@
 //!   ordering tried;
 //! - cold: a freshly built network with no memoised group shapes (one CLI prediction);
 //! - warm: the network's group shapes and the kernel times already computed (a search over
-//!   designs or strategies on one topology, which keeps its `perf::Evaluator`);
+//!   designs or strategies on one topology, which keeps its `distributed::Workspace`: kernel
+//!   times and graphs);
 //! - evaluate: one mapping (the best ordering) priced, warm;
 //! - search: `opt::search` over the full strategy space of GPT-3 175B on 1024 A100s from
 //!   Megatron's strategy (top 10).
@@ -19,7 +20,6 @@ use stackflow::opt::search::{enumerate_from, search, Settings};
 use stackflow::opt::Progress;
 use stackflow::parallel::Axis;
 use stackflow::parallel::Strategy;
-use stackflow::perf::Evaluator;
 use stackflow::workload::Workload;
 
 fn bench(c: &mut Criterion) {
@@ -49,7 +49,7 @@ fn bench(c: &mut Criterion) {
                 predict(std::hint::black_box(&workload), &a100, &net, &strategy)
             })
         });
-        let mut ev = Evaluator::new(&a100);
+        let mut ev = stackflow::distributed::Workspace::new(&a100);
         g.bench_function(format!("predict {name} ({strategy}), warm"), |b| {
             b.iter(|| {
                 let w = std::hint::black_box(&workload);

@@ -391,8 +391,15 @@ fn render_co_optimization(s: &mut String, co: &CoOptimization) {
     }
     let _ = writeln!(
         s,
-        "  strategies: {} enumerated, {} cannot run the workload; Pareto front (time vs memory):",
-        co.search.enumerated, co.search.invalid
+        "  strategies: {} searched ({} strategy-placement pairs): {} cannot run the workload, \
+         {} out of memory, {} ruled out by a lower bound, {} priced; Pareto front (time vs \
+         memory):",
+        co.search.enumerated,
+        co.search.pairs,
+        co.search.invalid,
+        co.search.pruned_by_memory,
+        co.search.pruned_by_bound,
+        co.search.evaluated
     );
     for c in co.search.pareto.iter().take(6) {
         let _ = writeln!(

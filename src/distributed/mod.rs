@@ -32,6 +32,6 @@ pub mod timeline;
 mod work;
 
 pub use fit::FitError;
-pub use predict::{evaluate, evaluate_with, predict, predict_with, Plan};
+pub use predict::{evaluate, evaluate_with, predict, predict_with, Plan, Workspace};
 pub use report::{CommReport, ComputeReport, DistPrediction};
 pub use serve::{predict_inference, DistInference};

@@ -10,6 +10,7 @@ use super::memory::{self, Footprint};
 use super::report::{ComputeReport, DistPrediction};
 use super::timeline::{self, Eval, StageTimes};
 use super::work::{stages_weights, stages_work, StageWork};
+use crate::domain::Recompute;
 use crate::generator::Architecture;
 use crate::network::collective::Collective;
 use crate::network::Network;
@@ -179,19 +180,26 @@ impl Plan {
         net: &Network,
         strategy: &Strategy,
     ) -> Result<Plan, FitError> {
-        Plan::with(workload, arch, net, strategy, &mut Evaluator::new(arch))
+        Plan::with(workload, arch, net, strategy, &mut Workspace::new(arch))
     }
 
-    /// [`Plan::new`] timing kernels with `evaluator` (built for `arch`).
+    /// [`Plan::new`] with the kernel times and graphs `workspace` keeps.
     pub fn with(
         workload: &Workload,
         arch: &Architecture,
         net: &Network,
         strategy: &Strategy,
-        evaluator: &mut Evaluator,
+        workspace: &mut Workspace,
     ) -> Result<Plan, FitError> {
-        let fitted = Fitted::of(fit(workload, strategy, net.devices)?, arch, net, strategy)?;
-        Ok(fitted.plan(arch, evaluator))
+        let fit = match workload.serving() {
+            Some(_) => fit(workload, strategy, net.devices)?,
+            None => {
+                let graph = workspace.graph(workload, strategy.recompute);
+                fit_graph(workload, graph, strategy, net.devices)?
+            }
+        };
+        let fitted = Fitted::of(fit, arch, net, strategy)?;
+        Ok(fitted.plan(arch, &mut workspace.evaluator))
     }
 
     /// The iteration with every communication free: a lower bound under any mapping.
@@ -387,19 +395,55 @@ pub fn predict(
     net: &Network,
     strategy: &Strategy,
 ) -> Result<DistPrediction, FitError> {
-    predict_with(workload, arch, net, strategy, &mut Evaluator::new(arch))
+    predict_with(workload, arch, net, strategy, &mut Workspace::new(arch))
 }
 
-/// [`predict`] timing kernels with `evaluator` (built for `arch`), whose kernel times carry
-/// over to the next prediction: how a search over strategies or mappings predicts.
+/// What predictions of workloads on one architecture keep between them: kernel times
+/// ([`Evaluator`]) and each workload's graph under each recomputation, by workload name.
+/// Never changes a result; how a search over strategies or mappings predicts.
+pub struct Workspace {
+    evaluator: Evaluator,
+    graphs: Vec<(GraphKey, Arc<Graph>)>,
+}
+
+/// A workload's name and a recomputation override.
+type GraphKey = (String, Option<Recompute>);
+
+impl Workspace {
+    /// Graphs a workspace keeps before it starts over.
+    const GRAPHS_KEPT: usize = 64;
+
+    pub fn new(arch: &Architecture) -> Workspace {
+        Workspace {
+            evaluator: Evaluator::new(arch),
+            graphs: Vec::new(),
+        }
+    }
+
+    fn graph(&mut self, workload: &Workload, recompute: Option<Recompute>) -> Arc<Graph> {
+        let key = (workload.name(), recompute);
+        if let Some((_, g)) = self.graphs.iter().find(|(k, _)| *k == key) {
+            return g.clone();
+        }
+        if self.graphs.len() >= Self::GRAPHS_KEPT {
+            self.graphs.clear();
+        }
+        let g = Arc::new(workload.graph_with(recompute));
+        self.graphs.push((key, g.clone()));
+        g
+    }
+}
+
+/// [`predict`] with the kernel times and graphs `workspace` keeps from earlier predictions
+/// on the same architecture.
 pub fn predict_with(
     workload: &Workload,
     arch: &Architecture,
     net: &Network,
     strategy: &Strategy,
-    evaluator: &mut Evaluator,
+    workspace: &mut Workspace,
 ) -> Result<DistPrediction, FitError> {
-    let plan = Plan::with(workload, arch, net, strategy, evaluator)?;
+    let plan = Plan::with(workload, arch, net, strategy, workspace)?;
     Ok(plan
         .best_mapping(net, f64::INFINITY)
         .expect("without a bound to beat a mapping is priced"))
@@ -421,20 +465,20 @@ pub fn evaluate(
         net,
         strategy,
         order,
-        &mut Evaluator::new(arch),
+        &mut Workspace::new(arch),
     )
 }
 
-/// [`evaluate`] timing kernels with `evaluator` (see [`predict_with`]).
+/// [`evaluate`] with `workspace` (see [`predict_with`]).
 pub fn evaluate_with(
     workload: &Workload,
     arch: &Architecture,
     net: &Network,
     strategy: &Strategy,
     order: &[Axis],
-    evaluator: &mut Evaluator,
+    workspace: &mut Workspace,
 ) -> Result<DistPrediction, FitError> {
-    let plan = Plan::with(workload, arch, net, strategy, evaluator)?;
+    let plan = Plan::with(workload, arch, net, strategy, workspace)?;
     let map = place_cached(
         net,
         strategy,
