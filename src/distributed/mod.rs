@@ -13,10 +13,15 @@
 //!   activations in flight, and the out-of-memory violations;
 //! - [`Plan`]: all of the above, once per (workload, architecture, network, strategy);
 //! - `timeline.rs`: one mapping priced (collectives on its group links, ZeRO-3 gathers,
-//!   gradient buckets sharing the stream, MAD Max Sec. 4.3), scheduled by [`schedule`]
-//!   (GPipe, 1F1B, interleaved 1F1B; Narayanan et al. 2021), reported (`report.rs`);
-//! - [`predict`]: the plan under the best mapping that
-//!   [`crate::parallel::mapping::best_placement`] finds; [`serve`]: serving.
+//!   gradient buckets sharing the stream, MAD Max Sec. 4.3), scheduled by [`pipeline`]
+//!   (GPipe in closed form, 1F1B and interleaved 1F1B in rounds with periodic jumps;
+//!   Narayanan et al. 2021), whose reference is [`schedule`]'s event simulation, reported
+//!   (`report.rs`); lower bounds for a mapping and for a strategy, which searches prune with;
+//! - [`predict()`]: the plan under the best mapping that
+//!   [`crate::parallel::mapping::best_placement`] finds (orderings priced from the lowest
+//!   bound up); [`Workspace`]: kernel times and graphs kept between predictions;
+//!   [`predict::Fitted`]: a strategy's fit and memory before timing (what a search checks
+//!   first); [`serve`]: serving.
 //!
 //! Imports [`crate::parallel`], [`crate::network`], [`crate::perf`] and nothing downstream.
 //! A new strategy axis: its split of each kernel in `work.rs`, its memory in `memory.rs`,
