@@ -367,7 +367,7 @@ fn mad_max_hierarchical_strategies_place_their_levels() {
         "--system",
         "templates/dgx-a100.yaml",
         "--strategy",
-        "(FSDP, DDP)",
+        "(DDP, FSDP)",
     ]);
     assert_eq!(code, 2);
     assert!(err.contains("expected MAD Max's (INTRA, INTER)"), "{err}");
@@ -731,6 +731,51 @@ fn dlrm_dense_layers_split_by_tensor_parallelism() {
         .communication
         .iter()
         .any(|c| c.name == "tensor all-reduce" && c.blocking && c.group == 8));
+}
+
+#[test]
+fn hybrid_sharding_gathers_inside_a_node_and_holds_a_node_s_share() {
+    // LLaMA-65B on 8 DGX A100 nodes: FSDP over all 64 GPUs against MAD Max's (FSDP, DDP),
+    // weights sharded over a node's 8 GPUs (NVLink) and the 8 nodes replicating them.
+    let (sys, arch) = system("templates/dgx-a100.yaml");
+    let net = sys.network(&arch, 64).unwrap();
+    let llama = Workload::load(Source::Disk, &root().join("workloads/llama-65b.yaml")).unwrap();
+    let run = |s: Strategy| predict(&llama, &arch, &net, &s).unwrap();
+    let full = run(Strategy::parse("d64-mb1-z3-rc=full").unwrap());
+    let hybrid = run(Strategy::parse("d64-mb1-z3-hs8-rc=full").unwrap());
+    let madmax = Strategy::from_madmax("(FSDP, DDP)", 8, 64).unwrap();
+    assert_eq!((madmax.shard, madmax.zero), (8, 3));
+    // A node's share of the weights, gradients and optimizer state: 8 times FSDP's.
+    let ratio = hybrid.weights_bytes / full.weights_bytes;
+    assert!((ratio - 8.0).abs() < 1e-9, "{ratio}");
+    assert!((hybrid.optimizer_state_bytes / full.optimizer_state_bytes - 8.0).abs() < 1e-9);
+    let comm = |p: &stackflow::distributed::DistPrediction, name: &str| {
+        p.communication
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("{name} missing"))
+            .clone()
+    };
+    // Gathers and reduce-scatters stay inside a node, on NVLink: faster per byte.
+    let (g_full, g_hybrid) = (comm(&full, "weight gather"), comm(&hybrid, "weight gather"));
+    assert_eq!((g_full.group, g_hybrid.group), (64, 8));
+    assert!(
+        g_hybrid.time_s < g_full.time_s,
+        "{g_hybrid:?} vs {g_full:?}"
+    );
+    // The nodes then all-reduce their shards: 1/8 of the gradients over 8 replicas.
+    let sync = comm(&hybrid, "gradient sync");
+    assert_eq!((sync.group, sync.collective), (8, Collective::AllReduce));
+    let per_device = sync.bytes * sync.calls;
+    assert!(
+        (per_device / hybrid.gradients_bytes - 1.0).abs() < 1e-6,
+        "{per_device}"
+    );
+    assert!(hybrid
+        .mapping
+        .spans
+        .iter()
+        .any(|(a, s)| *a == stackflow::parallel::Axis::Shard && s == &["nvlink".to_string()]));
 }
 
 /// `arch` and `net` with one resource scaled by `f` (MAD Max Fig. 14): "compute",

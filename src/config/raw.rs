@@ -428,6 +428,8 @@ pub struct StrategyRaw {
     pub expert: Option<u64>,
     /// ZeRO-3: gather weights ahead of use (true, the default) or just in time.
     pub weight_prefetch: Option<bool>,
+    /// ZeRO-3 hybrid sharding: data-parallel ranks per shard group (default: all).
+    pub shard_group: Option<u64>,
 }
 
 // ---------------------------------------------------------------- systems

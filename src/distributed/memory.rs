@@ -48,7 +48,8 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
     let graph = &fit.graph;
     let p = s.pipeline;
     let model_shard = s.weight_shards() as f64;
-    let weight_replicas = s.weight_replicas() as f64;
+    // ZeRO shards over the shard group (hybrid sharding) or every replica.
+    let weight_replicas = (s.weight_replicas() / (s.data / s.shard_group())) as f64;
     let bytes = graph.kernels.first().map_or(2.0, |k| k.precision.bytes());
     let (opt_state, optimizer) = (graph.optimizer_state_per_parameter_bytes, graph.trains);
     // Experts are split over the expert-parallel group, not the model-parallel one.

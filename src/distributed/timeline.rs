@@ -428,8 +428,9 @@ fn zero3_step(
         inputs.stage_param_bytes / v as f64,
         st.trained * inputs.bytes / v as f64,
     );
-    let gather_parts = sync_parts(&[Axis::Data], inputs.expert_param_share);
-    let scatter_parts = sync_parts(&[Axis::Data], st.expert_share());
+    let axis = s.shard_axis();
+    let gather_parts = sync_parts(&[axis], inputs.expert_param_share);
+    let scatter_parts = sync_parts(&[axis], st.expert_share());
     let steps = (m * v as u64) as f64;
     let gather_s = ledger.charge_parts(
         "weight gather",
@@ -460,10 +461,7 @@ fn zero3_step(
     }
     // Weight by weight: each kernel waits for its gathered weight, and the gathers and
     // reduce-scatters share the fabric with blocking collectives.
-    let (dense, experts) = (
-        sync_parts(&[Axis::Data], 0.0),
-        sync_parts(&[Axis::Data], 1.0),
-    );
+    let (dense, experts) = (sync_parts(&[axis], 0.0), sync_parts(&[axis], 1.0));
     let g = StreamTraffic {
         bytes: gather_bytes,
         collective: Collective::AllGather,
@@ -522,7 +520,8 @@ fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
 /// ZeRO-3 the data group already reduce-scattered every micro-batch's gradients.
 fn gradient_sync_of(s: &Strategy) -> (Vec<Axis>, Collective) {
     let axes = s.gradient_sync_axes();
-    let collective = if s.zero >= 2 {
+    // Hybrid shard groups all-reduce the shards they reduce-scattered.
+    let collective = if s.zero >= 2 && s.shard == 0 {
         Collective::ReduceScatter
     } else {
         Collective::AllReduce
@@ -548,7 +547,10 @@ fn stage_sync(
     let grad_collective = *grad_collective;
     let sync_axes = sync_parts(data_axes, st.expert_share());
     // RC's row groups each hold the stage's weights: they synchronise them whole.
-    let stage_bytes = st.trained * inputs.bytes * (s.weight_replicas() / s.data) as f64;
+    // A shard group's device holds 1 / shard of them (hybrid sharding).
+    let held = if s.shard > 0 { s.shard } else { 1 };
+    let stage_bytes =
+        st.trained * inputs.bytes * (s.weight_replicas() / s.data) as f64 / held as f64;
     let report = (i == 0).then_some(1.0);
     let mut comm_free = 0.0f64;
     let mut delay = 0.0;

@@ -541,7 +541,8 @@ impl StageWork {
         let total_params: f64 = graph.parameters_by_position.iter().sum();
         let (dense, experts) = (self.trained - self.trained_experts, self.trained_experts);
         let mine = if s.zero >= 1 {
-            dense / s.data as f64 + experts * s.expert as f64 / s.data as f64
+            let group = s.shard_group() as f64;
+            dense / group + experts * s.expert as f64 / group
         } else {
             self.trained
         };

@@ -23,6 +23,11 @@ pub enum Axis {
     /// The replicas of one expert: every `expert`-th rank of a data-parallel group (they
     /// synchronise that expert's gradients).
     ExpertReplica,
+    /// Hybrid sharding's shard groups: runs of `shard` consecutive data-parallel ranks.
+    Shard,
+    /// The replicas of one shard: every `shard`-th data-parallel rank (they all-reduce the
+    /// shard's gradients).
+    ShardReplica,
 }
 
 impl Axis {
@@ -45,6 +50,8 @@ impl Axis {
             Axis::Every => "all",
             Axis::Expert => "e",
             Axis::ExpertReplica => "er",
+            Axis::Shard => "hs",
+            Axis::ShardReplica => "hr",
         }
     }
 
@@ -62,6 +69,8 @@ impl Axis {
             Axis::Every => "all devices",
             Axis::Expert => "expert",
             Axis::ExpertReplica => "expert replicas",
+            Axis::Shard => "shard group",
+            Axis::ShardReplica => "shard replicas",
         }
     }
 }

@@ -16,7 +16,7 @@ pub struct Mapping {
     /// Axes with degree > 1, in the order they were laid onto the devices.
     pub order: Vec<Axis>,
     /// Per axis, indexed by `axis as usize`: [`Axis::ALL`], then every device as one group,
-    /// the expert groups and the expert replicas.
+    /// the expert groups, the expert replicas, the shard groups and the shard replicas.
     #[serde(skip)]
     pub links: Vec<GroupLink>,
     /// Per used axis: the physical fabrics its groups span.
@@ -118,12 +118,16 @@ pub fn place_cached(
         None => GroupLink::single(),
     });
     // Expert groups: consecutive data-parallel ranks; an expert's replicas: every e-th.
+    // Hybrid shard groups and their replicas alike.
     let (e, sd) = (s.expert, stride[Axis::Data as usize]);
-    for (axis, deg, st) in [
-        (Axis::Expert, e, sd),
-        (Axis::ExpertReplica, s.data / e, sd * e),
+    let h = s.shard_group();
+    for (axis, deg, st, used) in [
+        (Axis::Expert, e, sd, e > 1),
+        (Axis::ExpertReplica, s.data / e, sd * e, e > 1),
+        (Axis::Shard, h, sd, s.shard > 0),
+        (Axis::ShardReplica, s.data / h, sd * h, s.shard > 0),
     ] {
-        links.push(if e > 1 && deg > 1 {
+        links.push(if used && deg > 1 {
             let (link, span) = net.strided_link(deg, st);
             spans.push((axis, span));
             link

@@ -66,6 +66,10 @@ pub struct Strategy {
     pub zero: u8,
     /// Expert-parallel degree (inside the data-parallel group).
     pub expert: u64,
+    /// ZeRO-3 only: hybrid sharding (PyTorch HSDP; MAD Max's `(FSDP, DDP)`): weights are
+    /// sharded over groups of this many consecutive data-parallel ranks, which replicate
+    /// each other and all-reduce their gradient shards; 0 shards over the whole data group.
+    pub shard: u64,
     /// ZeRO-3 only: whether a stage's weights are gathered ahead of its compute, beside the
     /// previous step (PyTorch FSDP's prefetching), or just in time, on the critical path
     /// (a compiler that cannot hoist the gather out of the layer loop).
@@ -122,6 +126,7 @@ impl Default for Strategy {
             recompute: None,
             zero: 0,
             expert: 1,
+            shard: 0,
             prefetch: true,
             placement: None,
         }
@@ -183,13 +188,34 @@ impl Strategy {
     }
 
     /// The axes a stage's gradients synchronise over after the backward steps (RC's rows
-    /// too). Under ZeRO-3 the data group already reduce-scattered every micro-batch's.
+    /// too). Under ZeRO-3 the shard group already reduce-scattered every micro-batch's; with
+    /// hybrid sharding the shard groups then all-reduce their shards.
     pub fn gradient_sync_axes(&self) -> Vec<Axis> {
         match (self.kernel, self.zero >= 3) {
             (Some(KernelSplit::Rc { .. }), false) => vec![Axis::Kp1, Axis::Data],
             (Some(KernelSplit::Rc { .. }), true) => vec![Axis::Kp1],
             (_, false) => vec![Axis::Data],
+            (_, true) if self.shard > 0 => vec![Axis::ShardReplica],
             (_, true) => vec![],
+        }
+    }
+
+    /// Data-parallel ranks ZeRO shards a weight over: the shard group under hybrid
+    /// sharding, else every data-parallel rank.
+    pub fn shard_group(&self) -> u64 {
+        if self.shard > 0 {
+            self.shard
+        } else {
+            self.data
+        }
+    }
+
+    /// The axis ZeRO-3 gathers weights and reduce-scatters gradients over.
+    pub fn shard_axis(&self) -> Axis {
+        if self.shard > 0 {
+            Axis::Shard
+        } else {
+            Axis::Data
         }
     }
 
@@ -248,6 +274,7 @@ impl Strategy {
                 "mb" => s.micro_batch = number(value, "mb (micro-batch)")?,
                 "i" => s.interleave = number(value, "i (interleave)")?,
                 "e" => s.expert = number(value, "e (expert parallelism)")?,
+                "hs" => s.shard = number(value, "hs (hybrid shard group)")?,
                 "z" => {
                     let z = value.parse::<u8>().ok().filter(|z| *z <= 3);
                     s.zero = z.ok_or_else(|| fail(format!("z{value}: ZeRO stage must be 0-3")))?;
@@ -369,6 +396,9 @@ impl Strategy {
             recompute: raw.recompute,
             zero: zero as u8,
             expert: count("expert", raw.expert)?,
+            shard: raw
+                .shard_group
+                .map_or(Ok(0), |v| check.positive_count("shard_group", v))?,
             prefetch: raw.weight_prefetch.unwrap_or(true),
             placement: None,
         };
@@ -425,14 +455,19 @@ impl Strategy {
             kinds.push(kind);
         }
         if kinds.iter().any(|k| k == "FSDP") {
-            if kinds.iter().any(|k| k == "DDP") {
-                return Err(fail(
-                    "sharding over only part of the data-parallel group (hybrid FSDP) is not \
-                     modelled; use (FSDP, FSDP) or DDP at both levels"
-                        .into(),
-                ));
-            }
             s.zero = 3;
+            match (kinds[0].as_str(), kinds[1].as_str()) {
+                // Hybrid sharding: weights sharded inside a node, nodes replicate.
+                ("FSDP", "DDP") if sizes[1] > 1 => s.shard = per_node,
+                ("DDP", "FSDP") => {
+                    return Err(fail(
+                        "(DDP, FSDP) would shard across nodes and replicate inside one; use \
+                         (FSDP, DDP) for hybrid sharding"
+                            .into(),
+                    ))
+                }
+                _ => {}
+            }
         }
         s.placement = Placement::new(&order);
         s.structure().map_err(|(_, _, message)| fail(message))?;
@@ -486,6 +521,24 @@ impl Strategy {
                 &false,
                 "prefetch=off concerns the weight gathers of ZeRO-3; it needs z3",
             );
+        }
+        if self.shard > 0 {
+            let why = if self.zero < 3 {
+                Some("hybrid sharding (hs) shards ZeRO-3 weights; it needs z3".to_string())
+            } else if self.data % self.shard != 0 || self.shard >= self.data {
+                Some(format!(
+                    "the shard group hs{} must divide data parallelism d{} and be smaller \
+                     (omit hs to shard over all of it)",
+                    self.shard, self.data
+                ))
+            } else if self.expert > 1 || self.kernel.is_some() {
+                Some("hybrid sharding (hs) is modelled without expert or RC/CR parallelism".into())
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return bad("shard_group", &self.shard, &why);
+            }
         }
         if self.interleave > 1 && self.pipeline == 1 {
             return bad(
@@ -569,6 +622,9 @@ impl fmt::Display for Strategy {
         if self.expert > 1 {
             parts.push(format!("e{}", self.expert));
         }
+        if self.shard > 0 {
+            parts.push(format!("hs{}", self.shard));
+        }
         if !self.prefetch {
             parts.push("prefetch=off".into());
         }
@@ -608,6 +664,31 @@ mod tests {
     }
 
     #[test]
+    fn hybrid_sharding_needs_zero_3_and_a_shard_group_dividing_data() {
+        let s = Strategy::parse("d64-z3-hs8").unwrap();
+        assert_eq!(
+            (s.shard, s.shard_group(), s.shard_axis()),
+            (8, 8, Axis::Shard)
+        );
+        assert_eq!(s.to_string(), "t1-d64-p1-z3-hs8");
+        let yaml = Strategy::from_yaml("s.yaml", "data: 64\nzero: 3\nshard_group: 8\n").unwrap();
+        assert_eq!(yaml, s);
+        for (bad, says) in [
+            ("d64-z2-hs8", "it needs z3"),
+            ("d64-z3-hs6", "must divide data parallelism d64"),
+            ("d64-z3-hs64", "omit hs"),
+            ("d64-z3-e2-hs8", "without expert"),
+        ] {
+            let e = Strategy::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let e = Strategy::from_yaml("s.yaml", "data: 64\nzero: 1\nshard_group: 8\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("s.yaml: shard_group = 8:"), "{e}");
+    }
+
+    #[test]
     fn mad_max_notation_pins_the_placement() {
         let s = Strategy::from_madmax("(TP, DDP)", 8, 128).unwrap();
         assert_eq!((s.tensor, s.data, s.zero), (8, 16, 0));
@@ -620,8 +701,15 @@ mod tests {
             swapped.placement.unwrap().axes(),
             &[Axis::Data, Axis::Tensor]
         );
+        // Hybrid sharding: weights sharded over a node's devices, nodes replicate.
+        let h = Strategy::from_madmax("(FSDP, DDP)", 8, 128).unwrap();
+        assert_eq!((h.data, h.zero, h.shard), (128, 3, 8));
+        assert_eq!(h.gradient_sync_axes(), vec![Axis::ShardReplica]);
+        assert_eq!(Strategy::parse(&h.to_string()).unwrap(), h);
+        let one_node = Strategy::from_madmax("(FSDP, DDP)", 8, 8).unwrap();
+        assert_eq!((one_node.data, one_node.shard), (8, 0));
         for (bad, says) in [
-            ("(FSDP, DDP)", "hybrid FSDP"),
+            ("(DDP, FSDP)", "use (FSDP, DDP)"),
             ("(TP, XP)", "unknown level"),
             ("(TP)", "1 levels given"),
         ] {
