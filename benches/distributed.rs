@@ -73,7 +73,7 @@ fn bench(c: &mut Criterion) {
     let base = Strategy::parse("t8-p16-d8-mb1-i2-sp-rc=selective").unwrap();
     g.bench_function("full search gpt3-175b on 1024 a100", |b| {
         b.iter(|| {
-            let space = enumerate_from(&workload, 1024, &base).unwrap();
+            let space = enumerate_from(&workload, 1024, 8, &base).unwrap();
             let none = Progress::none();
             search(
                 &workload,

@@ -34,7 +34,7 @@ fn machine(devices: u64) -> (Architecture, Network) {
 
 fn run(w: &Workload, devices: u64, base: &Strategy, settings: Settings) -> SearchResult {
     let (arch, net) = machine(devices);
-    let space = enumerate_from(w, devices, base).unwrap();
+    let space = enumerate_from(w, devices, 8, base).unwrap();
     search(
         w,
         &arch,

@@ -109,7 +109,7 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
             )
         })?,
     };
-    let space = search::enumerate_from(&workload, devices, &base)
+    let space = search::enumerate_from(&workload, devices, system.devices_per_node(), &base)
         .map_err(|e| anyhow::anyhow!("--devices {devices}: {e}"))?;
     let settings = search::Settings {
         top: a.top as usize,

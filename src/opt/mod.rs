@@ -128,8 +128,10 @@ pub fn co_optimize(
     let start = problem.initial();
     let base = problem.evaluate(&start);
     let baseline_s = base.time_per_iteration_s;
-    let candidates = search::enumerate_from(&problem.workload, problem.devices, &problem.strategy)
-        .map_err(too_large)?;
+    let node = problem.system.devices_per_node();
+    let candidates =
+        search::enumerate_from(&problem.workload, problem.devices, node, &problem.strategy)
+            .map_err(too_large)?;
     let best_strategy =
         |problem: &BudgetProblem, w: &[f64]| -> Result<search::SearchResult, ModelError> {
             let (arch, net) = problem.machine(w)?;

@@ -348,8 +348,10 @@ impl Study {
             }
             StudyAction::Search => {
                 let (arch, net) = problem.machine(&start)?;
-                let space = search::enumerate_from(&problem.workload, devices, &problem.strategy)
-                    .map_err(crate::opt::too_large)?;
+                let node = problem.system.devices_per_node();
+                let space =
+                    search::enumerate_from(&problem.workload, devices, node, &problem.strategy)
+                        .map_err(crate::opt::too_large)?;
                 let found = search::search(
                     &problem.workload,
                     &arch,

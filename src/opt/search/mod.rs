@@ -1,6 +1,6 @@
 //! Strategy search (DeepFlow Sec. 9.2, MAD Max Sec. 4): every strategy of the grammar in
 //! [`space`] (tensor or RC/CR, pipeline, data, expert, micro-batch, interleave, recompute,
-//! sequence parallelism, ZeRO 0-3, prefetch) and every placement of its axes, for the
+//! sequence parallelism, ZeRO 0-3, hybrid shard groups, prefetch) and every placement of its axes, for the
 //! fastest that fits, the top N and the Pareto front of time against memory per device.
 //!
 //! Exact, with pruning that cannot change the answer:
@@ -123,19 +123,21 @@ const STAGES_KEPT: usize = 16_384;
 /// Infeasible strategies listed when none fits.
 const NEAREST: usize = 5;
 
-/// Every strategy of the grammar for `workload` on `devices`, the user's axes (the
+/// Every strategy of the grammar for `workload` on `devices` devices, `node` per node
+/// (`System::devices_per_node`; 0 when unknown: no hybrid sharding), the user's axes (the
 /// schedule) from `base`.
 pub fn enumerate_from(
     workload: &Workload,
     devices: u64,
+    node: u64,
     base: &Strategy,
 ) -> Result<Vec<Strategy>, TooLarge> {
-    space::enumerate(&Shape::of(workload, devices), base)
+    space::enumerate(&Shape::of(workload, devices, node), base)
 }
 
-/// [`enumerate_from`] with the default schedule (1F1B).
+/// [`enumerate_from`] with the default schedule (1F1B) and no node size.
 pub fn enumerate(workload: &Workload, devices: u64) -> Result<Vec<Strategy>, TooLarge> {
-    enumerate_from(workload, devices, &Strategy::default())
+    enumerate_from(workload, devices, 0, &Strategy::default())
 }
 
 /// A baseline for a search: pure data parallelism where the workload runs that way, else

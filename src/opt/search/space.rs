@@ -39,10 +39,14 @@ pub struct Shape {
     /// Attention heads, which tensor parallelism splits whole (Megatron: t divides the
     /// heads); 0 when the workload has none.
     pub heads: u64,
+    /// Devices per node: hybrid sharding's shard groups stay inside one (with the tensor
+    /// group); 0 when unknown (no hybrid sharding is tried).
+    pub node: u64,
 }
 
 impl Shape {
-    pub fn of(workload: &Workload, devices: u64) -> Shape {
+    /// The shape of `workload` on `devices` devices, `node` per node (0: unknown).
+    pub fn of(workload: &Workload, devices: u64, node: u64) -> Shape {
         let graph = workload.graph();
         Shape {
             devices,
@@ -58,6 +62,7 @@ impl Shape {
                 Workload::Transformer(t) => t.heads,
                 _ => 0,
             },
+            node,
         }
     }
 }
@@ -116,6 +121,11 @@ pub const GRAMMAR: &[Rule] = &[
         name: "ZeRO stage z (0-3)",
         role: Role::Searched,
         expand: zero,
+    },
+    Rule {
+        name: "ZeRO-3 hybrid shard group hs (data ranks inside a node, with the tensor group)",
+        role: Role::Searched,
+        expand: shard,
     },
     Rule {
         name: "ZeRO-3 prefetch",
@@ -315,6 +325,19 @@ fn zero(_: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
     }
 }
 
+fn shard(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
+    out.push(*s);
+    if s.zero < 3 || s.expert > 1 || s.kernel.is_some() || shape.node == 0 {
+        return;
+    }
+    // Shard groups of consecutive data ranks that fit in a node beside the tensor group.
+    for h in divisors(s.data) {
+        if h > 1 && h < s.data && shape.node % (s.tensor * h) == 0 {
+            out.push(Strategy { shard: h, ..*s });
+        }
+    }
+}
+
 fn prefetch(_: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
     out.push(*s);
     if s.zero >= 3 {
@@ -338,6 +361,7 @@ mod tests {
             recompute: true,
             experts: 1,
             heads: 8,
+            node: 4,
         }
     }
 
@@ -362,6 +386,11 @@ mod tests {
         assert!(has(|s| s.zero == 2));
         assert!(has(|s| !s.prefetch));
         assert!(has(|s| s.sequence_parallel));
+        assert!(has(|s| s.shard == 2 && s.tensor == 2));
+        assert!(
+            !has(|s| s.shard == 4 && s.tensor == 2),
+            "hs4 x t2 exceeds a 4-device node"
+        );
         assert!(has(|s| s.micro_batch == 1 && s.pipeline > 1));
         assert!(!has(|s| s.gpipe), "the schedule is the user's");
         assert!(!has(|s| s.tensor == 16), "t16 does not split 8 heads");
