@@ -517,7 +517,8 @@ fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
 }
 
 /// The data-parallel axes gradients synchronise over and the collective they use. Under
-/// ZeRO-3 the data group already reduce-scattered every micro-batch's gradients.
+/// ZeRO-3 the shard group already reduce-scattered every micro-batch's gradients; with
+/// hybrid sharding the shard replicas then all-reduce their shards.
 fn gradient_sync_of(s: &Strategy) -> (Vec<Axis>, Collective) {
     let axes = s.gradient_sync_axes();
     // Hybrid shard groups all-reduce the shards they reduce-scattered.

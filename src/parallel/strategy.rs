@@ -323,7 +323,7 @@ impl Strategy {
 
     /// Reads a strategy file (keys `data`, `tensor`, `pipeline`, `kernel`, `micro_batch`,
     /// `interleave`, `schedule`, `sequence_parallel`, `recompute`, `zero`, `expert`,
-    /// `weight_prefetch`).
+    /// `weight_prefetch`, `shard_group`).
     pub fn from_yaml(file: &str, text: &str) -> Result<Strategy, ConfigError> {
         let raw: StrategyRaw = parse_yaml(file, text)?;
         let check = Checker { file };
@@ -458,6 +458,8 @@ impl Strategy {
             s.zero = 3;
             match (kinds[0].as_str(), kinds[1].as_str()) {
                 // Hybrid sharding: weights sharded inside a node, nodes replicate.
+                // One device per node: nothing to shard, plain data parallelism.
+                ("FSDP", "DDP") if per_node == 1 => s.zero = 0,
                 ("FSDP", "DDP") if sizes[1] > 1 => s.shard = per_node,
                 ("DDP", "FSDP") => {
                     return Err(fail(
@@ -525,10 +527,10 @@ impl Strategy {
         if self.shard > 0 {
             let why = if self.zero < 3 {
                 Some("hybrid sharding (hs) shards ZeRO-3 weights; it needs z3".to_string())
-            } else if self.data % self.shard != 0 || self.shard >= self.data {
+            } else if self.data % self.shard != 0 || self.shard >= self.data || self.shard < 2 {
                 Some(format!(
-                    "the shard group hs{} must divide data parallelism d{} and be smaller \
-                     (omit hs to shard over all of it)",
+                    "the shard group hs{} must divide data parallelism d{}, be smaller and \
+                     hold at least 2 ranks (omit hs to shard over all of it)",
                     self.shard, self.data
                 ))
             } else if self.expert > 1 || self.kernel.is_some() {
@@ -677,6 +679,7 @@ mod tests {
             ("d64-z2-hs8", "it needs z3"),
             ("d64-z3-hs6", "must divide data parallelism d64"),
             ("d64-z3-hs64", "omit hs"),
+            ("d64-z3-hs1", "at least 2 ranks"),
             ("d64-z3-e2-hs8", "without expert"),
         ] {
             let e = Strategy::parse(bad).unwrap_err().to_string();
