@@ -144,8 +144,8 @@ enum Command {
     Predict(PredictArgs),
     /// Search parallelism strategies for a workload on a system (tensor or RC/CR, pipeline,
     /// data, expert, micro-batch, interleave, recompute, sequence parallelism, ZeRO 0-3,
-    /// prefetch, placements): the top N, the Pareto front of time against memory per
-    /// device, and the search's counts. Exits 3 when no strategy fits.
+    /// hybrid shard groups, prefetch, placements): the top N, the Pareto front of time
+    /// against memory per device, and the search's counts. Exits 3 when no strategy fits.
     Search(search::SearchArgs),
 }
 
