@@ -153,6 +153,33 @@ impl Network {
         }
     }
 
+    /// The network of `fabrics`, reusing this one's device coordinates when the topology is
+    /// the same (shapes and sizes; only bandwidths and latencies differ, as between the
+    /// designs of a budget optimization) and its group shapes when the latencies are too.
+    pub fn rebuilt(&self, fabrics: Vec<Fabric>) -> Network {
+        let same_topology = self.fabrics.len() == fabrics.len()
+            && self
+                .fabrics
+                .iter()
+                .zip(&fabrics)
+                .all(|(a, b)| a.shape == b.shape && a.size == b.size);
+        if !same_topology {
+            return Network::new(fabrics);
+        }
+        let port_bw = fabrics
+            .iter()
+            .flat_map(|f| std::iter::repeat(f.port_bytes_per_s()).take(f.ports()))
+            .collect();
+        let mut net = Network {
+            fabrics,
+            port_bw,
+            memo: Memo::default(),
+            ..self.clone()
+        };
+        net.share_shapes(self);
+        net
+    }
+
     /// A copy that has computed no group shapes yet.
     pub fn fresh(&self) -> Network {
         Network {

@@ -338,8 +338,25 @@ impl System {
             / self.fabrics.last().and_then(|f| f.size).unwrap_or(1)
     }
 
+    /// [`System::network`] built from `like`, a network of this system for the same device
+    /// count (another design's): its device coordinates and group shapes are reused
+    /// ([`Network::rebuilt`]).
+    pub fn network_like(
+        &self,
+        arch: &Architecture,
+        devices: u64,
+        like: &Network,
+    ) -> Result<Network, ConfigError> {
+        Ok(like.rebuilt(self.fabrics_for(arch, devices)?))
+    }
+
     /// The network for `devices` devices of `arch`.
     pub fn network(&self, arch: &Architecture, devices: u64) -> Result<Network, ConfigError> {
+        Ok(Network::new(self.fabrics_for(arch, devices)?))
+    }
+
+    /// The fabrics joining `devices` devices of `arch`, innermost first.
+    fn fabrics_for(&self, arch: &Architecture, devices: u64) -> Result<Vec<Fabric>, ConfigError> {
         let file = &self.file;
         let last = self.fabrics.len() - 1;
         let inner: u64 = self.fabrics[..last].iter().filter_map(|f| f.size).product();
@@ -407,7 +424,7 @@ impl System {
             let hop = f.latency_s.unwrap_or(hop);
             fabrics.push(Fabric::new(&f.name, &f.topology, size, egress, hop));
         }
-        Ok(Network::new(fabrics))
+        Ok(fabrics)
     }
 }
 

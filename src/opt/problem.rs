@@ -385,10 +385,9 @@ impl BudgetProblem {
         let arch = self.system.apply_caps(generate(design));
         let prediction = self
             .system
-            .network(&arch, self.devices)
+            .network_like(&arch, self.devices, &self.base_network)
             .map_err(|e| e.to_string())
-            .and_then(|mut net| {
-                net.share_shapes(&self.base_network);
+            .and_then(|net| {
                 predict(&self.workload, &arch, &net, strategy).map_err(|e| e.to_string())
             });
         let prediction = match prediction {
@@ -437,8 +436,9 @@ impl BudgetProblem {
         let arch = self
             .system
             .apply_caps(generate(&with_shares(&self.design, &self.layout, w)));
-        let mut net = self.system.network(&arch, self.devices)?;
-        net.share_shapes(&self.base_network);
+        let net = self
+            .system
+            .network_like(&arch, self.devices, &self.base_network)?;
         Ok((arch, net))
     }
 
