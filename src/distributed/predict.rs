@@ -420,6 +420,11 @@ impl Workspace {
         }
     }
 
+    /// The machine whose kernel times it keeps (equal machines share them exactly).
+    pub fn machine(&self) -> &crate::perf::Machine {
+        &self.evaluator.machine
+    }
+
     fn graph(&mut self, workload: &Workload, recompute: Option<Recompute>) -> Arc<Graph> {
         let key = (workload.name(), recompute);
         if let Some((_, g)) = self.graphs.iter().find(|(k, _)| *k == key) {

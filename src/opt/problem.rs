@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Mutex;
 
 use argmin::core::{CostFunction, Error, Gradient};
 use rayon::prelude::*;
@@ -12,13 +13,14 @@ use serde::{Deserialize, Serialize};
 use super::simplex::{SimplexGroup, Simplices};
 use crate::config::{parse_yaml, Checker, ConfigError};
 use crate::design::Design;
-use crate::distributed::{predict, DistPrediction};
+use crate::distributed::{predict, predict_with, DistPrediction, Workspace};
 use crate::domain::Component;
 use crate::error::ModelError;
 use crate::generator::{generate, Architecture};
 use crate::network::Network;
 use crate::network::System;
 use crate::parallel::Strategy;
+use crate::perf::Machine;
 use crate::violation::Violation;
 use crate::workload::Workload;
 
@@ -331,7 +333,14 @@ pub struct BudgetProblem {
     /// budget spans several steps and gives a useful slope.
     pub step: f64,
     base_network: Network,
+    /// Per thread of the pool, kernel-time workspaces of recent machines: designs that
+    /// differ only in their networks (a network share's finite difference) have the same
+    /// machine and reuse its kernel times. Never changes a result.
+    workspaces: Vec<Mutex<Vec<Workspace>>>,
 }
+
+/// Machines whose workspaces a budget problem keeps.
+const WORKSPACES_KEPT: usize = 8;
 
 /// Weight of the squared distance outside the feasible set, for solvers that leave it.
 const OUTSIDE_WEIGHT: f64 = 1e3;
@@ -361,7 +370,37 @@ impl BudgetProblem {
             set,
             step: 5e-3,
             base_network,
+            workspaces: (0..rayon::current_num_threads().max(1))
+                .map(|_| Mutex::new(Vec::new()))
+                .collect(),
         })
+    }
+
+    /// A workspace for `arch`'s machine: a kept one if a recent design had the same.
+    fn workspace(&self, arch: &Architecture) -> Workspace {
+        let machine = Machine::new(arch);
+        let found = {
+            let mut kept = self.kept().lock().unwrap_or_else(|e| e.into_inner());
+            let i = kept.iter().position(|w| *w.machine() == machine);
+            i.map(|i| kept.swap_remove(i))
+        };
+        found.unwrap_or_else(|| Workspace::new(arch))
+    }
+
+    /// Hands a workspace back for the next design with its machine.
+    fn keep(&self, ws: Workspace) {
+        let evicted = {
+            let mut kept = self.kept().lock().unwrap_or_else(|e| e.into_inner());
+            kept.push(ws);
+            (kept.len() > WORKSPACES_KEPT).then(|| kept.remove(0))
+        };
+        drop(evicted);
+    }
+
+    /// This thread's kept workspaces (each locked only by its own thread).
+    fn kept(&self) -> &Mutex<Vec<Workspace>> {
+        let i = rayon::current_thread_index().unwrap_or(0) % self.workspaces.len();
+        &self.workspaces[i]
     }
 
     /// The starting shares: the design's own, projected onto the feasible set.
@@ -388,7 +427,10 @@ impl BudgetProblem {
             .network_like(&arch, self.devices, &self.base_network)
             .map_err(|e| e.to_string())
             .and_then(|net| {
-                predict(&self.workload, &arch, &net, strategy).map_err(|e| e.to_string())
+                let mut ws = self.workspace(&arch);
+                let p = predict_with(&self.workload, &arch, &net, strategy, &mut ws);
+                self.keep(ws);
+                p.map_err(|e| e.to_string())
             });
         let prediction = match prediction {
             Ok(p) => p,
