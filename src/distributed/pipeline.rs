@@ -68,7 +68,7 @@ pub fn solve(
 /// forwards) that has one, then backward `r` of every stage from the last up. A forward
 /// waits for the stage before in the round before, a backward for the stage after in the
 /// same round: two passes per round and no searching. The rounds where every stage runs
-/// both repeat periodically and are jumped as in [`Rounds`].
+/// both repeat periodically and are jumped ([`Periods`]).
 fn plain_1f1b(steps: &[Vec<StageSteps>], m: usize, transfer_s: f64) -> Timeline {
     let p = steps.len();
     let t = if p > 1 { transfer_s } else { 0.0 };
@@ -84,9 +84,7 @@ fn plain_1f1b(steps: &[Vec<StageSteps>], m: usize, transfer_s: f64) -> Timeline 
     let first = -(p as i64 - 1);
     // Rounds 0 .. m - p + 1 run a forward and a backward on every stage.
     let steady = (m + 1 - p) as i64;
-    let kept = 2 * p + 1;
-    let mut history: Vec<Vec<f64>> = Vec::new();
-    let mut jumped = false;
+    let mut periods = Periods::new(1, 2 * p, steady as usize);
     let mut r = first;
     while r < m as i64 {
         for s in (0..p).rev() {
@@ -113,29 +111,14 @@ fn plain_1f1b(steps: &[Vec<StageSteps>], m: usize, transfer_s: f64) -> Timeline 
                 last_backward[s][0] = (start, end);
             }
         }
-        if !jumped && (0..steady).contains(&r) {
-            let i = r as usize;
-            if let Some(c) = repeat(&history, &x, i, 1, 2 * p) {
-                // Whole periods up to the last round in which every stage runs both.
-                let jumps = (steady as usize - 1 - i) / c;
-                if jumps > 0 {
-                    let then = &history[(i - c) % kept];
-                    let shift: Vec<f64> = x.iter().zip(then).map(|(a, b)| a - b).collect();
-                    for (v, d) in x.iter_mut().zip(&shift) {
-                        *v += jumps as f64 * d;
-                    }
-                    for s in 0..p {
-                        free[s] = x[2 * s + 1];
-                        last_backward[s][0] = (free[s] - b[s], free[s]);
-                    }
-                    r += (jumps * c) as i64;
-                    jumped = true;
+        if (0..steady).contains(&r) {
+            let skipped = periods.jump(r as usize, &mut x);
+            if skipped > 0 {
+                r += skipped as i64;
+                for s in 0..p {
+                    free[s] = x[2 * s + 1];
+                    last_backward[s][0] = (free[s] - b[s], free[s]);
                 }
-            }
-            if history.len() < kept {
-                history.push(x.clone());
-            } else {
-                history[i % kept].clone_from(&x);
             }
         }
         r += 1;
@@ -221,9 +204,7 @@ fn interleaved_1f1b(
     let mut free = vec![0.0f64; p];
     let mut last_backward = vec![vec![(0.0, 0.0); v]; p];
     let steady = (total - warm(0)) as i64;
-    let kept = 2 * pv + 1;
-    let mut history: Vec<Vec<f64>> = Vec::new();
-    let (mut jumped, mut ran) = (false, 0);
+    let mut periods = Periods::new(pv, 2 * pv, steady as usize);
     let mut r = -(warm(0) as i64);
     while r < total as i64 {
         for s in 0..p {
@@ -258,33 +239,15 @@ fn interleaved_1f1b(
                 last_backward[s][v - 1 - g] = (start, end);
             }
         }
-        if !jumped && (0..steady).contains(&r) {
-            ran += 1;
-            let i = r as usize;
-            if let Some(c) = repeat(&history, &cur, i, pv, 2 * pv) {
-                let jumps = (steady as usize - 1 - i) / c;
-                if jumps > 0 {
-                    // Round i + jumps c repeats round i shifted by jumps times the
-                    // period's shift; the rounds after it read only it.
-                    let then = &history[(i - c) % kept];
-                    let n = jumps as f64;
-                    for (x, y) in cur.iter_mut().zip(then) {
-                        *x += n * (*x - y);
-                    }
-                    r += (jumps * c) as i64;
-                    for s in 0..p {
-                        free[s] = cur[2 * s + 1];
-                        let g = group[r as usize + s] as usize;
-                        last_backward[s][v - 1 - g] = (free[s] - b[s], free[s]);
-                    }
-                    jumped = true;
-                }
-            }
-            if !jumped {
-                if history.len() < kept {
-                    history.push(cur.clone());
-                } else {
-                    history[i % kept].clone_from(&cur);
+        if (0..steady).contains(&r) {
+            let skipped = periods.jump(r as usize, &mut cur);
+            if skipped > 0 {
+                // The rounds after the jump read only the round jumped to.
+                r += skipped as i64;
+                for s in 0..p {
+                    free[s] = cur[2 * s + 1];
+                    let g = group[r as usize + s] as usize;
+                    last_backward[s][v - 1 - g] = (free[s] - b[s], free[s]);
                 }
             }
         }
@@ -295,32 +258,83 @@ fn interleaved_1f1b(
         end_s: free,
         last_backward,
     };
-    Some((timeline, ran))
+    Some((timeline, periods.ran))
 }
 
-/// The period `c` (a multiple of `unit`, at most `longest`) for which round `r` (`cur`)
-/// repeats round `r - c` shifted by the same time in every component, if any.
-fn repeat(
-    history: &[Vec<f64>],
-    cur: &[f64],
-    r: usize,
+/// The steady rounds seen so far, to find when they start repeating (module doc).
+struct Periods {
+    /// The last `longest + 1` rounds, round `i` at `i mod (longest + 1)`.
+    history: Vec<Vec<f64>>,
+    /// Periods tried: multiples of `unit` up to `longest`.
     unit: usize,
     longest: usize,
-) -> Option<usize> {
-    let kept = longest + 1;
-    let scale = cur.iter().fold(0.0f64, |a, x| a.max(x.abs()));
-    // A few units in the last place: rounding in the recurrence, not a different state.
-    // Each jump of n periods carries the error n times, far below 1e-9 for any batch.
-    let tolerance = 8.0 * f64::EPSILON * scale;
-    (unit..=longest.min(r)).step_by(unit).find(|&c| {
-        let then = &history[(r - c) % kept];
-        let shift = cur[0] - then[0];
-        shift > 0.0
-            && cur
-                .iter()
-                .zip(then)
-                .all(|(x, y)| (x - y - shift).abs() <= tolerance)
-    })
+    /// Steady rounds in all.
+    steady: usize,
+    /// Steady rounds run one by one.
+    ran: usize,
+    jumped: bool,
+}
+
+impl Periods {
+    fn new(unit: usize, longest: usize, steady: usize) -> Periods {
+        Periods {
+            history: Vec::new(),
+            unit,
+            longest,
+            steady,
+            ran: 0,
+            jumped: false,
+        }
+    }
+
+    /// Takes steady round `i` (`x`). Once it repeats round `i - c` shifted by the same
+    /// time in every component, moves `x` ahead by the whole periods that fit before the
+    /// last steady round (`x(i + a c) = x(i) + a (x(i) - x(i - c))`) and returns the
+    /// rounds skipped (`a c`); else records it and returns 0. Jumps once.
+    fn jump(&mut self, i: usize, x: &mut [f64]) -> usize {
+        if self.jumped {
+            return 0;
+        }
+        self.ran += 1;
+        let kept = self.longest + 1;
+        if let Some(c) = self.repeat(x, i) {
+            let jumps = (self.steady - 1 - i) / c;
+            if jumps > 0 {
+                let then = &self.history[(i - c) % kept];
+                for (v, y) in x.iter_mut().zip(then) {
+                    *v += jumps as f64 * (*v - y);
+                }
+                self.jumped = true;
+                return jumps * c;
+            }
+        }
+        if self.history.len() < kept {
+            self.history.push(x.to_vec());
+        } else {
+            self.history[i % kept].copy_from_slice(x);
+        }
+        0
+    }
+
+    /// The period `c` (a multiple of `unit`, at most `longest`) for which round `i` (`x`)
+    /// repeats round `i - c` shifted by the same time in every component, if any.
+    fn repeat(&self, x: &[f64], i: usize) -> Option<usize> {
+        let kept = self.longest + 1;
+        let scale = x.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+        // A few units in the last place: rounding in the recurrence, not a different
+        // state. Each jump of n periods carries the error n times, far below 1e-9.
+        let tolerance = 8.0 * f64::EPSILON * scale;
+        (self.unit..=self.longest.min(i))
+            .step_by(self.unit)
+            .find(|&c| {
+                let then = &self.history[(i - c) % kept];
+                let shift = x[0] - then[0];
+                shift > 0.0
+                    && x.iter()
+                        .zip(then)
+                        .all(|(v, y)| (v - y - shift).abs() <= tolerance)
+            })
+    }
 }
 
 #[cfg(test)]

@@ -65,6 +65,24 @@ impl std::fmt::Debug for Progress {
     }
 }
 
+/// One value per thread of the rayon pool, each locked only by its own thread (caches a
+/// parallel search keeps across its steps; they never change a result).
+pub(crate) struct PerThread<T>(Vec<std::sync::Mutex<T>>);
+
+impl<T> PerThread<T> {
+    pub(crate) fn new(make: impl Fn() -> T) -> PerThread<T> {
+        let n = rayon::current_num_threads().max(1);
+        PerThread((0..n).map(|_| std::sync::Mutex::new(make())).collect())
+    }
+
+    /// Runs `f` on the calling thread's value.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let i = rayon::current_thread_index().unwrap_or(0) % self.0.len();
+        let mut value = self.0[i].lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut value)
+    }
+}
+
 /// One step of the co-optimization: a strategy, the shares and the time they give.
 #[derive(Debug, Clone, Serialize)]
 pub struct DesignPoint {

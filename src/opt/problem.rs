@@ -4,13 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Mutex;
 
 use argmin::core::{CostFunction, Error, Gradient};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::simplex::{SimplexGroup, Simplices};
+use super::PerThread;
 use crate::config::{parse_yaml, Checker, ConfigError};
 use crate::design::Design;
 use crate::distributed::{predict, predict_with, DistPrediction, Workspace};
@@ -336,7 +336,7 @@ pub struct BudgetProblem {
     /// Per thread of the pool, kernel-time workspaces of recent machines: designs that
     /// differ only in their networks (a network share's finite difference) have the same
     /// machine and reuse its kernel times. Never changes a result.
-    workspaces: Vec<Mutex<Vec<Workspace>>>,
+    workspaces: PerThread<Vec<Workspace>>,
 }
 
 /// Machines whose workspaces a budget problem keeps.
@@ -370,37 +370,27 @@ impl BudgetProblem {
             set,
             step: 5e-3,
             base_network,
-            workspaces: (0..rayon::current_num_threads().max(1))
-                .map(|_| Mutex::new(Vec::new()))
-                .collect(),
+            workspaces: PerThread::new(Vec::new),
         })
     }
 
     /// A workspace for `arch`'s machine: a kept one if a recent design had the same.
     fn workspace(&self, arch: &Architecture) -> Workspace {
         let machine = Machine::new(arch);
-        let found = {
-            let mut kept = self.kept().lock().unwrap_or_else(|e| e.into_inner());
+        let found = self.workspaces.with(|kept| {
             let i = kept.iter().position(|w| *w.machine() == machine);
             i.map(|i| kept.swap_remove(i))
-        };
+        });
         found.unwrap_or_else(|| Workspace::new(arch))
     }
 
     /// Hands a workspace back for the next design with its machine.
     fn keep(&self, ws: Workspace) {
-        let evicted = {
-            let mut kept = self.kept().lock().unwrap_or_else(|e| e.into_inner());
+        let evicted = self.workspaces.with(|kept| {
             kept.push(ws);
             (kept.len() > WORKSPACES_KEPT).then(|| kept.remove(0))
-        };
+        });
         drop(evicted);
-    }
-
-    /// This thread's kept workspaces (each locked only by its own thread).
-    fn kept(&self) -> &Mutex<Vec<Workspace>> {
-        let i = rayon::current_thread_index().unwrap_or(0) % self.workspaces.len();
-        &self.workspaces[i]
     }
 
     /// The starting shares: the design's own, projected onto the feasible set.

@@ -23,12 +23,12 @@
 pub mod space;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::Progress;
+use super::{PerThread, Progress};
 use crate::distributed::predict::{Fitted, StagesWork};
 use crate::distributed::DistPrediction;
 use crate::domain::Recompute;
@@ -217,7 +217,7 @@ impl Job<'_> {
     }
 
     /// The strategy's best placement faster than `beat`.
-    fn price(&self, i: usize, beat: f64, workspace: &mut Workspace) -> Option<Candidate> {
+    fn price(&self, i: usize, beat: f64, workspace: &mut StageCache) -> Option<Candidate> {
         let f = self.fitted(i)?;
         let stages = workspace.work(&f, self.arch);
         let plan = f.plan_with(self.arch, stages);
@@ -231,16 +231,16 @@ impl Job<'_> {
 
 /// A search thread's kernel times and stages' work by [`Fitted::work_key`], kept across
 /// the search's phases (it never changes a result).
-struct Workspace {
+struct StageCache {
     evaluator: Evaluator,
     works: HashMap<(Strategy, u64), StagesWork>,
     /// Stages held in `works`.
     held: usize,
 }
 
-impl Workspace {
-    fn new(arch: &Architecture) -> Workspace {
-        Workspace {
+impl StageCache {
+    fn new(arch: &Architecture) -> StageCache {
+        StageCache {
             evaluator: Evaluator::new(arch),
             works: HashMap::new(),
             held: 0,
@@ -260,22 +260,6 @@ impl Workspace {
         self.held += w.stages();
         self.works.insert(key, w.clone());
         w
-    }
-}
-
-/// One [`Workspace`] per thread of the pool, each locked only by its own thread.
-struct Workspaces(Vec<Mutex<Workspace>>);
-
-impl Workspaces {
-    fn new(arch: &Architecture) -> Workspaces {
-        let n = rayon::current_num_threads().max(1);
-        Workspaces((0..n).map(|_| Mutex::new(Workspace::new(arch))).collect())
-    }
-
-    fn with<T>(&self, f: impl FnOnce(&mut Workspace) -> T) -> T {
-        let i = rayon::current_thread_index().unwrap_or(0) % self.0.len();
-        let mut ws = self.0[i].lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut ws)
     }
 }
 
@@ -388,11 +372,8 @@ pub fn search(
                 Some(f) => Fit::Valid {
                     memory: f.memory_per_device_bytes(),
                     violations: f.violations().to_vec(),
-                    placements: if job.all[i].placement.is_some() {
-                        1
-                    } else {
-                        orderings(&job.all[i]).len()
-                    },
+                    // One ordering when the placement is pinned.
+                    placements: orderings(&job.all[i]).len(),
                 },
             }
         })
@@ -410,7 +391,7 @@ pub fn search(
         .collect();
     let pruned_by_memory = n - invalid - fitting.len();
     // The base, priced whether it fits or not.
-    let workspaces = Workspaces::new(arch);
+    let workspaces = PerThread::new(|| StageCache::new(arch));
     let base_candidate = base
         .filter(|_| matches!(fits[0], Fit::Valid { .. }))
         .and_then(|_| workspaces.with(|ws| job.price(0, f64::INFINITY, ws)));
