@@ -11,7 +11,9 @@ use stackflow::design::{Design, DesignFiles};
 use stackflow::domain::Precision;
 use stackflow::generator::{generate, Architecture};
 use stackflow::perf::{Bound, Evaluator};
-use stackflow::workload::{Gemm, Kernel, KernelClass, Op, Phase, Position, Split, Workload};
+use stackflow::workload::{
+    Gemm, Kernel, KernelClass, LayerType, Op, Phase, Position, Split, Workload,
+};
 
 fn arch(budget: &str) -> Architecture {
     let design = Design::load(DesignFiles {
@@ -194,6 +196,7 @@ fn a_pointwise_kernel_over_1_gb_runs_at_dram_bandwidth() {
         },
         split: Split::Replicated,
         position: Position::Head,
+        layer: LayerType::Dense,
     };
     let t = ev.kernel(&kernel);
     assert_eq!(t.bound, Bound::Memory("dram".into()));
@@ -861,4 +864,74 @@ fn energy_per_iteration_stays_within_the_power_budget() {
     let joules = v["energy"]["total_j"].as_f64().unwrap();
     let kg = v["co2e_kg_per_iteration"].as_f64().unwrap();
     assert!((kg / (joules / 3.6e6 * 1.2 * 0.4) - 1.0).abs() < 1e-12);
+}
+
+/// Layer types partition a training graph: the parts' kernels, parameters, activations,
+/// weights and optimizer updates add up to the whole, for every kind of model.
+#[test]
+fn layer_type_parts_add_up_to_the_graph() {
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);
+    for file in [
+        "workloads/gpt3-175b.yaml",
+        "workloads/llm-moe.yaml",
+        "workloads/dlrm-a.yaml",
+        "workloads/dlrm-a-moe.yaml",
+        "workloads/dlrm-a-transformer.yaml",
+        "workloads/lstm-o1.yaml",
+    ] {
+        let g = workload(file).graph();
+        let types = g.layer_types();
+        let parts: Vec<_> = types.iter().map(|&t| g.part(t).unwrap()).collect();
+        let non_update = |g: &stackflow::workload::Graph| {
+            g.kernels
+                .iter()
+                .filter(|k| k.phase != Phase::Update)
+                .count()
+        };
+        let flops = |g: &stackflow::workload::Graph| {
+            g.kernels
+                .iter()
+                .map(|k| k.flops() * k.count as f64)
+                .sum::<f64>()
+        };
+        assert_eq!(
+            parts.iter().map(non_update).sum::<usize>(),
+            non_update(&g),
+            "{file}"
+        );
+        assert!(close(parts.iter().map(flops).sum(), flops(&g)), "{file}");
+        let sum = |f: fn(&stackflow::workload::Graph) -> f64| parts.iter().map(f).sum::<f64>();
+        assert!(close(sum(|p| p.parameters), g.parameters), "{file}");
+        assert!(
+            close(sum(|p| p.memory.total_bytes()), g.memory.total_bytes()),
+            "{file}: {} vs {}",
+            sum(|p| p.memory.total_bytes()),
+            g.memory.total_bytes()
+        );
+        assert!(close(
+            sum(|p| p.memory.replicated_activations_bytes),
+            g.memory.replicated_activations_bytes
+        ));
+        assert!(close(sum(|p| p.expert_parameters), g.expert_parameters));
+        for (t, p) in types.iter().zip(&parts) {
+            assert!(p
+                .kernels
+                .iter()
+                .all(|k| k.layer == *t || k.phase == Phase::Update));
+        }
+    }
+    let gpt = workload("workloads/gpt3-175b.yaml").graph();
+    assert_eq!(
+        gpt.layer_types(),
+        [LayerType::Embedding, LayerType::Attention, LayerType::Dense]
+    );
+    let dlrm = workload("workloads/dlrm-a-transformer.yaml").graph();
+    assert_eq!(
+        dlrm.layer_types(),
+        [
+            LayerType::Dense,
+            LayerType::Embedding,
+            LayerType::Interaction
+        ]
+    );
 }

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::graph::{Builder, Graph, KernelClass, Split};
+use super::graph::{Builder, Graph, KernelClass, LayerType, Split};
 use super::transformer::{hidden_and_heads, moe, transformer_layers, LayerShape, Moe};
 use super::Workload;
 use crate::config::raw::{DlrmRaw, FeatureTransformerRaw, TableGroupRaw};
@@ -251,6 +251,7 @@ fn embeddings(g: &mut Builder, w: &Dlrm) -> (u64, f64, f64) {
     let mut features = 1;
     let mut table_bytes = 0.0;
     let mut table_state = 0.0;
+    g.layer = LayerType::Embedding;
     g.split = Split::Table;
     for (i, t) in w.embeddings.iter().enumerate() {
         let rows = (b * t.tables * t.lookups_per_sample) as f64;
@@ -272,13 +273,15 @@ fn embeddings(g: &mut Builder, w: &Dlrm) -> (u64, f64, f64) {
         table_state += state;
         features += t.tables;
     }
+    g.layer = LayerType::Dense;
     (features, table_bytes, table_state)
 }
 
 /// The feature interaction; returns the top MLP's input width.
 fn interaction(g: &mut Builder, w: &Dlrm, features: u64, dim: u64) -> u64 {
     let b = w.batch;
-    match w.interaction {
+    g.layer = LayerType::Interaction;
+    let width = match w.interaction {
         Interaction::Dot => {
             let inputs = (b * features * dim) as f64 * w.precision.bytes();
             g.batched(
@@ -311,7 +314,9 @@ fn interaction(g: &mut Builder, w: &Dlrm, features: u64, dim: u64) -> u64 {
             features * dim
         }
         Interaction::Transformer => feature_transformer(g, w, features, dim),
-    }
+    };
+    g.layer = LayerType::Dense;
+    width
 }
 
 /// Transformer layers over the feature vectors (DLRM-Transformer, MAD Max Table 2);
@@ -366,6 +371,7 @@ fn expert_top_mlp(g: &mut Builder, w: &Dlrm, moe: &Moe, top_in: u64) -> u64 {
     // samples (samples x top_k x capacity / experts); the rest of the MLP follows.
     let first = mlp(g, "top", b, top_in, &w.top_mlp[..1]);
     let e = moe.experts;
+    g.layer = LayerType::Expert;
     g.linear("router", KernelClass::Gemm, 1, b, first, e, 1, false);
     g.pointwise(
         "router softmax and top-k",
@@ -418,6 +424,7 @@ fn expert_top_mlp(g: &mut Builder, w: &Dlrm, moe: &Moe, top_in: u64) -> u64 {
         2.0 * moe.top_k as f64,
         moe.top_k as f64,
     );
+    g.layer = LayerType::Dense;
     mlp(g, "top tail", b, down, &w.top_mlp[3..])
 }
 

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::graph::{Footprint, Graph, Kernel, KernelClass, Op, Phase, Position, Split};
+use super::graph::{Footprint, Graph, Kernel, KernelClass, LayerType, Op, Phase, Position, Split};
 use crate::domain::Precision;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -33,6 +33,7 @@ pub(super) fn gemm_graph(g: &Gemm) -> Graph {
             },
             split: Split::Replicated,
             position: Position::Head,
+            layer: LayerType::Dense,
         }],
         parameters: 0.0,
         samples: 1.0,
@@ -52,5 +53,7 @@ pub(super) fn gemm_graph(g: &Gemm) -> Graph {
         trains: false,
         optimizer_state_per_parameter_bytes: 0.0,
         experts: 1,
+        layer_parts: Vec::new(),
+        part_of: None,
     }
 }

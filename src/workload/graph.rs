@@ -105,6 +105,53 @@ pub enum Split {
     Table,
 }
 
+/// The type of layer a kernel belongs to: the unit MAD Max (Sec. 4) gives its own
+/// parallelization strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerType {
+    /// Embedding tables (recommendation models) and word embeddings, with the final norm,
+    /// logits and loss of a language model (its vocabulary-parallel tail).
+    Embedding,
+    /// Self-attention of a transformer layer: its norm, projections, scores, context and
+    /// residual add.
+    Attention,
+    /// Dense feed-forward layers: a transformer layer's MLP with its norm and residual add,
+    /// a recommendation model's bottom and top MLPs, LSTM cells, a lone GEMM.
+    #[default]
+    Dense,
+    /// Mixture-of-experts feed-forward layers: the router and the experts.
+    Expert,
+    /// A recommendation model's feature interaction (dot, concatenation or transformer
+    /// layers: MAD Max's DLRM-A-Transformer interaction).
+    Interaction,
+}
+
+impl LayerType {
+    pub const ALL: [LayerType; 5] = [
+        LayerType::Embedding,
+        LayerType::Attention,
+        LayerType::Dense,
+        LayerType::Expert,
+        LayerType::Interaction,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LayerType::Embedding => "embedding",
+            LayerType::Attention => "attention",
+            LayerType::Dense => "dense",
+            LayerType::Expert => "expert",
+            LayerType::Interaction => "interaction",
+        }
+    }
+
+    /// The layer type named `name` (as [`LayerType::name`] writes it).
+    pub fn parse(name: &str) -> Option<LayerType> {
+        LayerType::ALL.into_iter().find(|t| t.name() == name)
+    }
+}
+
 /// Where a kernel sits in the model, for splitting layers into pipeline stages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -129,6 +176,7 @@ pub struct Kernel {
     pub op: Op,
     pub split: Split,
     pub position: Position,
+    pub layer: LayerType,
 }
 
 impl Kernel {
@@ -144,6 +192,17 @@ impl Kernel {
             op: self.op,
             split: self.split,
             position: self.position,
+            layer: self.layer,
+        }
+    }
+
+    /// Bytes one instance writes (its output), for the whole batch.
+    pub fn output_bytes(&self) -> f64 {
+        match self.op {
+            Op::Gemm { batch, m, n, .. } => {
+                batch as f64 * m as f64 * n as f64 * self.precision.bytes()
+            }
+            Op::Stream { write_bytes, .. } | Op::Gather { write_bytes, .. } => write_bytes,
         }
     }
 
@@ -231,6 +290,27 @@ pub struct Graph {
     pub optimizer_state_per_parameter_bytes: f64,
     /// Mixture-of-experts experts per expert layer (1 without experts).
     pub experts: u64,
+    /// What each layer type present holds of the totals above (training graphs built by
+    /// the builder; empty otherwise).
+    pub layer_parts: Vec<LayerPart>,
+    /// The layer type this graph holds alone, when it is one part of a model
+    /// ([`Graph::part`]).
+    pub part_of: Option<LayerType>,
+}
+
+/// What one layer type holds of a graph's totals (see [`Graph::part`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct LayerPart {
+    pub layer: LayerType,
+    pub parameters: f64,
+    /// Parameters updated by the dense optimizer.
+    pub dense_parameters: f64,
+    pub parameters_by_position: [f64; 3],
+    pub expert_parameters: f64,
+    /// Embedding tables' bytes (recommendation models).
+    pub sparse_weight_bytes: f64,
+    pub activations_bytes: f64,
+    pub replicated_activations_bytes: f64,
 }
 
 impl Graph {
@@ -249,6 +329,108 @@ impl Graph {
             .filter(|k| k.is_matmul())
             .map(|k| k.flops() * k.count as f64)
             .sum()
+    }
+
+    /// The layer types present, in the order of their first forward kernel.
+    pub fn layer_types(&self) -> Vec<LayerType> {
+        let mut types = Vec::new();
+        for k in self.kernels.iter().filter(|k| k.phase == Phase::Forward) {
+            if !types.contains(&k.layer) {
+                types.push(k.layer);
+            }
+        }
+        types
+    }
+
+    /// The graph of one layer type's kernels alone, with its share of the parameters,
+    /// memory and optimizer update: what a per-layer-type strategy splits its own way. The
+    /// iteration's batch, tokens, repeated layers and stage boundary stay the whole
+    /// graph's. `Err` names why there is none: a graph without per-layer-type totals, a
+    /// fine-tuned one (frozen layers are not split by type), or an absent type.
+    pub fn part(&self, layer: LayerType) -> Result<Graph, String> {
+        if self.trainable_layers < self.layers || self.trainable_share < 1.0 {
+            return Err("fine-tuning graphs are not split by layer type".into());
+        }
+        let Some(part) = self.layer_parts.iter().find(|p| p.layer == layer) else {
+            return Err(format!("{} has no {} layers", self.name, layer.name()));
+        };
+        let dense: f64 = self.layer_parts.iter().map(|p| p.dense_parameters).sum();
+        let share = if dense > 0.0 {
+            part.dense_parameters / dense
+        } else {
+            0.0
+        };
+        let mut kernels: Vec<Kernel> = Vec::new();
+        for k in &self.kernels {
+            if k.phase == Phase::Update {
+                // The update streams every dense parameter once: this type's share of it.
+                if share > 0.0 {
+                    let mut k = k.clone();
+                    if let Op::Stream {
+                        read_bytes,
+                        write_bytes,
+                        flops,
+                    } = &mut k.op
+                    {
+                        *read_bytes *= share;
+                        *write_bytes *= share;
+                        *flops *= share;
+                    }
+                    kernels.push(k);
+                }
+            } else if k.layer == layer {
+                kernels.push(k.clone());
+            }
+        }
+        let b = kernels.first().map_or(2.0, |k| k.precision.bytes());
+        let table_state = if layer == LayerType::Embedding {
+            self.table_state_bytes
+        } else {
+            0.0
+        };
+        let p = part.dense_parameters;
+        Ok(Graph {
+            name: format!("{} ({})", self.name, layer.name()),
+            kernels,
+            parameters: part.parameters,
+            memory: Footprint {
+                weights_bytes: p * b + part.sparse_weight_bytes,
+                gradients_bytes: p * b,
+                optimizer_state_bytes: p * self.optimizer_state_per_parameter_bytes + table_state,
+                activations_bytes: part.activations_bytes,
+                replicated_activations_bytes: part.replicated_activations_bytes,
+            },
+            parameters_by_position: part.parameters_by_position,
+            expert_parameters: part.expert_parameters,
+            table_state_bytes: table_state,
+            layer_parts: vec![*part],
+            part_of: Some(layer),
+            ..self.clone_totals()
+        })
+    }
+
+    /// The graph's iteration-wide fields, without kernels or per-type totals.
+    fn clone_totals(&self) -> Graph {
+        Graph {
+            name: self.name.clone(),
+            kernels: Vec::new(),
+            parameters: self.parameters,
+            samples: self.samples,
+            tokens: self.tokens,
+            memory: self.memory,
+            layers: self.layers,
+            boundary_bytes: self.boundary_bytes,
+            parameters_by_position: self.parameters_by_position,
+            expert_parameters: self.expert_parameters,
+            trainable_share: self.trainable_share,
+            trainable_layers: self.trainable_layers,
+            table_state_bytes: self.table_state_bytes,
+            trains: self.trains,
+            optimizer_state_per_parameter_bytes: self.optimizer_state_per_parameter_bytes,
+            experts: self.experts,
+            layer_parts: Vec::new(),
+            part_of: None,
+        }
     }
 }
 
@@ -272,6 +454,10 @@ pub(crate) struct Builder {
     position: Position,
     parameters_by_position: [f64; 3],
     expert_parameters: f64,
+    /// The layer type of the kernels being added.
+    pub layer: LayerType,
+    /// Each layer type's share of the totals, by `LayerType as usize`.
+    parts: [LayerPart; 5],
 }
 
 impl Builder {
@@ -290,7 +476,16 @@ impl Builder {
             position: Position::Head,
             parameters_by_position: [0.0; 3],
             expert_parameters: 0.0,
+            layer: LayerType::Dense,
+            parts: LayerType::ALL.map(|layer| LayerPart {
+                layer,
+                ..LayerPart::default()
+            }),
         }
+    }
+
+    fn part(&mut self) -> &mut LayerPart {
+        &mut self.parts[self.layer as usize]
     }
 
     /// Marks the start (`true`) or end of the repeated layers.
@@ -304,12 +499,21 @@ impl Builder {
     }
 
     fn add_parameters(&mut self, parameters: f64) {
-        if self.split == Split::Expert {
-            self.expert_parameters += parameters;
-        }
+        let expert = if self.split == Split::Expert {
+            parameters
+        } else {
+            0.0
+        };
+        let position = self.position as usize;
+        self.expert_parameters += expert;
         self.parameters += parameters;
         self.dense_parameters += parameters;
-        self.parameters_by_position[self.position as usize] += parameters;
+        self.parameters_by_position[position] += parameters;
+        let part = self.part();
+        part.expert_parameters += expert;
+        part.parameters += parameters;
+        part.dense_parameters += parameters;
+        part.parameters_by_position[position] += parameters;
     }
 
     fn bytes(&self) -> f64 {
@@ -336,6 +540,7 @@ impl Builder {
             op,
             split: self.split,
             position: self.position,
+            layer: self.layer,
         };
         if self.rerun(class, recomputable) {
             self.backward.push(Kernel {
@@ -364,6 +569,7 @@ impl Builder {
             op,
             split: self.split,
             position: self.position,
+            layer: self.layer,
         });
     }
 
@@ -376,9 +582,13 @@ impl Builder {
             Recompute::Full => layer_input,
         };
         if kept || !self.in_layer {
-            self.saved_bytes += bytes * count as f64;
-            if self.split == Split::Replicated {
-                self.replicated_saved_bytes += bytes * count as f64;
+            let saved = bytes * count as f64;
+            let replicated = self.split == Split::Replicated;
+            self.saved_bytes += saved;
+            self.part().activations_bytes += saved;
+            if replicated {
+                self.replicated_saved_bytes += saved;
+                self.part().replicated_activations_bytes += saved;
             }
         }
     }
@@ -557,6 +767,7 @@ impl Builder {
             },
             split: self.split,
             position: self.position,
+            layer: self.layer,
         });
         self.backward.push(Kernel {
             name: format!("{name} gradient scatter"),
@@ -571,8 +782,10 @@ impl Builder {
             },
             split: self.split,
             position: self.position,
+            layer: self.layer,
         });
         self.parameters += parameters;
+        self.part().parameters += parameters;
     }
 
     /// The optimizer fused into the last embedding's backward reads and writes
@@ -643,8 +856,21 @@ impl Builder {
                 },
                 split: Split::Replicated,
                 position: Position::Layer,
+                layer: LayerType::Dense,
             });
         }
+        // Tables belong to the embedding layers.
+        self.parts[LayerType::Embedding as usize].sparse_weight_bytes = sparse_weight_bytes;
+        let present: Vec<LayerType> = kernels
+            .iter()
+            .filter(|k| k.phase == Phase::Forward)
+            .map(|k| k.layer)
+            .collect();
+        let layer_parts = self
+            .parts
+            .into_iter()
+            .filter(|p| present.contains(&p.layer))
+            .collect();
         Graph {
             name,
             kernels,
@@ -668,6 +894,8 @@ impl Builder {
             trains: true,
             optimizer_state_per_parameter_bytes: state,
             experts: 1,
+            layer_parts,
+            part_of: None,
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::graph::{Builder, Graph, KernelClass, Op, Phase, Position, Split};
+use super::graph::{Builder, Graph, KernelClass, LayerType, Op, Phase, Position, Split};
 use super::{inference, Workload};
 use crate::config::raw::{MoeRaw, TransformerRaw};
 use crate::config::{Checker, ConfigError};
@@ -230,6 +230,7 @@ pub(super) fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: 
     let tokens = batch * s;
     let t = tokens as f64;
 
+    g.layer = LayerType::Embedding;
     g.split = Split::Embedding;
     g.embedding(
         "token embedding",
@@ -245,6 +246,8 @@ pub(super) fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: 
     g.split = Split::Replicated;
     g.layer_input(t * h as f64 * bytes, l);
     transformer_layers(&mut g, &w.layer_shape(), l, batch, s, keys, bytes);
+    // The final norm, logits and loss go with the (vocabulary-parallel) embedding.
+    g.layer = LayerType::Embedding;
     // One final norm.
     g.dense_parameters((2 * h) as f64);
     g.set_in_layer(false);
@@ -290,7 +293,22 @@ pub(super) fn transformer_layers(
     let h = w.hidden;
     let tokens = batch * s;
     let t = tokens as f64;
+    // A recommendation model's feature transformer is one layer type, its interaction.
+    let nested = g.layer == LayerType::Interaction;
+    let tag = |g: &mut Builder, layer| {
+        if !nested {
+            g.layer = layer;
+        }
+    };
+    tag(g, LayerType::Attention);
     attention(g, w, l, batch, s, keys, bytes);
+    tag(
+        g,
+        match w.moe {
+            None => LayerType::Dense,
+            Some(_) => LayerType::Expert,
+        },
+    );
     layer_norm(g, "layer norm (mlp)", l, t * h as f64);
     match w.moe {
         None => feed_forward(
