@@ -472,6 +472,23 @@ const CASES: &[(&str, Run, i32)] = &[
         ]),
         0,
     ),
+    // A per-layer-type search (MAD Max Sec. 4): the transformer interaction and the dense
+    // layers of DLRM-A-Transformer each take their own split.
+    (
+        "search-per-layer-type-dlrm-a-transformer",
+        Run::Stdout(&[
+            "search",
+            "--system",
+            "templates/zionex.yaml",
+            "--workload",
+            "workloads/dlrm-a-transformer.yaml",
+            "--top",
+            "3",
+            "--per-layer-type",
+            "--json",
+        ]),
+        0,
+    ),
     (
         "search-nothing-fits",
         Run::Stdout(&[

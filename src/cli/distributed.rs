@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use stackflow::config::Source;
-use stackflow::distributed::{predict, predict_inference, DistInference, DistPrediction};
+use stackflow::distributed::{
+    predict, predict_inference, predict_layered, DistInference, DistPrediction, LayerStrategy,
+    LayeredPrediction, Workspace,
+};
 use stackflow::network::System;
 use stackflow::parallel::Strategy;
 use stackflow::workload::Workload;
@@ -35,8 +38,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let arch = system.accelerator()?;
     let devices = args.devices.unwrap_or_else(|| system.default_devices());
     let network = system.network(&arch, devices)?;
-    let strategy = load_strategy(args.strategy, &system, devices)?;
     super::check_precision(&workload_file, &workload, &arch)?;
+    if let Some(text) = args.strategy.filter(|t| is_per_layer_type(t)) {
+        let s = LayerStrategy::parse(text)?;
+        let p = predict_layered(
+            &workload,
+            &arch,
+            &network,
+            system.devices_per_node(),
+            &s,
+            &mut Workspace::new(&arch),
+        )?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&p)?);
+        } else {
+            println!(
+                "System: {} ({} devices of {}).\n",
+                system.name, devices, design.budget_file
+            );
+            print!("{}", render_layered(&p));
+        }
+        return Ok(());
+    }
+    let strategy = load_strategy(args.strategy, &system, devices)?;
     if let Some((t, spec)) = workload.serving() {
         let p = predict_inference(t, spec, &arch, &network, &strategy)?;
         let carbon = args.carbon.map(|r| r.kg_per_joule() * p.joules_per_token);
@@ -93,6 +117,90 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bail!("infeasible prediction without reasons");
     }
     Ok(())
+}
+
+/// Whether `--strategy` gives a strategy per layer type (`attention:t8-d16,dense:...`)
+/// rather than a file or one strategy.
+fn is_per_layer_type(text: &str) -> bool {
+    text.contains(':') && !Path::new(text).is_file()
+}
+
+/// A per-layer-type prediction: the iteration, each type's split and mapping, the
+/// collectives (resharding between types included).
+fn render_layered(p: &LayeredPrediction) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "workload          {}", p.workload);
+    let _ = writeln!(
+        s,
+        "strategy          {} ({} micro-batches)",
+        p.strategy, p.micro_batches
+    );
+    let _ = writeln!(s, "MAD Max notation  {}", p.madmax);
+    let _ = writeln!(
+        s,
+        "iteration         {} ({} tokens/s, MFU {:.1}%)",
+        seconds(p.time_per_iteration_s),
+        si(p.tokens_per_s, ""),
+        100.0 * p.model_flops_utilization
+    );
+    let _ = writeln!(
+        s,
+        "exposed comm      {}; pipeline bubble {}",
+        seconds(p.exposed_communication_s),
+        seconds(p.pipeline_bubble_s)
+    );
+    let _ = writeln!(
+        s,
+        "memory / device   {} of {} (weights {}, gradients {}, optimizer {}, activations {})",
+        bytes(p.memory_per_device_bytes),
+        bytes(p.memory_capacity_bytes),
+        bytes(p.weights_bytes),
+        bytes(p.gradients_bytes),
+        bytes(p.optimizer_state_bytes),
+        bytes(p.activations_bytes)
+    );
+    let _ = writeln!(
+        s,
+        "\n  {:<12} {:<32} {:<13} {:>10} {:>11}  mapping",
+        "layer type", "split", "MAD Max", "compute", "memory"
+    );
+    for part in &p.parts {
+        let _ = writeln!(
+            s,
+            "  {:<12} {:<32} {:<13} {:>10} {:>11}  {}",
+            part.layer.name(),
+            part.strategy,
+            part.madmax.as_deref().unwrap_or("-"),
+            seconds(part.compute_s),
+            bytes(part.memory_per_device_bytes),
+            describe_mapping(&part.mapping)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n  {:<40} {:<15} {:>6} {:>11} {:>9} {:>10}",
+        "collective", "kind", "group", "bytes", "calls", "time"
+    );
+    for c in &p.communication {
+        let _ = writeln!(
+            s,
+            "  {:<40} {:<15} {:>6} {:>11} {:>9.0} {:>10}{}",
+            c.name,
+            c.collective.name(),
+            c.group,
+            bytes(c.bytes),
+            c.calls,
+            seconds(c.time_s),
+            if c.blocking { "" } else { "  (overlapped)" }
+        );
+    }
+    if !p.feasible {
+        let _ = writeln!(s, "\nINFEASIBLE:");
+        for v in &p.violations {
+            let _ = writeln!(s, "  {v}");
+        }
+    }
+    s
 }
 
 /// A system file, reshaped into `--slice` (e.g. 4x8x16) when given.

@@ -294,8 +294,10 @@ struct PredictArgs {
     #[arg(long, requires = "system")]
     devices: Option<u64>,
     /// Parallelism strategy: a YAML file, the paper's notation (RC-4-2-d8-p2,
-    /// CR-16-d4-p1) or the short form (t8-p8-d16-mb1-i3-sp-rc=selective). Default:
-    /// data parallelism over all devices.
+    /// CR-16-d4-p1), the short form (t8-p8-d16-mb1-i3-sp-rc=selective), MAD Max's
+    /// (INTRA, INTER) such as "(TP, DDP)", or one short form per layer type
+    /// (embedding:d128,attention:t8-d16,dense:d128-z3-hs8). Default: data parallelism over
+    /// all devices.
     #[arg(long, requires = "system")]
     strategy: Option<String>,
     /// Reshape the system's mesh or torus into this slice, e.g. 4x8x16 (TPU v4 slices

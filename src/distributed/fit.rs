@@ -88,7 +88,9 @@ fn check_model_split(graph: &Graph, s: &Strategy) -> Result<(), String> {
         .kernels
         .iter()
         .any(|k| matches!(k.split, Split::Column | Split::Row));
-    if s.tensor > 1 && !has_tensor_split {
+    // One layer type of a model may have none (tables, a feature interaction): the
+    // model's others do.
+    if s.tensor > 1 && !has_tensor_split && graph.part_of.is_none() {
         return Err(
             "tensor parallelism needs a transformer's column/row linear layers; use RC or CR \
              kernel parallelism"

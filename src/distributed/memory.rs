@@ -9,6 +9,7 @@ use crate::parallel::strategy::Strategy;
 use crate::violation::Violation;
 
 /// Bytes one device of the fullest stage holds, and the weight shares the timeline needs.
+#[derive(Clone)]
 pub(super) struct Footprint {
     pub(super) weights_bytes: f64,
     pub(super) gradients_bytes: f64,
@@ -31,6 +32,19 @@ impl Footprint {
             + self.gradients_bytes
             + self.optimizer_state_bytes
             + self.activations_bytes
+    }
+
+    /// Adds what a device holds for another part of the model (a layer type split its own
+    /// way, on the same devices).
+    pub(super) fn add(&mut self, other: &Footprint) {
+        self.weights_bytes += other.weights_bytes;
+        self.gradients_bytes += other.gradients_bytes;
+        self.optimizer_state_bytes += other.optimizer_state_bytes;
+        self.activations_bytes += other.activations_bytes;
+        self.stage_parameters += other.stage_parameters;
+        self.expert_parameters += other.expert_parameters;
+        self.tables_bytes += other.tables_bytes;
+        self.table_state_bytes += other.table_state_bytes;
     }
 
     /// The experts' share of a stage's weights (0 without expert parallelism).

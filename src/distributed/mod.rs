@@ -21,12 +21,16 @@
 //!   [`crate::parallel::mapping::best_placement`] finds (orderings priced from the lowest
 //!   bound up); [`Workspace`]: kernel times and graphs kept between predictions;
 //!   [`predict::Fitted`]: a strategy's fit and memory before timing (what a search checks
-//!   first); [`serve`]: serving.
+//!   first); [`serve`]: serving;
+//! - [`layered`]: per-layer-type strategies (MAD Max Sec. 4): one plan per layer type over
+//!   its own kernels, composed into one iteration (`timeline::finish_parts`) with the
+//!   resharding between types split differently.
 //!
 //! Imports [`crate::parallel`], [`crate::network`], [`crate::perf`] and nothing downstream.
 //! A new strategy axis: its split of each kernel in `work.rs`, its memory in `memory.rs`,
 //! its collectives in `timeline.rs`.
 mod fit;
+pub mod layered;
 mod memory;
 pub mod pipeline;
 pub mod predict;
@@ -37,6 +41,7 @@ pub mod timeline;
 mod work;
 
 pub use fit::FitError;
+pub use layered::{predict_layered, LayerStrategy, LayeredPlan, LayeredPrediction};
 pub use predict::{evaluate, evaluate_with, predict, predict_with, Plan, Workspace};
 pub use report::{CommReport, ComputeReport, DistPrediction};
 pub use serve::{predict_inference, DistInference};

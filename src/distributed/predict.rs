@@ -49,7 +49,12 @@ impl Fitted {
         )
     }
 
-    fn of(fit: Fit, arch: &Architecture, net: &Network, s: &Strategy) -> Result<Fitted, FitError> {
+    pub(super) fn of(
+        fit: Fit,
+        arch: &Architecture,
+        net: &Network,
+        s: &Strategy,
+    ) -> Result<Fitted, FitError> {
         let weights = stages_weights(&fit.graph, s);
         let memory = memory::footprint(&fit, s, &weights, net.devices);
         let violations = memory::violations(arch, &memory, net.devices);
@@ -158,9 +163,9 @@ impl StagesWork {
 /// not depend on how the strategy's axes are mapped onto the devices.
 pub struct Plan {
     strategy: Strategy,
-    fit: Fit,
-    stages: Arc<Vec<Arc<StageWork>>>,
-    memory: Footprint,
+    pub(super) fit: Fit,
+    pub(super) stages: Arc<Vec<Arc<StageWork>>>,
+    pub(super) memory: Footprint,
     violations: Vec<Violation>,
     /// Table-wise sharded embeddings talk to every device at once.
     table_wise: bool,
@@ -246,7 +251,12 @@ impl Plan {
         self.report(map.clone(), self.schedule(map), 1)
     }
 
-    fn inputs(&self) -> timeline::Inputs<'_> {
+    /// The strategy planned.
+    pub fn strategy(&self) -> &Strategy {
+        &self.strategy
+    }
+
+    pub(super) fn inputs(&self) -> timeline::Inputs<'_> {
         timeline::Inputs {
             graph: &self.fit.graph,
             s: &self.strategy,
@@ -402,7 +412,7 @@ pub fn predict(
 /// ([`Evaluator`]) and each workload's graph under each recomputation, by workload name.
 /// Never changes a result; how a search over strategies or mappings predicts.
 pub struct Workspace {
-    evaluator: Evaluator,
+    pub(super) evaluator: Evaluator,
     graphs: Vec<(GraphKey, Arc<Graph>)>,
 }
 
@@ -425,7 +435,11 @@ impl Workspace {
         &self.evaluator.machine
     }
 
-    fn graph(&mut self, workload: &Workload, recompute: Option<Recompute>) -> Arc<Graph> {
+    pub(super) fn graph(
+        &mut self,
+        workload: &Workload,
+        recompute: Option<Recompute>,
+    ) -> Arc<Graph> {
         let key = (workload.name(), recompute);
         if let Some((_, g)) = self.graphs.iter().find(|(k, _)| *k == key) {
             return g.clone();

@@ -328,54 +328,132 @@ pub(super) fn evaluate(inputs: &Inputs, map: &Mapping) -> Eval {
 
 /// [`evaluate`] from the stages' steps.
 pub(super) fn finish(inputs: &Inputs, steps: Steps) -> Eval {
-    let (s, m) = (inputs.s, inputs.m);
-    let Steps {
-        mut ledger,
-        steps,
-        tails,
-        transfer,
-    } = steps;
+    let part = Part {
+        inputs,
+        label: "",
+        hands_on: true,
+    };
+    finish_parts(&[part], vec![steps], &[])
+}
+
+/// One part of an iteration whose layer types are split their own ways (see
+/// [`finish_parts`]): its inputs, and the prefix of its collectives' names.
+pub(super) struct Part<'a> {
+    pub(super) inputs: &'a Inputs<'a>,
+    pub(super) label: &'a str,
+    /// Whether its activations cross from stage to stage (the part that opens a layer).
+    pub(super) hands_on: bool,
+}
+
+/// Schedules an iteration made of `parts` run one after another in every step (layer
+/// types split their own ways, MAD Max Sec. 4; one part for a uniform strategy): each
+/// stage's step is the parts' steps with their blocking collectives, plus `extra` (per
+/// stage: forward and backward time between parts, such as resharding activations); one
+/// pipeline schedule; then per stage every part's gradient buckets on the one
+/// communication stream, one part after another, and every part's update. The parts share
+/// the strategy's pipeline, chunks, schedule and micro-batch count.
+pub(super) fn finish_parts(parts: &[Part], steps: Vec<Steps>, extra: &[(f64, f64)]) -> Eval {
+    let first = parts[0].inputs;
+    let (s, m) = (first.s, first.m);
+    let mut ledgers = Vec::with_capacity(parts.len());
+    let mut summed: Option<(Vec<Vec<StageSteps>>, Vec<f64>, f64)> = None;
+    for (part, st) in parts.iter().zip(steps) {
+        let Steps {
+            mut ledger,
+            steps,
+            tails,
+            transfer,
+        } = st;
+        let transfer = if part.hands_on {
+            transfer
+        } else {
+            ledger.comms.retain(|c| c.axis != Axis::Pipeline);
+            0.0
+        };
+        ledgers.push(ledger);
+        summed = Some(match summed {
+            None => (steps, tails, transfer),
+            Some((mut all, mut all_tails, all_transfer)) => {
+                for (stage, add) in all.iter_mut().zip(&steps) {
+                    for (c, a) in stage.iter_mut().zip(add) {
+                        c.forward_s += a.forward_s;
+                        c.backward_s += a.backward_s;
+                    }
+                }
+                all_tails.iter_mut().zip(&tails).for_each(|(t, a)| *t += a);
+                (all, all_tails, all_transfer.max(transfer))
+            }
+        });
+    }
+    let (mut steps, tails, transfer) = summed.expect("an iteration has at least one part");
+    for (stage, &(fwd, bwd)) in steps.iter_mut().zip(extra) {
+        let v = stage.len() as f64;
+        for c in stage.iter_mut() {
+            c.forward_s += fwd / v;
+            c.backward_s += bwd / v;
+        }
+    }
     let timeline = pipeline::solve(&steps, m as usize, transfer, s.gpipe);
     let mut end = 0.0f64;
     let mut sparse_busy = 0.0f64;
-    let gradients = gradient_sync_of(s);
-    for (i, st) in inputs.stages.iter().enumerate() {
-        let (comm_free, delay, after) =
-            stage_sync(inputs, &mut ledger, &timeline, &gradients, i, st);
-        end = end.max((timeline.end_s[i] + delay + tails[i]).max(comm_free) + after);
-        // Embedding engines run lookups, updates and their all-to-alls beside the dense
-        // step, a batch ahead (TPU v4 Fig. 10: the step takes the longer of the two).
-        if st.sparse_s > 0.0 {
-            let report = (i == 0).then_some(m as f64);
-            let exchange: f64 = st
-                .sparse_needs
-                .iter()
-                .map(|(count, n)| {
-                    let label = match report {
-                        Some(_) => format!("sparse-core {}", n.collective.name()),
-                        None => String::new(),
-                    };
-                    ledger.charge(&label, n, *count, false, report)
-                })
-                .sum();
-            sparse_busy = sparse_busy.max(m as f64 * (st.sparse_s + exchange));
-            end = end.max(sparse_busy);
+    let gradients: Vec<_> = parts.iter().map(|p| gradient_sync_of(p.inputs.s)).collect();
+    for (i, tail) in tails.iter().enumerate() {
+        let (mut comm_free, mut delay, mut after) = (0.0f64, 0.0, 0.0);
+        // Backward runs the parts last to first: so do their buckets.
+        for ((part, ledger), grads) in parts.iter().zip(&mut ledgers).zip(&gradients).rev() {
+            let st = &part.inputs.stages[i];
+            let (free, d, a) = stage_sync(part.inputs, ledger, &timeline, grads, i, st, comm_free);
+            comm_free = free;
+            delay += d;
+            after += a;
+        }
+        end = end.max((timeline.end_s[i] + delay + tail).max(comm_free) + after);
+        for (part, ledger) in parts.iter().zip(&mut ledgers) {
+            let st = &part.inputs.stages[i];
+            // Embedding engines run lookups, updates and their all-to-alls beside the dense
+            // step, a batch ahead (TPU v4 Fig. 10: the step takes the longer of the two).
+            if st.sparse_s > 0.0 {
+                let report = (i == 0).then_some(m as f64);
+                let exchange: f64 = st
+                    .sparse_needs
+                    .iter()
+                    .map(|(count, n)| {
+                        let label = match report {
+                            Some(_) => format!("sparse-core {}", n.collective.name()),
+                            None => String::new(),
+                        };
+                        ledger.charge(&label, n, *count, false, report)
+                    })
+                    .sum();
+                sparse_busy = sparse_busy.max(m as f64 * (st.sparse_s + exchange));
+                end = end.max(sparse_busy);
+            }
         }
     }
-    let stages = inputs.stages;
-    let busiest_compute = stages
-        .iter()
-        .map(|st| (st.forward_s + st.backward_s) * m as f64)
-        .fold(0.0f64, f64::max);
-    let busiest_update = stages.iter().map(|st| st.update_s).fold(0.0, f64::max);
-    let busiest_sparse = stages.iter().map(|st| st.sparse_s).fold(0.0, f64::max) * m as f64;
+    let per_stage = |f: &dyn Fn(&StageWork) -> f64| -> f64 {
+        (0..steps.len())
+            .map(|i| parts.iter().map(|p| f(&p.inputs.stages[i])).sum::<f64>())
+            .fold(0.0f64, f64::max)
+    };
+    let busiest_compute = per_stage(&|st| (st.forward_s + st.backward_s) * m as f64);
+    let busiest_update = per_stage(&|st| st.update_s);
+    let busiest_sparse = per_stage(&|st| st.sparse_s) * m as f64;
+    let mut comms = Vec::new();
+    for (part, ledger) in parts.iter().zip(ledgers) {
+        comms.extend(ledger.comms.into_iter().map(|mut c| {
+            if !part.label.is_empty() {
+                c.name = format!("{} {}", part.label, c.name);
+            }
+            c
+        }));
+    }
     Eval {
         time_s: end,
         sparse_s: sparse_busy,
         exposed_s: 0.0,
-        bubble_s: (inputs.free_end - (busiest_compute + busiest_update).max(busiest_sparse))
+        bubble_s: (first.free_end - (busiest_compute + busiest_update).max(busiest_sparse))
             .max(0.0),
-        comms: ledger.comms,
+        comms,
     }
 }
 
@@ -532,9 +610,9 @@ fn gradient_sync_of(s: &Strategy) -> (Vec<Axis>, Collective) {
 
 /// Gradient synchronisation of stage `i`, bucket by bucket as the last backward step of
 /// each chunk produces them (MAD Max Sec. 4.3: non-blocking, overlapped with backward),
-/// then its update. Returns (when its communication stream is free, how much the buckets
-/// delayed blocking collectives, the time after the schedule: update and ZeRO-1/2 weight
-/// gathers).
+/// then its update, on a communication stream free from `comm_free`. Returns (when its
+/// communication stream is free, how much the buckets delayed blocking collectives, the
+/// time after the schedule: update and ZeRO-1/2 weight gathers).
 fn stage_sync(
     inputs: &Inputs,
     ledger: &mut Ledger,
@@ -542,6 +620,7 @@ fn stage_sync(
     (data_axes, grad_collective): &(Vec<Axis>, Collective),
     i: usize,
     st: &StageWork,
+    mut comm_free: f64,
 ) -> (f64, f64, f64) {
     let s = inputs.s;
     let v = s.interleave as usize;
@@ -553,7 +632,6 @@ fn stage_sync(
     let stage_bytes =
         st.trained * inputs.bytes * (s.weight_replicas() / s.data) as f64 / held as f64;
     let report = (i == 0).then_some(1.0);
-    let mut comm_free = 0.0f64;
     let mut delay = 0.0;
     let by_weight = st
         .backward_order
@@ -567,7 +645,8 @@ fn stage_sync(
         report,
     };
     for c in (0..v).rev() {
-        if data_axes.is_empty() {
+        // Nothing to send leaves the stream as it was.
+        if data_axes.is_empty() || stage_bytes <= 0.0 {
             break;
         }
         let (start, stop) = timeline.last_backward[i][c];

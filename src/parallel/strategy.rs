@@ -476,6 +476,37 @@ impl Strategy {
         Ok(s)
     }
 
+    /// The strategy in MAD Max's `(INTRA, INTER)` notation over nodes of `devices_per_node`
+    /// devices (what [`Strategy::from_madmax`] reads back), when it is one of the
+    /// notation's: no pipeline, kernel or expert parallelism, ZeRO 0 or 3, and tensor
+    /// parallelism over a whole level. The micro-batch, sequence parallelism and
+    /// recomputation are not part of the notation.
+    pub fn madmax(&self, devices_per_node: u64) -> Option<String> {
+        if self.pipeline > 1 || self.kernel.is_some() || self.expert > 1 {
+            return None;
+        }
+        let n = devices_per_node.max(1);
+        let nodes = self.devices() / n;
+        if nodes * n != self.devices() {
+            return None;
+        }
+        let dp = match self.zero {
+            0 => "DDP",
+            3 => "FSDP",
+            _ => return None,
+        };
+        let inner = self.placement.map(|p| p.axes()[0]);
+        let pair = match (self.tensor, self.shard) {
+            (1, 0) => (dp, dp),
+            (1, h) if h == n && nodes > 1 => ("FSDP", "DDP"),
+            (t, 0) if t == self.devices() => ("TP", "TP"),
+            (t, 0) if t == n && inner != Some(Axis::Data) => ("TP", dp),
+            (t, 0) if t == nodes && inner == Some(Axis::Data) => (dp, "TP"),
+            _ => return None,
+        };
+        Some(format!("({}, {})", pair.0, pair.1))
+    }
+
     /// The one check of a strategy's axes against each other, whichever front end built it
     /// (the short form, a YAML file, MAD Max's notation, a search): on failure the YAML key
     /// at fault, its value and what is expected.
@@ -723,6 +754,23 @@ mod tests {
             );
         }
         assert!(Strategy::parse("t8-d2-order=t.t").is_err());
+        // The notation reads back what it wrote.
+        for text in [
+            "(TP, DDP)",
+            "(TP, FSDP)",
+            "(DDP, TP)",
+            "(FSDP, TP)",
+            "(FSDP, DDP)",
+            "(DDP, DDP)",
+            "(FSDP, FSDP)",
+            "(TP, TP)",
+        ] {
+            let s = Strategy::from_madmax(text, 8, 128).unwrap();
+            assert_eq!(s.madmax(8).as_deref(), Some(text), "{s}");
+        }
+        for other in ["t2-d64", "t8-d8-p2", "d128-z1", "t8-d16-order=d.t"] {
+            assert_eq!(Strategy::parse(other).unwrap().madmax(8), None, "{other}");
+        }
     }
 
     #[test]

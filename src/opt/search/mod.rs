@@ -16,10 +16,13 @@
 //!    needs no more memory (*pruned by bound*: it can enter neither the top N nor the
 //!    front); placements are bounded the same way (`Plan::best_mapping`).
 //!
+//! [`layered`] then gives each layer type its own split, from the best uniform strategies.
+//!
 //! The user's base strategy is always priced and wins ties, so a feasible base is never
 //! beaten by a slower result. Chunks are fixed and the incumbent moves only between them:
 //! the same inputs give the same counts and the same answer on any number of threads.
 
+pub mod layered;
 pub mod space;
 
 use std::collections::HashMap;
