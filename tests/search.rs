@@ -285,8 +285,11 @@ fn embedded(file: &str) -> Workload {
 
 /// Every layer type under one strategy, priced part by part, agrees with the uniform
 /// prediction: the composition (parts one after another in each step, one schedule, one
-/// communication stream) adds no time of its own beyond how buckets and gathers of
-/// different types meet. Measured: 0.0%-0.6%.
+/// communication stream) differs only in how buckets and gathers of different types meet.
+/// Without repeated layers a type's gradient buckets meet only its own blocking collectives
+/// on a shared fabric: for DLRM-A under t16-d8-sp the dense layers' buckets no longer slow
+/// the tables' backward all-to-all on RoCE, 1.2% faster than the uniform prediction; the
+/// transformers agree within 0.02%, the other DLRMs within 0.4%.
 #[test]
 fn one_strategy_for_every_layer_type_prices_as_the_uniform_strategy() {
     for (template, file, devices, strategy) in [
@@ -330,7 +333,7 @@ fn one_strategy_for_every_layer_type_prices_as_the_uniform_strategy() {
         let parts = LayerStrategy::uniform(&types, s);
         let layered = predict_layered(&w, &arch, &net, node, &parts, &mut ws).unwrap();
         let error = layered.time_per_iteration_s / uniform.time_per_iteration_s - 1.0;
-        assert!(error.abs() < 0.01, "{file} {strategy}: {error:+.4}");
+        assert!(error.abs() < 0.015, "{file} {strategy}: {error:+.4}");
         let memory = layered.memory_per_device_bytes / uniform.memory_per_device_bytes - 1.0;
         assert!(
             memory.abs() < 1e-9,
@@ -434,7 +437,7 @@ fn per_layer_type_descent_matches_the_exhaustive_product_on_8_devices() {
     let local = search_layered(&w, &arch, &net, node, &[start]);
     let best = local.best.clone().unwrap();
     let types = w.graph().layer_types();
-    let options = alternatives(&start, 8, 32, 8, node);
+    let options = alternatives(&start, 8, 32, 8, node, false);
     assert_eq!(options.len(), 24);
     let mut ws = Workspace::new(&arch);
     let mut exhaustive = f64::INFINITY;

@@ -40,6 +40,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let network = system.network(&arch, devices)?;
     super::check_precision(&workload_file, &workload, &arch)?;
     if let Some(text) = args.strategy.filter(|t| is_per_layer_type(t)) {
+        if args.carbon.is_some() {
+            bail!(
+                "--grid-kg-per-kwh: a per-layer-type prediction reports no energy yet; give \
+                 one strategy for every layer"
+            );
+        }
         let s = LayerStrategy::parse(text)?;
         let p = predict_layered(
             &workload,

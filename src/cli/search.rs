@@ -49,8 +49,9 @@ pub struct SearchArgs {
     #[arg(long)]
     exhaustive: bool,
     /// Then give each layer type (embeddings, attention, dense layers, experts, a feature
-    /// interaction) its own split, starting from the best uniform strategies (MAD Max
-    /// Sec. 4), and print the best per-layer-type strategy beside the best uniform one.
+    /// interaction) its own split, starting from the first 4 strategies of the top N that
+    /// fit (MAD Max Sec. 4), and print the best per-layer-type strategy beside the best
+    /// uniform one, both priced per layer type.
     #[arg(long)]
     per_layer_type: bool,
     /// Write the top N and the Pareto front to this CSV file.
@@ -274,7 +275,7 @@ fn render(report: &Report) -> String {
 fn render_layered(s: &mut String, l: &LayeredResult) {
     let _ = writeln!(
         s,
-        "\nPer layer type (MAD Max Sec. 4), from the {} fastest uniform strategies: {} \
+        "\nPer layer type (MAD Max Sec. 4), from the {} fastest uniform strategies that fit: {} \
          assignments priced, {} invalid, {} out of memory, {} ruled out by a lower bound",
         l.starts.len(),
         l.evaluated,

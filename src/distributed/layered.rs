@@ -4,11 +4,13 @@
 //! `(TP, DDP)` and the dense layers under `(FSDP, DDP)`.
 //!
 //! An iteration is priced from one [`Plan`] per layer type, each over the graph of that
-//! type's kernels alone ([`Graph::part`]), on that plan's best mapping. Every step runs the
-//! parts one after another (their blocking collectives included), plus the resharding of
-//! activations where consecutive layers lay them out differently; the parts share one
-//! pipeline schedule, and their gradient buckets one communication stream
-//! ([`timeline::finish_parts`]). The parts share the pipeline degree, chunks, schedule,
+//! type's kernels alone ([`Graph::part`]), on that plan's best mapping. Every step holds the
+//! parts' work (their blocking collectives included), plus the resharding of activations
+//! where consecutive layers lay them out differently; the parts share one pipeline
+//! schedule, and their gradient buckets one communication stream
+//! ([`timeline::finish_parts`]): layer by layer in a transformer, where the types
+//! alternate; one type after another in a model without repeated layers, whose buckets then
+//! meet only their own type's blocking collectives on a shared fabric. The parts share the pipeline degree, chunks, schedule,
 //! recomputation and micro-batch count; each picks its own tensor, data, sequence and ZeRO
 //! split.
 //!
@@ -32,7 +34,7 @@ use super::timeline::{self, Part, StageTimes};
 use crate::generator::Architecture;
 use crate::network::collective::Collective;
 use crate::network::Network;
-use crate::parallel::strategy::StrategyError;
+use crate::parallel::strategy::{Placement, StrategyError};
 use crate::parallel::{Axis, Mapping, Strategy};
 use crate::violation::Violation;
 use crate::workload::{Graph, LayerType, Phase, Position, Split, Workload};
@@ -319,11 +321,12 @@ impl LayeredPlan {
                 names.join(", ")
             )));
         }
-        let tensor = |k: &&crate::workload::Kernel| matches!(k.split, Split::Column | Split::Row);
         if let Some((t, s)) = strategy.parts.iter().find(|(_, s)| s.tensor > 1) {
-            if !graph.kernels.iter().any(|k| tensor(&k)) {
+            let tensor =
+                |k: &crate::workload::Kernel| matches!(k.split, Split::Column | Split::Row);
+            if !graph.kernels.iter().any(tensor) {
                 return Err(fail(format!(
-                    "the {} layers' t{}: tensor parallelism needs a transformer's column/row                      linear layers",
+                    "the {} layers' t{}: tensor parallelism needs a transformer's column/row linear layers",
                     t.name(),
                     s.tensor
                 )));
@@ -393,7 +396,14 @@ impl LayeredPlan {
         })
     }
 
-    /// The fullest device's memory (every type's share), bytes.
+    /// The workload's layer types, in the order of their first forward kernel.
+    pub fn types(&self) -> &[LayerType] {
+        &self.types
+    }
+
+    /// The fullest device's memory (every type's share), bytes. Each type's fullest stage
+    /// is counted: exact without pipeline parallelism, and an upper bound with it when the
+    /// types' fullest stages differ.
     pub fn memory_per_device_bytes(&self) -> f64 {
         self.memory.total_bytes()
     }
@@ -423,9 +433,10 @@ impl LayeredPlan {
         self.evaluate(&maps)
     }
 
-    /// The iteration with each type's part on its mapping in `maps` (in the plan's type
-    /// order).
+    /// The iteration with each type's part on its mapping in `maps`: one per layer type,
+    /// in the order of [`LayeredPlan::types`].
     pub fn evaluate(&self, maps: &[Mapping]) -> LayeredPrediction {
+        assert_eq!(maps.len(), self.parts.len(), "one mapping per layer type");
         let mut inputs: Vec<timeline::Inputs> = self.parts.iter().map(|p| p.inputs()).collect();
         for i in &mut inputs {
             i.free_end = self.free_end_s;
@@ -494,7 +505,12 @@ impl LayeredPlan {
                     madmax: if tables {
                         Some("(MP)".into())
                     } else {
-                        s.madmax(self.devices_per_node)
+                        // The notation reads the placement: the one this part runs on.
+                        let placed = Strategy {
+                            placement: s.placement.or(Placement::new(&map.order)),
+                            ..*s
+                        };
+                        placed.madmax(self.devices_per_node)
                     },
                     mapping: map.clone(),
                     compute_s: busiest,
@@ -615,11 +631,19 @@ impl LayeredPlan {
                         self.types[b.from].name(),
                         self.types[b.to].name()
                     );
-                    let calls = count * m as f64;
+                    // An exchange both ways is two calls.
+                    let ways = if forward_t > 0.0 && backward_t > 0.0 {
+                        2.0
+                    } else {
+                        1.0
+                    };
+                    let calls = ways * count * m as f64;
+                    let time_s = count * m as f64 * t;
                     match reports.iter_mut().find(|r| r.name == name) {
                         Some(r) => {
+                            r.bytes = (r.bytes * r.calls + bytes * calls) / (r.calls + calls);
                             r.calls += calls;
-                            r.time_s += calls * t;
+                            r.time_s += time_s;
                         }
                         None => reports.push(CommReport {
                             name,
@@ -628,7 +652,7 @@ impl LayeredPlan {
                             group: link.p,
                             bytes,
                             calls,
-                            time_s: calls * t,
+                            time_s,
                             blocking: true,
                         }),
                     }

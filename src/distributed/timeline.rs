@@ -352,40 +352,51 @@ pub(super) struct Part<'a> {
 /// pipeline schedule; then per stage every part's gradient buckets on the one
 /// communication stream, one part after another, and every part's update. The parts share
 /// the strategy's pipeline, chunks, schedule and micro-batch count.
-pub(super) fn finish_parts(parts: &[Part], steps: Vec<Steps>, extra: &[(f64, f64)]) -> Eval {
+pub(super) fn finish_parts(parts: &[Part], steps_of: Vec<Steps>, extra: &[(f64, f64)]) -> Eval {
     let first = parts[0].inputs;
     let (s, m) = (first.s, first.m);
     let mut ledgers = Vec::with_capacity(parts.len());
-    let mut summed: Option<(Vec<Vec<StageSteps>>, Vec<f64>, f64)> = None;
-    for (part, st) in parts.iter().zip(steps) {
+    let mut steps: Vec<Vec<StageSteps>> = Vec::new();
+    let mut tails: Vec<f64> = Vec::new();
+    let mut transfer = 0.0f64;
+    // Backward time of the parts already added, per stage: parts before a part in the
+    // forward pass run after it in the backward pass, so its last reduce-scatters outlast
+    // only what they leave of that.
+    let mut before: Vec<f64> = Vec::new();
+    for (part, st) in parts.iter().zip(steps_of) {
         let Steps {
             mut ledger,
-            steps,
-            tails,
-            transfer,
+            steps: own,
+            tails: own_tails,
+            transfer: own_transfer,
         } = st;
-        let transfer = if part.hands_on {
-            transfer
+        if part.hands_on {
+            transfer = transfer.max(own_transfer);
         } else {
             ledger.comms.retain(|c| c.axis != Axis::Pipeline);
-            0.0
-        };
+        }
         ledgers.push(ledger);
-        summed = Some(match summed {
-            None => (steps, tails, transfer),
-            Some((mut all, mut all_tails, all_transfer)) => {
-                for (stage, add) in all.iter_mut().zip(&steps) {
-                    for (c, a) in stage.iter_mut().zip(add) {
-                        c.forward_s += a.forward_s;
-                        c.backward_s += a.backward_s;
-                    }
-                }
-                all_tails.iter_mut().zip(&tails).for_each(|(t, a)| *t += a);
-                (all, all_tails, all_transfer.max(transfer))
+        if steps.is_empty() {
+            before = own
+                .iter()
+                .map(|c| c.iter().map(|x| x.backward_s).sum())
+                .collect();
+            (steps, tails) = (own, own_tails);
+            continue;
+        }
+        for (tail, (own, done)) in tails.iter_mut().zip(own_tails.iter().zip(&before)) {
+            *tail = tail.max(own - done);
+        }
+        for ((stage, add), done) in steps.iter_mut().zip(&own).zip(before.iter_mut()) {
+            for (c, a) in stage.iter_mut().zip(add) {
+                c.forward_s += a.forward_s;
+                c.backward_s += a.backward_s;
             }
-        });
+            *done += add.iter().map(|x| x.backward_s).sum::<f64>();
+        }
     }
-    let (mut steps, tails, transfer) = summed.expect("an iteration has at least one part");
+    assert!(!steps.is_empty(), "an iteration has at least one part");
+
     for (stage, &(fwd, bwd)) in steps.iter_mut().zip(extra) {
         let v = stage.len() as f64;
         for c in stage.iter_mut() {
@@ -398,15 +409,27 @@ pub(super) fn finish_parts(parts: &[Part], steps: Vec<Steps>, extra: &[(f64, f64
     let mut sparse_busy = 0.0f64;
     let gradients: Vec<_> = parts.iter().map(|p| gradient_sync_of(p.inputs.s)).collect();
     for (i, tail) in tails.iter().enumerate() {
-        let (mut comm_free, mut delay, mut after) = (0.0f64, 0.0, 0.0);
-        // Backward runs the parts last to first: so do their buckets.
-        for ((part, ledger), grads) in parts.iter().zip(&mut ledgers).zip(&gradients).rev() {
-            let st = &part.inputs.stages[i];
-            let (free, d, a) = stage_sync(part.inputs, ledger, &timeline, grads, i, st, comm_free);
-            comm_free = free;
-            delay += d;
-            after += a;
-        }
+        let layered = parts
+            .iter()
+            .all(|p| p.inputs.graph.layers > 0 && !by_weight(&p.inputs.stages[i]));
+        let (comm_free, delay, after) = if parts.len() > 1 && layered {
+            joint_layer_sync(parts, &mut ledgers, &timeline, &gradients, i)
+        } else {
+            // Backward runs the parts last to first: so do their buckets (a part without
+            // gradients leaves the stream as it was).
+            let (mut comm_free, mut delay, mut after) = (0.0f64, 0.0, 0.0);
+            for ((part, ledger), grads) in parts.iter().zip(&mut ledgers).zip(&gradients).rev() {
+                let st = &part.inputs.stages[i];
+                let (free, d, a) =
+                    stage_sync(part.inputs, ledger, &timeline, grads, i, st, comm_free);
+                if st.trained > 0.0 || parts.len() == 1 {
+                    comm_free = free;
+                }
+                delay += d;
+                after += a;
+            }
+            (comm_free, delay, after)
+        };
         end = end.max((timeline.end_s[i] + delay + tail).max(comm_free) + after);
         for (part, ledger) in parts.iter().zip(&mut ledgers) {
             let st = &part.inputs.stages[i];
@@ -617,36 +640,17 @@ fn stage_sync(
     inputs: &Inputs,
     ledger: &mut Ledger,
     timeline: &schedule::Timeline,
-    (data_axes, grad_collective): &(Vec<Axis>, Collective),
+    gradients: &(Vec<Axis>, Collective),
     i: usize,
     st: &StageWork,
     mut comm_free: f64,
 ) -> (f64, f64, f64) {
-    let s = inputs.s;
-    let v = s.interleave as usize;
-    let grad_collective = *grad_collective;
-    let sync_axes = sync_parts(data_axes, st.expert_share());
-    // RC's row groups each hold the stage's weights: they synchronise them whole.
-    // A shard group's device holds 1 / shard of them (hybrid sharding).
-    let held = if s.shard > 0 { s.shard } else { 1 };
-    let stage_bytes =
-        st.trained * inputs.bytes * (s.weight_replicas() / s.data) as f64 / held as f64;
-    let report = (i == 0).then_some(1.0);
+    let v = inputs.s.interleave as usize;
+    let sync = sync_of(inputs, gradients, i, st);
     let mut delay = 0.0;
-    let by_weight = st
-        .backward_order
-        .iter()
-        .any(|e| matches!(e, StepEvent::Gradient(n, _) if *n > 0.0));
-    let sync = Sync {
-        axes: data_axes,
-        expert_axes: &sync_axes,
-        collective: grad_collective,
-        stage_bytes,
-        report,
-    };
+    let by_weight = by_weight(st);
     for c in (0..v).rev() {
-        // Nothing to send leaves the stream as it was.
-        if data_axes.is_empty() || stage_bytes <= 0.0 {
+        if sync.axes.is_empty() {
             break;
         }
         let (start, stop) = timeline.last_backward[i][c];
@@ -670,12 +674,181 @@ fn stage_sync(
         comm_free = shared.sync_end_s;
         delay += shared.delay_s;
     }
+    (comm_free, delay, after_of(inputs, ledger, st, &sync))
+}
+
+/// Whether a stage's gradients leave weight by weight (graphs without repeated layers).
+fn by_weight(st: &StageWork) -> bool {
+    st.backward_order
+        .iter()
+        .any(|e| matches!(e, StepEvent::Gradient(n, _) if *n > 0.0))
+}
+
+/// Stage `i`'s gradient synchronisation under `inputs`' strategy.
+fn sync_of<'a>(
+    inputs: &Inputs,
+    (data_axes, collective): &'a (Vec<Axis>, Collective),
+    i: usize,
+    st: &StageWork,
+) -> Sync<'a> {
+    let s = inputs.s;
+    // RC's row groups each hold the stage's weights: they synchronise them whole.
+    // A shard group's device holds 1 / shard of them (hybrid sharding).
+    let held = if s.shard > 0 { s.shard } else { 1 };
+    Sync {
+        axes: data_axes,
+        expert_axes: sync_parts(data_axes, st.expert_share()),
+        collective: *collective,
+        stage_bytes: st.trained * inputs.bytes * (s.weight_replicas() / s.data) as f64
+            / held as f64,
+        report: (i == 0).then_some(1.0),
+    }
+}
+
+/// What follows a stage's schedule: its update, and under ZeRO-1/2 the gather of the
+/// updated weights.
+fn after_of(inputs: &Inputs, ledger: &mut Ledger, st: &StageWork, sync: &Sync) -> f64 {
+    let s = inputs.s;
     let mut after = st.update_s;
     if s.zero >= 1 && s.zero < 3 {
         let parts = sync_parts(&[Axis::Data], st.expert_share());
-        let need = (Collective::AllGather, stage_bytes);
-        after += ledger.charge_parts("updated weights", &parts, need, 1.0, false, report);
+        let need = (Collective::AllGather, sync.stage_bytes);
+        after += ledger.charge_parts("updated weights", &parts, need, 1.0, false, sync.report);
     }
+    after
+}
+
+/// The gradient synchronisation of stage `i` under several parts whose layers alternate
+/// inside every repeated layer (attention, then the feed-forward): layer by layer, each
+/// part's backward compute, its blocking collectives and its bucket, on one stream. Each
+/// part's share of a layer's time is its backward step, plus the window's slack in
+/// proportion (a single part gets [`layer_buckets`]' pieces exactly). Returns what
+/// [`stage_sync`] does.
+fn joint_layer_sync(
+    parts: &[Part],
+    ledgers: &mut [Ledger],
+    timeline: &schedule::Timeline,
+    gradients: &[(Vec<Axis>, Collective)],
+    i: usize,
+) -> (f64, f64, f64) {
+    let first = parts[0].inputs;
+    let v = first.s.interleave as usize;
+    let (vf, layers) = (v as f64, layers_per_chunk(first));
+    let l = layers as f64;
+    let syncs: Vec<Sync> = parts
+        .iter()
+        .zip(gradients)
+        .map(|(p, g)| sync_of(p.inputs, g, i, &p.inputs.stages[i]))
+        .collect();
+    // Per part, in backward order (last part first): per layer its blocking phases, its
+    // bucket's phases and bytes, and its backward compute.
+    struct Layer {
+        blocking: Vec<(usize, f64)>,
+        bucket: Vec<(usize, f64)>,
+        bytes: f64,
+        compute: f64,
+        part: usize,
+    }
+    let per_layer: Vec<Layer> = (0..parts.len())
+        .rev()
+        .map(|k| {
+            let (p, sync) = (&parts[k], &syncs[k]);
+            let (st, map) = (&p.inputs.stages[i], ledgers[k].map);
+            let bytes = if sync.axes.is_empty() {
+                0.0
+            } else {
+                sync.stage_bytes / (vf * l)
+            };
+            Layer {
+                blocking: st
+                    .backward_needs
+                    .iter()
+                    .flat_map(|(count, n)| need_phases(map, n, count / (vf * l)))
+                    .collect(),
+                bucket: if bytes > 0.0 {
+                    sync.expert_axes
+                        .iter()
+                        .flat_map(|&(axis, f)| map.link(axis).phases(sync.collective, bytes * f))
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+                bytes,
+                compute: st.backward_s / (vf * l),
+                part: k,
+            }
+        })
+        .collect();
+    let meets = per_layer.iter().any(|a| {
+        a.bucket.iter().any(|b| {
+            per_layer
+                .iter()
+                .any(|c| c.blocking.iter().any(|x| x.0 == b.0))
+        })
+    });
+    let (mut comm_free, mut delay) = (0.0f64, 0.0);
+    for c in (0..v).rev() {
+        let (start, stop) = timeline.last_backward[i][c];
+        let charge = |ledgers: &mut [Ledger]| {
+            for x in per_layer.iter().filter(|x| x.bytes > 0.0) {
+                let sync = &syncs[x.part];
+                let need = (sync.collective, x.bytes);
+                ledgers[x.part].charge_parts(
+                    "gradient sync",
+                    &sync.expert_axes,
+                    need,
+                    1.0,
+                    false,
+                    sync.report,
+                );
+            }
+        };
+        if !meets {
+            // Nothing meets on a fabric: each bucket leaves as its layer ends.
+            let layer = (stop - start) / l;
+            for j in 0..layers {
+                charge(ledgers);
+                for x in &per_layer {
+                    let send: f64 = x.bucket.iter().map(|p| p.1).sum();
+                    if send > 0.0 {
+                        comm_free = comm_free.max(start + layer * (j + 1) as f64) + send;
+                    }
+                }
+            }
+            continue;
+        }
+        let busy: f64 = per_layer
+            .iter()
+            .map(|x| x.compute + x.blocking.iter().map(|p| p.1).sum::<f64>())
+            .sum();
+        let compute: f64 = per_layer.iter().map(|x| x.compute).sum();
+        let slack = ((stop - start) / l - busy).max(0.0);
+        let mut pieces = Vec::with_capacity(3 * layers * per_layer.len());
+        for _ in 0..layers {
+            charge(ledgers);
+            for x in &per_layer {
+                let share = if compute > 0.0 {
+                    x.compute / compute
+                } else {
+                    1.0 / per_layer.len() as f64
+                };
+                pieces.push(Piece::Compute(x.compute + slack * share));
+                pieces.push(Piece::Blocking(x.blocking.clone()));
+                if !x.bucket.is_empty() {
+                    pieces.push(Piece::Bucket(x.bucket.clone()));
+                }
+            }
+        }
+        let shared = schedule::shared_step(&pieces, start, comm_free);
+        comm_free = shared.sync_end_s;
+        delay += shared.delay_s;
+    }
+    let after = parts
+        .iter()
+        .zip(ledgers.iter_mut())
+        .zip(&syncs)
+        .map(|((p, ledger), sync)| after_of(p.inputs, ledger, &p.inputs.stages[i], sync))
+        .sum();
     (comm_free, delay, after)
 }
 
@@ -683,7 +856,7 @@ fn stage_sync(
 struct Sync<'a> {
     axes: &'a [Axis],
     /// `axes` with the stage's experts among their replicas.
-    expert_axes: &'a [(Axis, f64)],
+    expert_axes: Vec<(Axis, f64)>,
     collective: Collective,
     /// The stage's gradient bytes (all its chunks).
     stage_bytes: f64,
@@ -741,7 +914,7 @@ fn layer_buckets(
     let vf = inputs.s.interleave as f64;
     let layers = layers_per_chunk(inputs);
     let l = layers as f64;
-    let sync_axes = sync.expert_axes;
+    let sync_axes = &sync.expert_axes;
     let per_layer: Vec<(usize, f64)> = st
         .backward_needs
         .iter()

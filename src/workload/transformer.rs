@@ -244,6 +244,8 @@ pub(super) fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: 
     g.dense_parameters(w.vocab as f64 * h as f64);
     g.set_in_layer(true);
     g.split = Split::Replicated;
+    // Full recomputation keeps each layer's input: the attention's, which opens the layer.
+    g.layer = LayerType::Attention;
     g.layer_input(t * h as f64 * bytes, l);
     transformer_layers(&mut g, &w.layer_shape(), l, batch, s, keys, bytes);
     // The final norm, logits and loss go with the (vocabulary-parallel) embedding.
@@ -331,8 +333,12 @@ pub(super) fn transformer_layers(
         1.0,
         0.0,
     );
-    // Two norm scales (and shifts) per layer.
-    g.dense_parameters((4 * h * l) as f64);
+    // Two norm scales (and shifts) per layer: the attention's, then the feed-forward's.
+    let feed_forward = g.layer;
+    tag(g, LayerType::Attention);
+    g.dense_parameters((2 * h * l) as f64);
+    g.layer = feed_forward;
+    g.dense_parameters((2 * h * l) as f64);
 }
 
 /// Self-attention of `l` layers: norm, QKV projection (grouped-query: `kv_heads` key and

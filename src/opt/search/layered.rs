@@ -54,12 +54,21 @@ pub struct LayeredResult {
 /// schedule, recomputation and micro-batch count `m`, any tensor degree dividing a
 /// stage's devices, ZeRO 0-3, sequence parallelism with tensor parallelism, a hybrid shard
 /// group of one node under ZeRO-3. `batch`: samples per iteration.
-pub fn alternatives(base: &Strategy, m: u64, batch: u64, devices: u64, node: u64) -> Vec<Strategy> {
+pub fn alternatives(
+    base: &Strategy,
+    m: u64,
+    batch: u64,
+    devices: u64,
+    node: u64,
+    experts: bool,
+) -> Vec<Strategy> {
     let per_stage = devices / base.pipeline.max(1);
+    // Only the experts' layers spread experts.
+    let expert = if experts { base.expert } else { 1 };
     let mut out = Vec::new();
     for t in divisors(per_stage) {
         let d = per_stage / t;
-        if batch % (d * m) != 0 || d % base.expert != 0 {
+        if batch % (d * m) != 0 || d % expert != 0 {
             continue;
         }
         let mb = batch / (d * m);
@@ -84,6 +93,7 @@ pub fn alternatives(base: &Strategy, m: u64, batch: u64, devices: u64, node: u64
                         prefetch: true,
                         placement: None,
                         kernel: None,
+                        expert,
                         ..*base
                     });
                 }
@@ -129,7 +139,7 @@ impl Pricer<'_> {
 
 /// Searches per-layer-type strategies for `workload` on `arch` x `net` (nodes of `node`
 /// devices) from each of `starts` (uniform strategies, best first; those that cannot run
-/// or fit are skipped).
+/// or fit, and RC/CR kernel splits, are skipped).
 pub fn search_layered(
     workload: &Workload,
     arch: &Architecture,
@@ -160,7 +170,8 @@ pub fn search_layered(
         Priced::Bound => r.pruned_by_bound += 1,
     };
     let batch = workload.graph().samples.round() as u64;
-    for start in starts {
+    // Per-layer-type strategies split layers with t, d, sp and ZeRO, not RC/CR.
+    for start in starts.iter().filter(|s| s.kernel.is_none()) {
         let graph = workload.graph_with(start.recompute);
         let types = graph.layer_types();
         // Tables split table-wise whatever the strategy: nothing to choose for them.
@@ -185,13 +196,14 @@ pub fn search_layered(
             result.uniform = Some((*current).clone());
         }
         let m = current.micro_batches;
-        let options = alternatives(start, m, batch, net.devices, node);
+        let options =
+            |t: LayerType| alternatives(start, m, batch, net.devices, node, t == LayerType::Expert);
         let mut assignment = uniform;
         for _ in 0..ROUNDS {
             let mut moved = false;
             for &t in &searched {
                 let beat = current.time_per_iteration_s;
-                let tries: Vec<LayerStrategy> = options
+                let tries: Vec<LayerStrategy> = options(t)
                     .iter()
                     .filter(|o| assignment.strategy(t) != Some(*o))
                     .filter_map(|o| with(&assignment, t, *o))
