@@ -8,13 +8,18 @@
 //!   times and graphs);
 //! - evaluate: one mapping (the best ordering) priced, warm;
 //! - search: `opt::search` over the full strategy space of GPT-3 175B on 1024 A100s from
-//!   Megatron's strategy (top 10).
+//!   Megatron's strategy (top 10);
+//! - per layer type: Megatron's GPT-3 strategy for every layer type priced part by part
+//!   (`predict_layered`, warm), and the per-layer-type search of DLRM-A-Transformer on
+//!   ZionEX from its best uniform strategy.
 
 use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use stackflow::config::Source;
-use stackflow::distributed::{evaluate_with, predict, predict_with};
+use stackflow::distributed::{
+    evaluate_with, predict, predict_layered, predict_with, LayerStrategy,
+};
 use stackflow::network::System;
 use stackflow::opt::search::{enumerate_from, search, Settings};
 use stackflow::opt::Progress;
@@ -64,6 +69,14 @@ fn bench(c: &mut Criterion) {
                 evaluate_with(w, &a100, &net, &strategy, &order, &mut ev)
             })
         });
+        let types = workload.graph_with(strategy.recompute).layer_types();
+        let parts = LayerStrategy::uniform(&types, strategy);
+        g.bench_function(format!("predict {name} per layer type, warm"), |b| {
+            b.iter(|| {
+                let w = std::hint::black_box(&workload);
+                predict_layered(w, &a100, &net, 8, &parts, &mut ev)
+            })
+        });
     }
     g.finish();
     let mut g = c.benchmark_group("search");
@@ -83,6 +96,23 @@ fn bench(c: &mut Criterion) {
                 Some(&base),
                 &Settings::default(),
                 &none,
+            )
+        })
+    });
+    let zionex = System::load(Source::Embedded, Path::new("templates/zionex.yaml")).unwrap();
+    let z = zionex.accelerator().unwrap();
+    let znet = zionex.network(&z, 128).unwrap();
+    let dlrm =
+        Workload::load(Source::Embedded, Path::new("workloads/dlrm-a-transformer.yaml")).unwrap();
+    let start = Strategy::parse("t1-d128-mb128-z3-hs8").unwrap();
+    g.bench_function("per-layer-type search dlrm-a-transformer on zionex", |b| {
+        b.iter(|| {
+            stackflow::opt::search::layered::search_layered(
+                std::hint::black_box(&dlrm),
+                &z,
+                &znet,
+                zionex.devices_per_node(),
+                &[start],
             )
         })
     });
