@@ -5,7 +5,8 @@
 //! - cold: a freshly built network with no memoised group shapes (one CLI prediction);
 //! - warm: the network's group shapes and the kernel times already computed (a search over
 //!   designs or strategies on one topology, which keeps its `distributed::Workspace`: kernel
-//!   times and graphs);
+//!   times, graphs, and each strategy's stage work and schedule end with free
+//!   communication);
 //! - evaluate: one mapping (the best ordering) priced, warm;
 //! - search: `opt::search` over the full strategy space of GPT-3 175B on 1024 A100s from
 //!   Megatron's strategy (top 10);
@@ -102,8 +103,11 @@ fn bench(c: &mut Criterion) {
     let zionex = System::load(Source::Embedded, Path::new("templates/zionex.yaml")).unwrap();
     let z = zionex.accelerator().unwrap();
     let znet = zionex.network(&z, 128).unwrap();
-    let dlrm =
-        Workload::load(Source::Embedded, Path::new("workloads/dlrm-a-transformer.yaml")).unwrap();
+    let dlrm = Workload::load(
+        Source::Embedded,
+        Path::new("workloads/dlrm-a-transformer.yaml"),
+    )
+    .unwrap();
     let start = Strategy::parse("t1-d128-mb128-z3-hs8").unwrap();
     g.bench_function("per-layer-type search dlrm-a-transformer on zionex", |b| {
         b.iter(|| {

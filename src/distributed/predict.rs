@@ -3,6 +3,7 @@
 //! memory of the fullest device); [`Plan::evaluate`] prices one mapping; [`predict`] is the
 //! convenience that asks [`crate::parallel::mapping::best_placement`] for the best one.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::fit::{fit, fit_graph, Fit, FitError};
@@ -127,15 +128,26 @@ impl Fitted {
     /// The plan with every stage's work already timed (`stages`, from the
     /// [`Fitted::stages_work`] of a strategy with the same [`Fitted::work_key`]).
     pub fn plan_with(self, arch: &Architecture, stages: StagesWork) -> Plan {
+        let free_end_s = self.free_end_s(&stages);
+        self.plan_ended(arch, stages, free_end_s)
+    }
+
+    /// The end of the schedule of `stages` with free communication.
+    fn free_end_s(&self, stages: &StagesWork) -> f64 {
+        let times: Vec<StageTimes> = stages.0.iter().map(|st| StageTimes::of(st)).collect();
+        timeline::free_schedule_end(&self.strategy, &times, self.fit.micro_batches)
+    }
+
+    /// [`Fitted::plan_with`] with the schedule's end with free communication known.
+    fn plan_ended(self, arch: &Architecture, stages: StagesWork, free_end_s: f64) -> Plan {
         let s = &self.strategy;
         let fit = self.fit;
         let stages = stages.0;
         debug_assert_eq!(stages.len() as u64, s.pipeline);
-        let times: Vec<StageTimes> = stages.iter().map(|st| StageTimes::of(st)).collect();
         Plan {
             strategy: *s,
             table_wise: fit.graph.kernels.iter().any(|k| k.split == Split::Table),
-            free_end_s: timeline::free_schedule_end(s, &times, fit.micro_batches),
+            free_end_s,
             fit,
             stages,
             memory: self.memory,
@@ -196,15 +208,14 @@ impl Plan {
         strategy: &Strategy,
         workspace: &mut Workspace,
     ) -> Result<Plan, FitError> {
-        let fit = match workload.serving() {
-            Some(_) => fit(workload, strategy, net.devices)?,
-            None => {
-                let graph = workspace.graph(workload, strategy.recompute);
-                fit_graph(workload, graph, strategy, net.devices)?
-            }
-        };
+        if workload.serving().is_some() {
+            let fitted = Fitted::of(fit(workload, strategy, net.devices)?, arch, net, strategy)?;
+            return Ok(fitted.plan(arch, &mut workspace.evaluator));
+        }
+        let graph = workspace.graph(workload, strategy.recompute);
+        let fit = fit_graph(workload, graph, strategy, net.devices)?;
         let fitted = Fitted::of(fit, arch, net, strategy)?;
-        Ok(fitted.plan(arch, &mut workspace.evaluator))
+        Ok(workspace.plan(workload, fitted, arch))
     }
 
     /// The iteration with every communication free: a lower bound under any mapping.
@@ -414,20 +425,66 @@ pub fn predict(
 pub struct Workspace {
     pub(super) evaluator: Evaluator,
     graphs: Vec<(GraphKey, Arc<Graph>)>,
+    /// Strategies planned: their stages' work, and their schedule's end with free
+    /// communication by (interleave, GPipe), for the energy rates and embedding engines of
+    /// `planned_for` (the stage work's other inputs than the kernel times).
+    plans: HashMap<PlanKey, (StagesWork, Vec<FreeEnd>)>,
+    planned_for: Option<(EnergyRates, bool)>,
 }
 
 /// A workload's name and a recomputation override.
 type GraphKey = (String, Option<Recompute>);
 
+/// A workload's name, recomputation and [`Fitted::work_key`].
+type PlanKey = (String, Option<Recompute>, Strategy, u64);
+
+/// A schedule (interleave, GPipe) and its end with free communication.
+type FreeEnd = ((u64, bool), f64);
+
 impl Workspace {
     /// Graphs a workspace keeps before it starts over.
     const GRAPHS_KEPT: usize = 64;
+    /// Planned strategies a workspace keeps before it starts over.
+    const PLANS_KEPT: usize = 1024;
 
     pub fn new(arch: &Architecture) -> Workspace {
         Workspace {
             evaluator: Evaluator::new(arch),
             graphs: Vec::new(),
+            plans: HashMap::new(),
+            planned_for: None,
         }
+    }
+
+    /// `fitted` planned on `arch`, its stages' work and schedule end with free
+    /// communication reused when a strategy with the same work was planned before.
+    fn plan(&mut self, workload: &Workload, fitted: Fitted, arch: &Architecture) -> Plan {
+        let inputs = (EnergyRates::of(arch), arch.core.sparse_cores > 0);
+        if self.planned_for.as_ref() != Some(&inputs) {
+            self.plans.clear();
+            self.planned_for = Some(inputs);
+        }
+        let (work, f_tok) = fitted.work_key();
+        let key = (workload.name(), fitted.strategy.recompute, work, f_tok);
+        if !self.plans.contains_key(&key) {
+            if self.plans.len() >= Self::PLANS_KEPT {
+                self.plans.clear();
+            }
+            let stages = fitted.stages_work(arch, &mut self.evaluator);
+            self.plans.insert(key.clone(), (stages, Vec::new()));
+        }
+        let (stages, ends) = self.plans.get_mut(&key).expect("inserted above");
+        let schedule = (fitted.strategy.interleave, fitted.strategy.gpipe);
+        let free_end_s = match ends.iter().find(|e| e.0 == schedule) {
+            Some(e) => e.1,
+            None => {
+                let end = fitted.free_end_s(stages);
+                ends.push((schedule, end));
+                end
+            }
+        };
+        let stages = stages.clone();
+        fitted.plan_ended(arch, stages, free_end_s)
     }
 
     /// The machine whose kernel times it keeps (equal machines share them exactly).
