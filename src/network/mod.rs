@@ -303,18 +303,30 @@ impl Network {
     /// and `degree` is 0) get when they communicate at once, and the fabrics one group
     /// spans: how a parallel axis's groups lie. Memoised by (degree, stride).
     pub fn strided_link(&self, degree: u64, stride: u64) -> (GroupLink, Vec<String>) {
-        if let Some((shape, span)) = self.memo.get_strided((degree, stride)) {
-            return (self.link_of(&shape), span);
+        let (shape, span) = self.strided_shape(degree, stride);
+        (self.link_of(&shape), span)
+    }
+
+    /// The shape of the groups of [`Network::strided_link`] and the fabrics one spans;
+    /// symmetric ones ([`Network::symmetric`]) without listing the groups.
+    fn strided_shape(&self, degree: u64, stride: u64) -> (Arc<GroupShape>, Vec<String>) {
+        if let Some(found) = self.memo.get_strided((degree, stride)) {
+            return found;
         }
-        let groups: Groups = (0..self.devices)
-            .filter(|dev| (dev / stride) % degree == 0)
-            .map(|base| (0..degree).map(|c| base + c * stride).collect())
-            .collect();
-        let shape = self.group_shape(&groups);
-        let span = self.spanned(&groups[0]);
+        let (shape, span) = if self.symmetric_strided(degree, stride) {
+            let g0: Vec<u64> = (0..degree).map(|c| c * stride).collect();
+            let span = self.spanned(&g0);
+            (Arc::new(self.symmetric_shape(stride, degree)), span)
+        } else {
+            let groups: Groups = (0..self.devices)
+                .filter(|dev| (dev / stride) % degree == 0)
+                .map(|base| (0..degree).map(|c| base + c * stride).collect())
+                .collect();
+            (self.group_shape(&groups), self.spanned(&groups[0]))
+        };
         self.memo
             .insert_strided((degree, stride), (shape.clone(), span.clone()));
-        (self.link_of(&shape), span)
+        (shape, span)
     }
 
     /// Prices a group shape with this network's port bandwidths.
@@ -346,46 +358,175 @@ impl Network {
         if let Some(shape) = self.memo.get(groups) {
             return shape;
         }
-        let p = groups.first().map_or(1, |g| g.len() as u64);
-        let shape = if p <= 1 {
-            GroupShape {
-                p,
-                ..GroupShape::default()
-            }
-        } else {
-            let mut loads = vec![0.0; self.devices as usize * self.ports];
-            let ring_step_s = self.load(
-                groups.iter().flat_map(|g| {
-                    let n = g.len();
-                    (0..n).flat_map(move |i| [(g[i], g[(i + 1) % n]), (g[(i + 1) % n], g[i])])
-                }),
-                &mut loads,
-            );
-            let ring = self.peak(&loads);
-            // Pipeline successor: the open chain.
-            loads.iter_mut().for_each(|l| *l = 0.0);
-            let next_s = self.load(
-                groups
-                    .iter()
-                    .flat_map(|g| g.windows(2).map(|w| (w[0], w[1]))),
-                &mut loads,
-            );
-            let next = self.peak(&loads);
-            let (pair, pair_step_s, all_to_all_s) = self.all_pairs(groups, &mut loads);
-            GroupShape {
-                p,
-                level: self.outermost(&groups[0]).unwrap_or(0),
-                ring,
-                ring_step_s,
-                pair,
-                pair_step_s,
-                all_to_all_s,
-                next,
-                next_s,
-                hierarchy: self.hierarchy(groups),
-            }
+        let shape = match self.symmetric(groups) {
+            Some((stride, degree)) => self.symmetric_shape(stride, degree),
+            None => self.enumerated_shape(groups),
         };
         self.memo.insert(groups, shape)
+    }
+
+    /// [`Network::group_shape`] by routing every edge of every group.
+    fn enumerated_shape(&self, groups: &[Vec<u64>]) -> GroupShape {
+        let p = groups.first().map_or(1, |g| g.len() as u64);
+        if p <= 1 {
+            return GroupShape {
+                p,
+                ..GroupShape::default()
+            };
+        }
+        let mut loads = vec![0.0; self.devices as usize * self.ports];
+        let ring_step_s = self.load(
+            groups.iter().flat_map(|g| {
+                let n = g.len();
+                (0..n).flat_map(move |i| [(g[i], g[(i + 1) % n]), (g[(i + 1) % n], g[i])])
+            }),
+            &mut loads,
+        );
+        let ring = self.peak(&loads);
+        // Pipeline successor: the open chain.
+        loads.iter_mut().for_each(|l| *l = 0.0);
+        let next_s = self.load(
+            groups
+                .iter()
+                .flat_map(|g| g.windows(2).map(|w| (w[0], w[1]))),
+            &mut loads,
+        );
+        let next = self.peak(&loads);
+        let (pair, pair_step_s, all_to_all_s) = self.all_pairs(groups, &mut loads);
+        GroupShape {
+            p,
+            level: self.outermost(&groups[0]).unwrap_or(0),
+            ring,
+            ring_step_s,
+            pair,
+            pair_step_s,
+            all_to_all_s,
+            next,
+            next_s,
+            hierarchy: self.hierarchy(groups),
+        }
+    }
+
+    /// `Some((stride, degree))` when `groups` are the groups of `degree` devices `stride`
+    /// apart (as [`Network::strided_link`] lists them), every fabric is a switch, and the
+    /// fabrics' and the groups' boundaries nest (each of the strides, `stride` and
+    /// `stride x degree` divides the next larger). Then permuting each fabric's coordinate
+    /// digit by digit maps the network onto itself and the groups onto each other, and
+    /// moves any device to any other with the same position in its group: every device at
+    /// a given position carries the same load, which the first group's routes alone give.
+    fn symmetric(&self, groups: &[Vec<u64>]) -> Option<(u64, u64)> {
+        let g0 = groups.first()?;
+        let degree = g0.len() as u64;
+        let stride = g0.get(1)?.checked_sub(g0[0])?;
+        if g0[0] != 0 || groups.len() as u64 * degree != self.devices {
+            return None;
+        }
+        if !self.symmetric_strided(degree, stride) {
+            return None;
+        }
+        let mut bases = (0..self.devices).filter(|d| (d / stride) % degree == 0);
+        let strided = groups.iter().all(|g| {
+            bases.next().is_some_and(|base| {
+                g.len() as u64 == degree
+                    && g.iter()
+                        .enumerate()
+                        .all(|(c, &d)| d == base + c as u64 * stride)
+            })
+        });
+        strided.then_some((stride, degree))
+    }
+
+    /// Whether the groups of `degree` devices `stride` apart are symmetric (see
+    /// [`Network::symmetric`]).
+    fn symmetric_strided(&self, degree: u64, stride: u64) -> bool {
+        let switches = self
+            .fabrics
+            .iter()
+            .all(|f| matches!(f.shape, Shape::Switch { .. }));
+        if !switches || degree < 2 || stride == 0 || self.devices % (degree * stride) != 0 {
+            return false;
+        }
+        let mut bounds: Vec<u64> = self.stride.clone();
+        bounds.extend([self.devices, stride, stride * degree]);
+        bounds.sort_unstable();
+        bounds.dedup();
+        bounds.windows(2).all(|w| w[1] % w[0] == 0)
+    }
+
+    /// [`Network::enumerated_shape`] of symmetric groups ([`Network::symmetric`]) from the
+    /// first group's routes: a port's load at a device is the load the first group's routes
+    /// put on that port of all devices at the same position in their group.
+    fn symmetric_shape(&self, stride: u64, degree: u64) -> GroupShape {
+        let g0: Vec<u64> = (0..degree).map(|c| c * stride).collect();
+        let g0 = &g0;
+        let ports = self.ports;
+        let position = |port: usize| {
+            let device = (port / ports) as u64;
+            ((device / stride) % degree) as usize * ports + port % ports
+        };
+        let mut by_position = vec![0.0; degree as usize * ports];
+        let route = |edges: &mut dyn Iterator<Item = (u64, u64)>, by: &mut [f64]| {
+            by.iter_mut().for_each(|l| *l = 0.0);
+            let mut longest = 0.0_f64;
+            for (a, b) in edges {
+                let mut latency = 0.0;
+                self.route(a, b, |port, hop_s| {
+                    by[position(port)] += 1.0;
+                    latency += hop_s;
+                });
+                longest = longest.max(latency);
+            }
+            longest
+        };
+        let n = g0.len();
+        let ring_step_s = route(
+            &mut (0..n).flat_map(|i| [(g0[i], g0[(i + 1) % n]), (g0[(i + 1) % n], g0[i])]),
+            &mut by_position,
+        );
+        let ring = self.peak(&by_position);
+        let next_s = route(&mut g0.windows(2).map(|w| (w[0], w[1])), &mut by_position);
+        let next = self.peak(&by_position);
+        let mut loads = vec![0.0; self.devices as usize * ports];
+        let longest = self.all_pairs_switched(std::slice::from_ref(g0), &mut loads);
+        by_position.iter_mut().for_each(|l| *l = 0.0);
+        for (port, &l) in loads.iter().enumerate().filter(|(_, &l)| l != 0.0) {
+            by_position[position(port)] += l;
+        }
+        GroupShape {
+            p: degree,
+            level: self.outermost(g0).unwrap_or(0),
+            ring,
+            ring_step_s,
+            pair: self.peak(&by_position),
+            pair_step_s: longest,
+            all_to_all_s: longest,
+            next,
+            next_s,
+            hierarchy: self.symmetric_hierarchy(g0, stride, degree),
+        }
+    }
+
+    /// [`Network::hierarchy`] of symmetric groups: the members sharing the outermost
+    /// spanned fabric's coordinate are `block / stride` devices `stride` apart, and the
+    /// groups across those blocks `degree x stride / block` devices `block` apart.
+    fn symmetric_hierarchy(
+        &self,
+        g0: &[u64],
+        stride: u64,
+        degree: u64,
+    ) -> Option<Box<(Arc<GroupShape>, Arc<GroupShape>)>> {
+        let block = self.stride[self.outermost(g0)?];
+        if stride >= block {
+            return None;
+        }
+        let (inner, outer) = (block / stride, degree * stride / block);
+        if inner < 2 || outer < 2 {
+            return None;
+        }
+        Some(Box::new((
+            self.strided_shape(inner, stride).0,
+            self.strided_shape(outer, block).0,
+        )))
     }
 
     /// Bandwidth per pair, the longest pair latency and the latency of one all-pairs
@@ -512,6 +653,79 @@ mod tests {
             assert_eq!(routed, counted, "{groups:?}");
             assert!((slow - fast).abs() < 1e-15, "{groups:?}: {slow} vs {fast}");
         }
+    }
+
+    fn same(a: &GroupShape, b: &GroupShape, case: &str) {
+        assert_eq!(a.ring, b.ring, "ring: {case}");
+        assert_eq!(a.next, b.next, "next: {case}");
+        assert_eq!(a.pair, b.pair, "pair: {case}");
+        for (x, y) in [
+            (a.ring_step_s, b.ring_step_s),
+            (a.next_s, b.next_s),
+            (a.pair_step_s, b.pair_step_s),
+            (a.all_to_all_s, b.all_to_all_s),
+        ] {
+            assert!((x - y).abs() <= 1e-15 * y.abs(), "{case}: {x} vs {y}");
+        }
+        assert_eq!((a.p, a.level), (b.p, b.level), "{case}");
+        match (&a.hierarchy, &b.hierarchy) {
+            (None, None) => {}
+            (Some(x), Some(y)) => {
+                same(&x.0, &y.0, &format!("{case}, inner"));
+                same(&x.1, &y.1, &format!("{case}, outer"));
+            }
+            _ => panic!("{case}: hierarchy {:?} vs {:?}", a.hierarchy, b.hierarchy),
+        }
+    }
+
+    /// Symmetric groups priced from their first group equal every group routed, on
+    /// switched networks of one, two and three levels and every strided group the
+    /// mappings make.
+    #[test]
+    fn symmetric_shapes_equal_enumerated_ones() {
+        let nets = [
+            Network::new(vec![
+                Fabric::new("nvswitch", &Topology::Switch, 8, 8e9, 1e-6),
+                Fabric::new("ib", &Topology::FatTree { levels: 2 }, 16, 1e9, 5e-6),
+            ]),
+            Network::new(vec![
+                Fabric::new("nvswitch", &Topology::Switch, 4, 8e9, 1e-6),
+                Fabric::new("leaf", &Topology::Switch, 2, 2e9, 2e-6),
+                Fabric::new("spine", &Topology::FatTree { levels: 3 }, 6, 1e9, 5e-6),
+            ]),
+            Network::new(vec![Fabric::new("one", &Topology::Switch, 12, 8e9, 1e-6)]),
+        ];
+        let mut symmetric = 0;
+        for net in &nets {
+            let n = net.devices;
+            for degree in (2..=n).filter(|d| n % d == 0) {
+                for stride in (1..=n / degree).filter(|s| n % (s * degree) == 0) {
+                    let groups: Groups = (0..n)
+                        .filter(|d| (d / stride) % degree == 0)
+                        .map(|d| (0..degree).map(|c| d + c * stride).collect())
+                        .collect();
+                    if net.symmetric(&groups).is_none() {
+                        continue;
+                    }
+                    symmetric += 1;
+                    let a = net.symmetric_shape(stride, degree);
+                    let b = net.enumerated_shape(&groups);
+                    same(
+                        &a,
+                        &b,
+                        &format!("{n} devices, degree {degree}, stride {stride}"),
+                    );
+                }
+            }
+        }
+        assert!(symmetric >= 30, "{symmetric} symmetric cases");
+        // Groups straddling a node irregularly are not symmetric: 3 of 8 per node.
+        let net = &nets[0];
+        let groups: Groups = (0..128u64)
+            .filter(|d| (d / 3) % 2 == 0 && d + 3 < 128)
+            .map(|d| vec![d, d + 3])
+            .collect();
+        assert!(net.symmetric(&groups).is_none());
     }
 
     #[test]
