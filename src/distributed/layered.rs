@@ -466,7 +466,8 @@ impl LayeredPlan {
             .map(|(i, map)| timeline::stage_steps(i, map))
             .collect();
         let (extra, reshard) = self.reshard(maps);
-        let mut eval = timeline::finish_parts(&parts, steps, &extra);
+        let map_refs: Vec<&Mapping> = maps.iter().collect();
+        let mut eval = timeline::finish_parts(&parts, &map_refs, steps, &extra);
         eval.comms.extend(reshard);
         // A part without weights of its own lists no gradient traffic.
         eval.comms.retain(|c| c.bytes > 0.0);

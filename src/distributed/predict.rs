@@ -3,6 +3,7 @@
 //! memory of the fullest device); [`Plan::evaluate`] prices one mapping; [`predict`] is the
 //! convenience that asks [`crate::parallel::mapping::best_placement`] for the best one.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -231,14 +232,37 @@ impl Plan {
     /// The prediction under the best mapping of the strategy's axes onto `net`; `None` when
     /// no mapping can be faster than `beat` s (by its lower bound: nothing is priced then).
     pub fn best_mapping(&self, net: &Network, beat: f64) -> Option<DistPrediction> {
-        let bound = |map: &Mapping| self.bound(map);
+        let inputs = self.inputs();
+        // The steps a mapping's bound took, kept for pricing it (by the mapping's address:
+        // the mappings stay in place while they are bounded and priced).
+        let kept: RefCell<Vec<(*const Mapping, timeline::Steps, f64)>> = RefCell::new(Vec::new());
+        let bound = |map: &Mapping| {
+            let steps = timeline::stage_steps(&inputs, map);
+            let bound = steps.bound(&inputs);
+            kept.borrow_mut()
+                .push((map as *const Mapping, steps, bound));
+            bound
+        };
         let all = self.needs_all_devices();
         let (map, eval, tried) = best_placement(net, &self.strategy, all, beat, bound, |map| {
-            let eval = self.schedule(map);
+            let found = {
+                let mut kept = kept.borrow_mut();
+                let at = kept.iter().position(|k| std::ptr::eq(k.0, map));
+                at.map(|i| kept.swap_remove(i))
+            };
+            let (steps, bound) = match found {
+                Some((_, steps, bound)) => (steps, bound),
+                None => {
+                    let steps = timeline::stage_steps(&inputs, map);
+                    let bound = steps.bound(&inputs);
+                    (steps, bound)
+                }
+            };
+            let mut eval = timeline::finish(&inputs, map, steps);
+            eval.exposed_s = (eval.time_s - self.free_end_s).max(0.0);
             debug_assert!(
-                eval.time_s >= self.bound(map) * (1.0 - 1e-12),
-                "the bound exceeds the time: {} > {}",
-                self.bound(map),
+                eval.time_s >= bound * (1.0 - 1e-12),
+                "the bound exceeds the time: {bound} > {}",
                 eval.time_s
             );
             (eval.time_s, eval)

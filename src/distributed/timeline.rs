@@ -231,8 +231,9 @@ pub(super) struct Inputs<'a> {
 
 /// Every stage's step under one mapping, before the pipeline schedule: what a lower bound
 /// on the iteration needs, and what [`finish`] schedules.
-pub(super) struct Steps<'a> {
-    ledger: Ledger<'a>,
+pub(super) struct Steps {
+    /// The collectives listed so far (the first stage's).
+    comms: Vec<CommReport>,
     /// Per stage and chunk: step durations with blocking collectives.
     steps: Vec<Vec<StageSteps>>,
     /// Per stage: how long the last reduce-scatters outlast compute (ZeRO-3, weight by
@@ -242,7 +243,7 @@ pub(super) struct Steps<'a> {
     transfer: f64,
 }
 
-impl Steps<'_> {
+impl Steps {
     /// A lower bound on the iteration, from the steps alone: stage `b` runs its `m`
     /// micro-batches one after another, after the first has come through the stages before
     /// it and before the last goes back up them (a chunk's share of their steps and a
@@ -289,7 +290,7 @@ pub(super) fn free_bound(s: &Strategy, stages: &[StageTimes], m: u64) -> f64 {
 
 /// Each stage's forward and backward step under `map` with their blocking collectives (and
 /// ZeRO-3 traffic), and the activation hand-offs.
-pub(super) fn stage_steps<'a>(inputs: &Inputs, map: &'a Mapping) -> Steps<'a> {
+pub(super) fn stage_steps(inputs: &Inputs, map: &Mapping) -> Steps {
     let s = inputs.s;
     let mut ledger = Ledger {
         map,
@@ -298,8 +299,20 @@ pub(super) fn stage_steps<'a>(inputs: &Inputs, map: &'a Mapping) -> Steps<'a> {
     let p = s.pipeline as usize;
     let mut steps = Vec::with_capacity(p);
     let mut tails = vec![0.0; p];
+    // Stages with the same work (one shared `StageWork`) take the same steps; only the
+    // first stage's collectives are listed.
+    let mut seen: Vec<(*const StageWork, (f64, f64, f64))> = Vec::new();
     for (i, st) in inputs.stages.iter().enumerate() {
-        let (fwd, bwd, tail) = stage_step(inputs, &mut ledger, i, st);
+        let ptr = Arc::as_ptr(st);
+        let known = seen.iter().find(|(q, _)| *q == ptr).map(|x| x.1);
+        let (fwd, bwd, tail) = match known {
+            Some(step) if i > 0 => step,
+            _ => {
+                let step = stage_step(inputs, &mut ledger, i, st);
+                seen.push((ptr, step));
+                step
+            }
+        };
         tails[i] = tail;
         let v = s.interleave as usize;
         steps.push(vec![
@@ -312,7 +325,7 @@ pub(super) fn stage_steps<'a>(inputs: &Inputs, map: &'a Mapping) -> Steps<'a> {
     }
     let transfer = pipeline_transfers(inputs, &mut ledger);
     Steps {
-        ledger,
+        comms: ledger.comms,
         steps,
         tails,
         transfer,
@@ -323,17 +336,17 @@ pub(super) fn stage_steps<'a>(inputs: &Inputs, map: &'a Mapping) -> Steps<'a> {
 /// collectives (and ZeRO-3 traffic), the pipeline schedule with activation hand-offs, then
 /// per stage the gradient synchronisation, the update and the embedding engines.
 pub(super) fn evaluate(inputs: &Inputs, map: &Mapping) -> Eval {
-    finish(inputs, stage_steps(inputs, map))
+    finish(inputs, map, stage_steps(inputs, map))
 }
 
-/// [`evaluate`] from the stages' steps.
-pub(super) fn finish(inputs: &Inputs, steps: Steps) -> Eval {
+/// [`evaluate`] from the stages' steps under `map` ([`stage_steps`]).
+pub(super) fn finish(inputs: &Inputs, map: &Mapping, steps: Steps) -> Eval {
     let part = Part {
         inputs,
         label: "",
         hands_on: true,
     };
-    finish_parts(&[part], vec![steps], &[])
+    finish_parts(&[part], &[map], vec![steps], &[])
 }
 
 /// One part of an iteration whose layer types are split their own ways (see
@@ -352,7 +365,12 @@ pub(super) struct Part<'a> {
 /// pipeline schedule; then per stage every part's gradient buckets on the one
 /// communication stream, one part after another, and every part's update. The parts share
 /// the strategy's pipeline, chunks, schedule and micro-batch count.
-pub(super) fn finish_parts(parts: &[Part], steps_of: Vec<Steps>, extra: &[(f64, f64)]) -> Eval {
+pub(super) fn finish_parts(
+    parts: &[Part],
+    maps: &[&Mapping],
+    steps_of: Vec<Steps>,
+    extra: &[(f64, f64)],
+) -> Eval {
     let first = parts[0].inputs;
     let (s, m) = (first.s, first.m);
     let mut ledgers = Vec::with_capacity(parts.len());
@@ -363,13 +381,14 @@ pub(super) fn finish_parts(parts: &[Part], steps_of: Vec<Steps>, extra: &[(f64, 
     // forward pass run after it in the backward pass, so its last reduce-scatters outlast
     // only what they leave of that.
     let mut before: Vec<f64> = Vec::new();
-    for (part, st) in parts.iter().zip(steps_of) {
+    for ((part, st), &map) in parts.iter().zip(steps_of).zip(maps) {
         let Steps {
-            mut ledger,
+            comms,
             steps: own,
             tails: own_tails,
             transfer: own_transfer,
         } = st;
+        let mut ledger = Ledger { map, comms };
         if part.hands_on {
             transfer = transfer.max(own_transfer);
         } else {
