@@ -2,8 +2,9 @@
 //! perimeter given to each component of the accelerator; the objective is the log of the
 //! predicted time per iteration of a fixed workload and strategy on a fixed system.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Mutex;
 
 use argmin::core::{CostFunction, Error, Gradient};
 use rayon::prelude::*;
@@ -337,10 +338,18 @@ pub struct BudgetProblem {
     /// differ only in their networks (a network share's finite difference) have the same
     /// machine and reuse its kernel times. Never changes a result.
     workspaces: PerThread<Vec<Workspace>>,
+    /// Objectives computed, by strategy and shares (bit for bit): projected finite
+    /// differences land on points already priced (a share held at its bound projects back),
+    /// and restarts revisit points; about half of an optimization's evaluations. The other
+    /// inputs are fixed once the problem is built. Never changes a result.
+    objectives: Mutex<HashMap<(Strategy, Vec<u64>), f64>>,
 }
 
 /// Machines whose workspaces a budget problem keeps.
 const WORKSPACES_KEPT: usize = 8;
+
+/// Objectives a budget problem keeps before it starts over.
+const OBJECTIVES_KEPT: usize = 1 << 16;
 
 /// Weight of the squared distance outside the feasible set, for solvers that leave it.
 const OUTSIDE_WEIGHT: f64 = 1e3;
@@ -371,6 +380,7 @@ impl BudgetProblem {
             step: 5e-3,
             base_network,
             workspaces: PerThread::new(Vec::new),
+            objectives: Mutex::new(HashMap::new()),
         })
     }
 
@@ -476,7 +486,26 @@ impl BudgetProblem {
 
     /// The objective at a point of the feasible set.
     fn objective(&self, w: &[f64]) -> f64 {
-        self.evaluate(w).objective
+        let key = (
+            self.strategy,
+            w.iter().map(|x| x.to_bits()).collect::<Vec<u64>>(),
+        );
+        let known = self
+            .objectives
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).copied());
+        if let Some(objective) = known {
+            return objective;
+        }
+        let objective = self.evaluate(w).objective;
+        if let Ok(mut kept) = self.objectives.lock() {
+            if kept.len() >= OBJECTIVES_KEPT {
+                kept.clear();
+            }
+            kept.insert(key, objective);
+        }
+        objective
     }
 }
 
