@@ -1281,3 +1281,36 @@ fn utilization_caps_apply_in_the_machine_model_not_to_the_architecture() {
         t(&generated)
     );
 }
+
+/// Activations in flight on the first stage (Narayanan et al. 2021): 1F1B holds p
+/// micro-batches, interleaving p (1 + (p - 1) / (p v)), GPipe all m, and never more than the
+/// micro-batches there are.
+#[test]
+fn pipeline_schedules_hold_their_micro_batches_in_flight() {
+    let (system, arch) = system("templates/dgx-a100.yaml");
+    let net = system.network(&arch, 128).unwrap();
+    let w = gpt(32, 4096, 32, 512, "selective");
+    let act = |s: &str| {
+        predict(&w, &arch, &net, &Strategy::parse(s).unwrap())
+            .unwrap()
+            .activations_bytes
+    };
+    // 128 samples per replica: activations scale with the samples in flight.
+    let plain = act("t4-p8-d4-mb1");
+    let ratio = |s: &str| act(s) / plain;
+    assert_close(
+        "GPipe holds all m = 128, 1F1B p = 8",
+        ratio("t4-p8-d4-mb1-gpipe"),
+        16.0,
+        1e-12,
+    );
+    assert_close(
+        "interleaving holds p (1 + (p - 1) / (p v))",
+        ratio("t4-p8-d4-mb1-i2"),
+        1.0 + 7.0 / 16.0,
+        1e-12,
+    );
+    // 8 micro-batches of 16: all 8 in flight (128 samples); 4 of 32: all 4 (128 samples).
+    assert_close("1F1B with m = p", ratio("t4-p8-d4-mb16"), 16.0, 1e-12);
+    assert_close("1F1B with m < p", ratio("t4-p8-d4-mb32"), 16.0, 1e-12);
+}

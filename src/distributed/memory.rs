@@ -116,7 +116,8 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
 }
 
 /// Activations of the micro-batches in flight on the first stage (Narayanan et al. 2021:
-/// 1F1B holds p, interleaving p(1 + (p-1)/(pv)), GPipe all m).
+/// 1F1B holds p, interleaving p(1 + (p-1)/(pv)), GPipe all m; never more than the
+/// micro-batches there are).
 fn activations(fit: &Fit, s: &Strategy) -> f64 {
     let (p, v, m) = (s.pipeline, s.interleave, fit.micro_batches);
     let act = &fit.graph.memory;
@@ -128,6 +129,8 @@ fn activations(fit: &Fit, s: &Strategy) -> f64 {
         / p as f64;
     let in_flight = if s.gpipe || p == 1 {
         m as f64
+    } else if v == 1 {
+        p.min(m) as f64
     } else {
         (p as f64 * (1.0 + (p as f64 - 1.0) / (p * v) as f64)).min((m * v) as f64)
     };
