@@ -1314,3 +1314,46 @@ fn pipeline_schedules_hold_their_micro_batches_in_flight() {
     assert_close("1F1B with m = p", ratio("t4-p8-d4-mb16"), 16.0, 1e-12);
     assert_close("1F1B with m < p", ratio("t4-p8-d4-mb32"), 16.0, 1e-12);
 }
+
+/// Gradients synchronised after the backward pass (`grad=after`, Megatron-era stacks) add
+/// exactly their time: the flat all-reduce (or ZeRO-3's reduce-scatters) is all exposed.
+#[test]
+fn gradients_synchronised_after_the_backward_pass_add_exactly_their_time() {
+    let (system, arch) = system("templates/dgx-a100.yaml");
+    let net = system.network(&arch, 64).unwrap();
+    let w = gpt(32, 4096, 32, 512, "selective");
+    let run = |s: &str| predict(&w, &arch, &net, &Strategy::parse(s).unwrap()).unwrap();
+    for (on, off, sync) in [
+        ("d64", "d64-grad=after", "gradient sync"),
+        ("d64-z3", "d64-z3-grad=after", "gradient reduce-scatter"),
+    ] {
+        let (a, b) = (run(on), run(off));
+        let time: f64 = b
+            .communication
+            .iter()
+            .filter(|c| c.name == sync)
+            .map(|c| c.time_s)
+            .sum();
+        assert!(time > 0.0, "{off}: {:?}", b.communication);
+        assert_close(off, b.exposed_communication_s, time, 1e-9);
+        assert_close(
+            off,
+            b.time_per_iteration_s - a.time_per_iteration_s,
+            time - a.exposed_communication_s,
+            1e-9,
+        );
+    }
+    // The switch needs data parallelism, and reads back.
+    let e = Strategy::parse("t8-grad=after").unwrap_err().to_string();
+    assert!(e.contains("needs data parallelism"), "{e}");
+    let e = Strategy::parse("d8-grad=later").unwrap_err().to_string();
+    assert!(
+        e.contains("grad=overlap") && e.contains("grad=after"),
+        "{e}"
+    );
+    let s = Strategy::parse("t8-d8-grad=after").unwrap();
+    assert!(!s.grad_overlap);
+    assert_eq!(Strategy::parse(&s.to_string()).unwrap(), s);
+    let y = Strategy::from_yaml("s.yaml", "data: 8\ntensor: 8\ngradient_overlap: false\n").unwrap();
+    assert_eq!(y, s);
+}

@@ -532,3 +532,22 @@ fn predict_takes_a_split_per_layer_type_on_the_command_line() {
     assert_eq!(code, 2);
     assert!(err.contains("unknown layer type \"tables\""), "{err}");
 }
+
+/// The data-parallel gradient overlap is the user's: the search keeps the base's wherever
+/// there is data parallelism.
+#[test]
+fn the_search_keeps_the_base_gradient_overlap() {
+    let w = gpt(64);
+    let base = Strategy::parse("d8-grad=after").unwrap();
+    let space = enumerate_from(&w, 8, 8, &base).unwrap();
+    assert!(space.iter().any(|s| s.weight_replicas() > 1));
+    for s in &space {
+        assert_eq!(s.grad_overlap, s.weight_replicas() <= 1, "{s}");
+    }
+    let r = run(&w, 8, &base, Settings::default());
+    assert!(!r.top.is_empty());
+    for c in &r.top {
+        let s = &c.parsed;
+        assert_eq!(s.grad_overlap, s.weight_replicas() <= 1, "{}", c.strategy);
+    }
+}

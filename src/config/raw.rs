@@ -430,6 +430,9 @@ pub struct StrategyRaw {
     pub weight_prefetch: Option<bool>,
     /// ZeRO-3 hybrid sharding: data-parallel ranks per shard group (default: all).
     pub shard_group: Option<u64>,
+    /// Data-parallel gradient synchronisation beside the backward pass (true, the default)
+    /// or after it.
+    pub gradient_overlap: Option<bool>,
 }
 
 // ---------------------------------------------------------------- systems

@@ -431,7 +431,8 @@ pub(super) fn finish_parts(
         let layered = parts
             .iter()
             .all(|p| p.inputs.graph.layers > 0 && !by_weight(&p.inputs.stages[i]));
-        let (comm_free, delay, after) = if parts.len() > 1 && layered {
+        let overlapped = parts.iter().all(|p| p.inputs.s.grad_overlap);
+        let (comm_free, delay, after) = if parts.len() > 1 && layered && overlapped {
             joint_layer_sync(parts, &mut ledgers, &timeline, &gradients, i)
         } else {
             // Backward runs the parts last to first: so do their buckets (a part without
@@ -569,14 +570,16 @@ fn zero3_step(
         report.map(|_| steps),
     );
     if inputs.graph.layers > 0 {
-        return if s.prefetch {
-            (fwd.max(gather_s), bwd.max(gather_s + scatter_s), 0.0)
-        } else {
-            (
+        // Without gradient overlap the reduce-scatters follow the backward step.
+        return match (s.prefetch, s.grad_overlap) {
+            (true, true) => (fwd.max(gather_s), bwd.max(gather_s + scatter_s), 0.0),
+            (true, false) => (fwd.max(gather_s), bwd.max(gather_s) + scatter_s, 0.0),
+            (false, true) => (
                 fwd + gather_s,
                 (bwd + gather_s).max(gather_s + scatter_s),
                 0.0,
-            )
+            ),
+            (false, false) => (fwd + gather_s, bwd + gather_s + scatter_s, 0.0),
         };
     }
     // Weight by weight: each kernel waits for its gathered weight, and the gathers and
@@ -600,6 +603,11 @@ fn zero3_step(
         schedule::shared_step(&pieces, 0.0, 0.0)
     };
     let fwd = run(&st.forward_order, &st.forward_needs, None).end_s;
+    if !s.grad_overlap {
+        // The reduce-scatters follow the backward step, on its critical path.
+        let b = run(&st.backward_order, &st.backward_needs, None);
+        return (fwd, b.end_s + scatter_s, 0.0);
+    }
     let b = run(&st.backward_order, &st.backward_needs, Some(&r));
     // Reduce-scatters left over after a step hold up the next step's gathers on the same
     // stream; the last step's run past compute.
@@ -666,6 +674,22 @@ fn stage_sync(
 ) -> (f64, f64, f64) {
     let v = inputs.s.interleave as usize;
     let sync = sync_of(inputs, gradients, i, st);
+    if !inputs.s.grad_overlap {
+        // One flat synchronisation of every gradient once the stage's backward is done.
+        if !sync.axes.is_empty() && sync.stage_bytes > 0.0 {
+            let need = (sync.collective, sync.stage_bytes);
+            let t = ledger.charge_parts(
+                "gradient sync",
+                &sync.expert_axes,
+                need,
+                1.0,
+                false,
+                sync.report,
+            );
+            comm_free = comm_free.max(timeline.end_s[i]) + t;
+        }
+        return (comm_free, 0.0, after_of(inputs, ledger, st, &sync));
+    }
     let mut delay = 0.0;
     let by_weight = by_weight(st);
     for c in (0..v).rev() {

@@ -74,6 +74,10 @@ pub struct Strategy {
     /// previous step (PyTorch FSDP's prefetching), or just in time, on the critical path
     /// (a compiler that cannot hoist the gather out of the layer loop).
     pub prefetch: bool,
+    /// Whether data-parallel gradient synchronisation runs beside the backward pass, bucket
+    /// by bucket (PyTorch DDP, FSDP; the default), or after it as one flat all-reduce (or
+    /// ZeRO-3's reduce-scatters on the critical path), as Megatron-era stacks ran it.
+    pub grad_overlap: bool,
     /// A pinned placement of the parallel dimensions, innermost (nearest devices) first;
     /// `None` tries every ordering and keeps the best.
     pub placement: Option<Placement>,
@@ -128,6 +132,7 @@ impl Default for Strategy {
             expert: 1,
             shard: 0,
             prefetch: true,
+            grad_overlap: true,
             placement: None,
         }
     }
@@ -299,6 +304,18 @@ impl Strategy {
                         _ => return Err(fail(format!("prefetch={value}: must be on or off"))),
                     }
                 }
+                "grad=" => {
+                    s.grad_overlap = match value {
+                        "overlap" => true,
+                        "after" => false,
+                        _ => {
+                            return Err(fail(format!(
+                                "grad={value}: gradients synchronise beside the backward pass \
+                                 (grad=overlap) or after it (grad=after)"
+                            )))
+                        }
+                    }
+                }
                 "gpipe" if value.is_empty() => s.gpipe = true,
                 "rc=" => {
                     s.recompute = Some(match value {
@@ -323,7 +340,7 @@ impl Strategy {
 
     /// Reads a strategy file (keys `data`, `tensor`, `pipeline`, `kernel`, `micro_batch`,
     /// `interleave`, `schedule`, `sequence_parallel`, `recompute`, `zero`, `expert`,
-    /// `weight_prefetch`, `shard_group`).
+    /// `weight_prefetch`, `shard_group`, `gradient_overlap`).
     pub fn from_yaml(file: &str, text: &str) -> Result<Strategy, ConfigError> {
         let raw: StrategyRaw = parse_yaml(file, text)?;
         let check = Checker { file };
@@ -400,6 +417,7 @@ impl Strategy {
                 .shard_group
                 .map_or(Ok(0), |v| check.positive_count("shard_group", v))?,
             prefetch: raw.weight_prefetch.unwrap_or(true),
+            grad_overlap: raw.gradient_overlap.unwrap_or(true),
             placement: None,
         };
         s.structure()
@@ -548,6 +566,14 @@ impl Strategy {
                 "interleaving (i > 1) is a 1F1B schedule, not GPipe",
             );
         }
+        if !self.grad_overlap && self.weight_replicas() <= 1 {
+            return bad(
+                "gradient_overlap",
+                &false,
+                "grad=after concerns the data-parallel gradient synchronisation; it needs \
+                 data parallelism (d > 1)",
+            );
+        }
         if !self.prefetch && self.zero < 3 {
             return bad(
                 "weight_prefetch",
@@ -607,7 +633,7 @@ impl Strategy {
 
 /// `mb4` -> ("mb", "4"), `rc=full` -> ("rc=", "full"), `sp` -> ("sp", "").
 fn split_key(token: &str) -> (&str, &str) {
-    for key in ["rc=", "prefetch=", "order="] {
+    for key in ["rc=", "prefetch=", "grad=", "order="] {
         if let Some(rest) = token.strip_prefix(key) {
             return (key, rest);
         }
@@ -660,6 +686,9 @@ impl fmt::Display for Strategy {
         }
         if !self.prefetch {
             parts.push("prefetch=off".into());
+        }
+        if !self.grad_overlap {
+            parts.push("grad=after".into());
         }
         if let Some(order) = &self.placement {
             let letters: Vec<&str> = order.axes().iter().map(|a| a.letter()).collect();

@@ -94,6 +94,8 @@ pub fn alternatives(
                         placement: None,
                         kernel: None,
                         expert,
+                        // Without data parallelism there is nothing to overlap.
+                        grad_overlap: base.grad_overlap || d == 1,
                         ..*base
                     });
                 }

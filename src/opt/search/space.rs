@@ -133,7 +133,7 @@ pub const GRAMMAR: &[Rule] = &[
         expand: prefetch,
     },
     Rule {
-        name: "schedule (1F1B or GPipe)",
+        name: "schedule (1F1B or GPipe) and data-parallel gradient overlap",
         role: Role::User,
         expand: keep,
     },
@@ -167,6 +167,7 @@ pub struct TooLarge {
 pub fn enumerate(shape: &Shape, base: &Strategy) -> Result<Vec<Strategy>, TooLarge> {
     let start = Strategy {
         gpipe: base.gpipe,
+        grad_overlap: base.grad_overlap,
         ..Strategy::default()
     };
     let mut partial = vec![start];
@@ -182,6 +183,10 @@ pub fn enumerate(shape: &Shape, base: &Strategy) -> Result<Vec<Strategy>, TooLar
             }
         }
         partial = next;
+    }
+    // Without data parallelism there is no gradient synchronisation to overlap.
+    for s in partial.iter_mut().filter(|s| s.weight_replicas() <= 1) {
+        s.grad_overlap = true;
     }
     Ok(partial)
 }
