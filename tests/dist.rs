@@ -1357,3 +1357,31 @@ fn gradients_synchronised_after_the_backward_pass_add_exactly_their_time() {
     let y = Strategy::from_yaml("s.yaml", "data: 8\ntensor: 8\ngradient_overlap: false\n").unwrap();
     assert_eq!(y, s);
 }
+
+/// MFU against the dense 16-bit peak and against the peak of the precision the matrix
+/// products use, each labelled: FP8 on H100 runs at twice the 16-bit peak.
+#[test]
+fn utilization_is_reported_against_both_peaks() {
+    let (system, arch) = system("templates/dgx-h100.yaml");
+    let net = system.network(&arch, 64).unwrap();
+    let s = Strategy::parse("t8-d8-mb1").unwrap();
+    let fp8_ratio = arch.core.throughput_by_precision[&stackflow::domain::Precision::Fp8];
+    assert!(fp8_ratio > 1.0);
+    for (precision, ratio) in [("bf16", 1.0), ("fp8", fp8_ratio)] {
+        let text = format!(
+            "version: 1\nkind: transformer\nname: gpt-{precision}\nhidden: 4096\nlayers: 32\n\
+             heads: 32\nffn_hidden: 16384\nsequence: 2048\nvocab: 51200\nglobal_batch: 64\n\
+             precision: {precision}\n"
+        );
+        let w = Workload::from_yaml("w.yaml", &text).unwrap();
+        let p = predict(&w, &arch, &net, &s).unwrap();
+        assert_eq!(p.gemm_precision.name(), precision);
+        assert_close(
+            precision,
+            p.model_flops_utilization_at_precision,
+            p.model_flops_utilization / ratio,
+            1e-12,
+        );
+        assert!(p.model_flops_utilization_at_precision < 1.0);
+    }
+}

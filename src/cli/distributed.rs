@@ -144,10 +144,12 @@ fn render_layered(p: &LayeredPrediction) -> String {
     let _ = writeln!(s, "MAD Max notation  {}", p.madmax);
     let _ = writeln!(
         s,
-        "iteration         {} ({} tokens/s, MFU {:.1}%)",
+        "iteration         {} ({} tokens/s, MFU {:.1}% of the 16-bit peak, {:.1}% of the {} peak)",
         seconds(p.time_per_iteration_s),
         si(p.tokens_per_s, ""),
-        100.0 * p.model_flops_utilization
+        100.0 * p.model_flops_utilization,
+        100.0 * p.model_flops_utilization_at_precision,
+        p.gemm_precision.name()
     );
     let _ = writeln!(
         s,
@@ -269,10 +271,13 @@ pub fn render(p: &DistPrediction, peak: f64) -> String {
     let _ = writeln!(s, "throughput        {}", si(p.tokens_per_s, "tokens/s"));
     let _ = writeln!(
         s,
-        "utilization       {:.1}% model FLOPs of the {} x {} peak; {} executed per device",
+        "utilization       {:.1}% model FLOPs of the {} x {} dense 16-bit peak ({:.1}% of the \
+         {} peak); {} executed per device",
         100.0 * p.model_flops_utilization,
         p.devices,
         si(peak, "FLOP/s"),
+        100.0 * p.model_flops_utilization_at_precision,
+        p.gemm_precision.name(),
         si(p.achieved_flops_per_s_per_device, "FLOP/s")
     );
     let _ = writeln!(

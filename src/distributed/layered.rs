@@ -21,6 +21,7 @@
 //! takes its slice for free, and the backward pass all-gathers the gradients instead.
 //! Tables split table-wise deliver their pooled outputs through their own all-to-all.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -28,9 +29,10 @@ use serde::Serialize;
 
 use super::fit::{fit_graph, FitError};
 use super::memory::{self, Footprint};
-use super::predict::{Fitted, Plan, Workspace};
+use super::predict::{gemm_peak, Fitted, Plan, Workspace};
 use super::report::CommReport;
 use super::timeline::{self, Part, StageTimes};
+use crate::domain::Precision;
 use crate::generator::Architecture;
 use crate::network::collective::Collective;
 use crate::network::Network;
@@ -241,6 +243,7 @@ pub struct LayeredPlan {
     devices: u64,
     devices_per_node: u64,
     peak_flops_per_s: f64,
+    throughput_by_precision: BTreeMap<Precision, f64>,
     memory_capacity_bytes: f64,
 }
 
@@ -270,6 +273,10 @@ pub struct LayeredPrediction {
     pub time_per_iteration_s: f64,
     pub tokens_per_s: f64,
     pub model_flops_utilization: f64,
+    /// As [`super::DistPrediction`]'s: the matrix products' precision and the utilization of
+    /// its dense peak.
+    pub gemm_precision: Precision,
+    pub model_flops_utilization_at_precision: f64,
     /// Iteration time beyond the same schedule with free communication.
     pub exposed_communication_s: f64,
     pub pipeline_bubble_s: f64,
@@ -392,6 +399,7 @@ impl LayeredPlan {
             devices: net.devices,
             devices_per_node,
             peak_flops_per_s: arch.peak_flops_per_s,
+            throughput_by_precision: arch.core.throughput_by_precision.clone(),
             memory_capacity_bytes: arch.memory_capacity_bytes,
         })
     }
@@ -481,6 +489,7 @@ impl LayeredPlan {
             .map(|k| k.flops() * k.count as f64)
             .sum();
         let memory = &self.memory;
+        let (gemm_precision, at_precision) = gemm_peak(graph, &self.throughput_by_precision);
         let parts: Vec<PartReport> = self
             .parts
             .iter()
@@ -536,6 +545,9 @@ impl LayeredPlan {
             tokens_per_s: graph.tokens / time,
             model_flops_utilization: model_flops
                 / (time * self.devices as f64 * self.peak_flops_per_s),
+            gemm_precision,
+            model_flops_utilization_at_precision: model_flops
+                / (time * self.devices as f64 * self.peak_flops_per_s * at_precision),
             exposed_communication_s: (time - self.free_end_s).max(0.0),
             pipeline_bubble_s: eval.bubble_s,
             communication: eval.comms,

@@ -4,7 +4,7 @@
 //! convenience that asks [`crate::parallel::mapping::best_placement`] for the best one.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::fit::{fit, fit_graph, Fit, FitError};
@@ -12,7 +12,7 @@ use super::memory::{self, Footprint};
 use super::report::{ComputeReport, DistPrediction};
 use super::timeline::{self, Eval, StageTimes};
 use super::work::{stages_weights, stages_work, StageWork};
-use crate::domain::Recompute;
+use crate::domain::{Precision, Recompute};
 use crate::generator::Architecture;
 use crate::network::collective::Collective;
 use crate::network::Network;
@@ -157,6 +157,7 @@ impl Fitted {
             rates: EnergyRates::of(arch),
             devices: self.devices,
             peak_flops_per_s: arch.peak_flops_per_s,
+            throughput_by_precision: arch.core.throughput_by_precision.clone(),
             memory_capacity_bytes: arch.memory_capacity_bytes,
         }
     }
@@ -188,6 +189,8 @@ pub struct Plan {
     rates: EnergyRates,
     devices: u64,
     peak_flops_per_s: f64,
+    /// Dense throughput per precision relative to `peak_flops_per_s`.
+    throughput_by_precision: BTreeMap<Precision, f64>,
     memory_capacity_bytes: f64,
 }
 
@@ -388,6 +391,7 @@ impl Plan {
             .filter(|k| k.phase != Phase::Recompute)
             .map(|k| k.flops() * k.count as f64)
             .sum();
+        let (gemm_precision, at_precision) = gemm_peak(graph, &self.throughput_by_precision);
         let busiest = self.busiest_stage();
         let compute_s = (busiest.forward_s + busiest.backward_s + busiest.sparse_s) * m as f64
             + busiest.update_s;
@@ -412,6 +416,9 @@ impl Plan {
             time_per_iteration_s: time,
             tokens_per_s: graph.tokens / time,
             model_flops_utilization: model_flops / (time * devices * self.peak_flops_per_s),
+            gemm_precision,
+            model_flops_utilization_at_precision: model_flops
+                / (time * devices * self.peak_flops_per_s * at_precision),
             achieved_flops_per_s_per_device: graph.flops() / (time * devices),
             compute_s,
             compute: self.compute_report(busiest),
@@ -431,6 +438,25 @@ impl Plan {
             violations: self.violations.clone(),
         }
     }
+}
+
+/// The precision of `graph`'s matrix products (the one most of their FLOPs use) and its
+/// dense throughput relative to the 16-bit peak (1 where the template does not list it).
+pub(super) fn gemm_peak(graph: &Graph, throughput: &BTreeMap<Precision, f64>) -> (Precision, f64) {
+    let mut flops: BTreeMap<Precision, f64> = BTreeMap::new();
+    for k in graph.kernels.iter().filter(|k| k.is_matmul()) {
+        *flops.entry(k.precision).or_default() += k.flops() * k.count as f64;
+    }
+    let precision = flops
+        .into_iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map_or(Precision::Bf16, |p| p.0);
+    let relative = throughput
+        .get(&precision)
+        .copied()
+        .filter(|r| *r > 0.0)
+        .unwrap_or(1.0);
+    (precision, relative)
 }
 
 /// Predicts one iteration of `workload` on `net` under `strategy`, on the best mapping of

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use crate::domain::Precision;
 use crate::network::collective::Collective;
 use crate::parallel::{Axis, Mapping};
 use crate::violation::Violation;
@@ -47,6 +48,11 @@ pub struct DistPrediction {
     pub tokens_per_s: f64,
     /// Model FLOPs (no recomputation) per second over the devices' dense 16-bit peak.
     pub model_flops_utilization: f64,
+    /// The precision of the workload's matrix products, and model FLOPs per second over the
+    /// devices' dense peak in it (FP8 doubles the 16-bit peak on H100: its utilization is
+    /// half the 16-bit one).
+    pub gemm_precision: Precision,
+    pub model_flops_utilization_at_precision: f64,
     /// FLOPs actually executed (with recomputation) per device per second.
     pub achieved_flops_per_s_per_device: f64,
     pub compute_s: f64,
