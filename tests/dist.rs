@@ -1385,3 +1385,72 @@ fn utilization_is_reported_against_both_peaks() {
         assert!(p.model_flops_utilization_at_precision < 1.0);
     }
 }
+
+/// FP8 training the Transformer Engine way: only the linear layers' products run in FP8, so
+/// the speed-up over BF16 stays under Amdahl's bound 1 / (1 - g / 2), g the share of the
+/// BF16 step in those products; weights and messages stay BF16, the linear layers keep
+/// their inputs in FP8 for the weight gradients. GPT-3 175B on 256 H100s.
+#[test]
+fn fp8_training_speeds_up_only_the_linear_layers() {
+    let (system, arch) = system("templates/dgx-h100.yaml");
+    let net = system.network(&arch, 256).unwrap();
+    let s = Strategy::parse("t8-p8-d4-mb1-i4-sp-z1-rc=selective").unwrap();
+    let text = std::fs::read_to_string(root().join("workloads/gpt3-175b.yaml")).unwrap();
+    let fp8 = text.replace("precision: bf16", "precision: fp8");
+    assert_ne!(fp8, text);
+    let bf16 = predict(
+        &Workload::from_yaml("bf16.yaml", &text).unwrap(),
+        &arch,
+        &net,
+        &s,
+    )
+    .unwrap();
+    let fp8 = predict(
+        &Workload::from_yaml("fp8.yaml", &fp8).unwrap(),
+        &arch,
+        &net,
+        &s,
+    )
+    .unwrap();
+    let gemm: f64 = bf16
+        .compute
+        .iter()
+        .filter(|c| c.class == stackflow::workload::KernelClass::Gemm)
+        .map(|c| c.time_s)
+        .sum();
+    let g = gemm / bf16.time_per_iteration_s;
+    let speedup = bf16.time_per_iteration_s / fp8.time_per_iteration_s;
+    let amdahl = 1.0 / (1.0 - g / 2.0);
+    assert!(
+        speedup > 1.2 && speedup <= amdahl,
+        "FP8 {speedup:.3}x, bound {amdahl:.3}x (g = {g:.3})"
+    );
+    assert_eq!(fp8.gemm_precision.name(), "fp8");
+    for p in [&bf16, &fp8] {
+        assert!(p.model_flops_utilization < 1.0 && p.model_flops_utilization_at_precision < 1.0);
+    }
+    assert_eq!(fp8.weights_bytes, bf16.weights_bytes);
+    assert_eq!(fp8.gradients_bytes, bf16.gradients_bytes);
+    assert!(fp8.activations_bytes < bf16.activations_bytes);
+    // Messages stay BF16: the same tensor-parallel bytes.
+    let tp = |p: &stackflow::distributed::DistPrediction| {
+        p.communication
+            .iter()
+            .find(|c| c.name.starts_with("tensor"))
+            .map(|c| c.bytes)
+    };
+    assert_eq!(tp(&fp8), tp(&bf16));
+    // Serving keeps FP8's inference meaning: weights and caches in FP8.
+    let serving = Workload::load(
+        Source::Disk,
+        &root().join("workloads/llama2-70b-decode.yaml"),
+    )
+    .unwrap();
+    let (t, spec) = serving.serving().unwrap();
+    let decode = stackflow::workload::inference::decode_graph(t, spec, 1024);
+    assert!(decode
+        .kernels
+        .iter()
+        .filter(|k| k.is_matmul())
+        .all(|k| k.precision.name() == "fp8" && k.math.name() == "fp8"));
+}

@@ -188,6 +188,7 @@ fn a_pointwise_kernel_over_1_gb_runs_at_dram_bandwidth() {
         class: KernelClass::Pointwise,
         phase: Phase::Forward,
         precision: Precision::Bf16,
+        math: Precision::Bf16,
         count: 1,
         op: Op::Stream {
             read_bytes: 0.5e9,

@@ -445,7 +445,7 @@ impl Plan {
 pub(super) fn gemm_peak(graph: &Graph, throughput: &BTreeMap<Precision, f64>) -> (Precision, f64) {
     let mut flops: BTreeMap<Precision, f64> = BTreeMap::new();
     for k in graph.kernels.iter().filter(|k| k.is_matmul()) {
-        *flops.entry(k.precision).or_default() += k.flops() * k.count as f64;
+        *flops.entry(k.math).or_default() += k.flops() * k.count as f64;
     }
     let precision = flops
         .into_iter()

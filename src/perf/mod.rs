@@ -209,24 +209,26 @@ impl Evaluator {
     pub fn kernel_ref(&mut self, kernel: &Kernel) -> &KernelTime {
         match kernel.op {
             Op::Gemm { batch, m: mm, k, n } => {
+                // Operands at the width of the precision the product runs in (an FP8
+                // product reads the FP8 copies its casts wrote).
                 let problem = Problem {
                     batch,
                     m: mm,
                     k,
                     n,
-                    bytes: kernel.precision.bytes() as u64,
+                    bytes: kernel.math.bytes() as u64,
                 };
                 let weight_bytes = kernel.weight_elements() * problem.bytes;
                 let key = GemmKey {
                     problem,
-                    precision: kernel.precision,
+                    precision: kernel.math,
                     weight_bytes,
                 };
                 if !self.cache.contains_key(&key) {
                     if self.cache.len() >= Self::KEPT {
                         self.cache.clear();
                     }
-                    let t = self.gemm(problem, kernel.precision, weight_bytes as f64);
+                    let t = self.gemm(problem, kernel.math, weight_bytes as f64);
                     self.cache.insert(key, t);
                 }
                 &self.cache[&key]
@@ -470,14 +472,14 @@ pub fn unsupported(machine: &Machine, graph: &Graph) -> Option<(Precision, Strin
         .kernels
         .iter()
         .filter(|k| k.is_matmul())
-        .find(|k| machine.matrix_rate(k.precision).is_none())
+        .find(|k| machine.matrix_rate(k.math).is_none())
         .map(|k| {
             let supported: Vec<&str> = machine
                 .throughput_by_precision
                 .keys()
                 .map(|p| p.name())
                 .collect();
-            (k.precision, supported.join(", "))
+            (k.math, supported.join(", "))
         })
 }
 

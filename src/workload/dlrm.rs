@@ -283,7 +283,7 @@ fn interaction(g: &mut Builder, w: &Dlrm, features: u64, dim: u64) -> u64 {
     g.layer = LayerType::Interaction;
     let width = match w.interaction {
         Interaction::Dot => {
-            let inputs = (b * features * dim) as f64 * w.precision.bytes();
+            let inputs = (b * features * dim) as f64 * g.storage().bytes();
             g.batched(
                 "feature interaction",
                 KernelClass::Gemm,
@@ -357,7 +357,8 @@ fn feature_transformer(g: &mut Builder, w: &Dlrm, features: u64, dim: u64) -> u6
         gated_ffn: false,
         moe: None,
     };
-    transformer_layers(g, &shape, t.layers, b, s, s, w.precision.bytes());
+    let bytes = g.storage().bytes();
+    transformer_layers(g, &shape, t.layers, b, s, s, bytes);
     g.split = Split::Replicated;
     s * h
 }
@@ -429,7 +430,7 @@ fn expert_top_mlp(g: &mut Builder, w: &Dlrm, moe: &Moe, top_in: u64) -> u64 {
 }
 
 pub(super) fn dlrm_graph(w: &Dlrm) -> Graph {
-    let mut g = Builder::new(w.precision, Recompute::None);
+    let mut g = Builder::training(w.precision, Recompute::None);
     let b = w.batch;
     let dim = mlp(&mut g, "bottom", b, w.dense_features, &w.bottom_mlp);
     let (features, table_bytes, table_state) = embeddings(&mut g, w);

@@ -24,6 +24,7 @@ pub(super) fn gemm_graph(g: &Gemm) -> Graph {
             class: KernelClass::Gemm,
             phase: Phase::Forward,
             precision: g.precision,
+            math: g.precision,
             count: 1,
             op: Op::Gemm {
                 batch: 1,

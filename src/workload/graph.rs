@@ -170,7 +170,11 @@ pub struct Kernel {
     pub name: String,
     pub class: KernelClass,
     pub phase: Phase,
+    /// The precision its tensors are stored and sent in.
     pub precision: Precision,
+    /// The precision its matrix products run in: `precision`, except FP8 training's linear
+    /// layers (Transformer Engine: FP8 inputs, BF16 outputs, activations and messages).
+    pub math: Precision,
     /// Identical instances per iteration.
     pub count: u64,
     pub op: Op,
@@ -188,6 +192,7 @@ impl Kernel {
             class: self.class,
             phase: self.phase,
             precision: self.precision,
+            math: self.math,
             count: self.count,
             op: self.op,
             split: self.split,
@@ -458,12 +463,20 @@ pub(crate) struct Builder {
     pub layer: LayerType,
     /// Each layer type's share of the totals, by `LayerType as usize`.
     parts: [LayerPart; 5],
+    /// The precision the linear layers' products run in (`precision` but for FP8 training).
+    linear_math: Precision,
+    /// The precision the kernels being added run in.
+    math: Precision,
 }
 
 impl Builder {
+    /// A graph whose every kernel runs and stores its tensors in `precision` (inference:
+    /// FP8 weights and caches are FP8).
     pub fn new(precision: Precision, recompute: Recompute) -> Self {
         Builder {
             precision,
+            linear_math: precision,
+            math: precision,
             recompute,
             kernels: Vec::new(),
             backward: Vec::new(),
@@ -482,6 +495,25 @@ impl Builder {
                 ..LayerPart::default()
             }),
         }
+    }
+
+    /// A training graph in `precision`; FP8 the Transformer Engine way: the linear layers'
+    /// products run in FP8 on FP8 copies of their inputs, weights and output gradients
+    /// (casts with their scaling priced as streams), every other kernel, the activations,
+    /// the messages and the weights in BF16, with FP32 master weights in the optimizer.
+    pub fn training(precision: Precision, recompute: Recompute) -> Self {
+        match precision {
+            Precision::Fp8 => Builder {
+                linear_math: Precision::Fp8,
+                ..Builder::new(Precision::Bf16, recompute)
+            },
+            _ => Builder::new(precision, recompute),
+        }
+    }
+
+    /// The precision tensors are stored and sent in.
+    pub fn storage(&self) -> Precision {
+        self.precision
     }
 
     fn part(&mut self) -> &mut LayerPart {
@@ -536,6 +568,7 @@ impl Builder {
             class,
             phase: Phase::Forward,
             precision: self.precision,
+            math: self.math,
             count,
             op,
             split: self.split,
@@ -565,6 +598,7 @@ impl Builder {
             class,
             phase,
             precision: self.precision,
+            math: self.math,
             count,
             op,
             split: self.split,
@@ -609,6 +643,48 @@ impl Builder {
         weight_instances: u64,
         recomputable: bool,
     ) {
+        let fp8 = self.linear_math != self.precision;
+        let split = self.split;
+        // The input is split by features for a row-parallel layer, the output for a
+        // column-parallel one; the weight always is a shard.
+        let (input_split, output_split) = match split {
+            Split::Row => (Split::Sharded, Split::Replicated),
+            Split::Column => (Split::Replicated, Split::Sharded),
+            other => (other, other),
+        };
+        if fp8 {
+            // Casts to FP8 with their scaling (the amax over the tensor, the scale, the
+            // conversion): read BF16, write FP8.
+            let (from, to) = (self.bytes(), self.linear_math.bytes());
+            let cast = move |elements: f64| Op::Stream {
+                read_bytes: elements * from,
+                write_bytes: elements * to,
+                flops: 3.0 * elements,
+            };
+            let (x, w) = (m as f64 * k as f64, k as f64 * n as f64);
+            self.split = input_split;
+            self.push(
+                &format!("{name} fp8 cast (input)"),
+                KernelClass::Pointwise,
+                count,
+                cast(x),
+                recomputable,
+            );
+            self.split = if split == Split::Replicated {
+                Split::Replicated
+            } else {
+                Split::Sharded
+            };
+            self.push(
+                &format!("{name} fp8 cast (weight)"),
+                KernelClass::Pointwise,
+                count,
+                cast(w),
+                recomputable,
+            );
+            self.split = split;
+            self.math = self.linear_math;
+        }
         self.push(
             name,
             class,
@@ -616,7 +692,8 @@ impl Builder {
             Op::Gemm { batch: 1, m, k, n },
             recomputable,
         );
-        self.save(m as f64 * k as f64 * self.bytes(), count, false, class);
+        // The weight gradient reads the input kept in the product's precision.
+        self.save(m as f64 * k as f64 * self.math.bytes(), count, false, class);
         self.push_backward(
             format!("{name} dX"),
             class,
@@ -641,6 +718,24 @@ impl Builder {
                 n,
             },
         );
+        if fp8 {
+            // Backward runs last-pushed first: the output gradient's cast precedes both.
+            self.math = self.precision;
+            self.split = output_split;
+            let elements = m as f64 * n as f64;
+            self.push_backward(
+                format!("{name} fp8 cast (output gradient)"),
+                KernelClass::Pointwise,
+                Phase::BackwardInput,
+                count,
+                Op::Stream {
+                    read_bytes: elements * self.bytes(),
+                    write_bytes: elements * self.linear_math.bytes(),
+                    flops: 3.0 * elements,
+                },
+            );
+            self.split = split;
+        }
         self.add_parameters((k * n * weight_instances) as f64);
     }
 
@@ -759,6 +854,7 @@ impl Builder {
             class: KernelClass::Embedding,
             phase: Phase::Forward,
             precision,
+            math: precision,
             count: 1,
             op: Op::Gather {
                 read_bytes: read,
@@ -774,6 +870,7 @@ impl Builder {
             class: KernelClass::Embedding,
             phase: Phase::BackwardWeight,
             precision,
+            math: precision,
             count: 1,
             op: Op::Gather {
                 read_bytes: out_bytes + read,
@@ -848,6 +945,7 @@ impl Builder {
                 class: KernelClass::Optimizer,
                 phase: Phase::Update,
                 precision: self.precision,
+                math: self.precision,
                 count: 1,
                 op: Op::Stream {
                     read_bytes: p * per_param_read,

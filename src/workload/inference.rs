@@ -23,7 +23,7 @@ fn forward_only(mut g: Graph, kv: f64) -> Graph {
 
 /// The prefill: every prompt token through the model, filling the KV cache.
 pub fn prefill_graph(w: &Transformer, spec: &InferenceSpec) -> Graph {
-    let g = transformer_pass(w, spec.batch, spec.prompt_tokens, spec.prompt_tokens);
+    let g = transformer_pass(w, spec.batch, spec.prompt_tokens, spec.prompt_tokens, false);
     let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens);
     forward_only(g, kv)
 }
@@ -31,7 +31,7 @@ pub fn prefill_graph(w: &Transformer, spec: &InferenceSpec) -> Graph {
 /// One decode step with `context` tokens already cached: one new token per sequence,
 /// attending to the cache.
 pub fn decode_graph(w: &Transformer, spec: &InferenceSpec, context: u64) -> Graph {
-    let g = transformer_pass(w, spec.batch, 1, context);
+    let g = transformer_pass(w, spec.batch, 1, context, false);
     let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens);
     forward_only(g, kv)
 }

@@ -45,8 +45,9 @@ pub(super) fn lstm(check: &Checker, raw: LstmRaw, stem: String) -> Result<Worklo
 /// steps (one GEMM of [x_t, h_{t-1}] against all gates per step, then the cell's
 /// element-wise work), and a softmax classifier over the vocabulary for every token.
 pub(super) fn lstm_graph(w: &Lstm) -> Graph {
-    let mut g = Builder::new(w.precision, Recompute::None);
-    let bytes = w.precision.bytes();
+    let mut g = Builder::training(w.precision, Recompute::None);
+    let storage = g.storage();
+    let bytes = storage.bytes();
     // Width of the recurrent state fed back and to the next layer.
     let state = w.projection.unwrap_or(w.hidden);
     let tokens = w.batch * w.sequence;
@@ -59,7 +60,7 @@ pub(super) fn lstm_graph(w: &Lstm) -> Graph {
         tokens as f64 * state as f64 * bytes,
         w.vocab as f64 * state as f64 * bytes,
         0.0,
-        w.precision,
+        storage,
     );
     g.dense_parameters(w.vocab as f64 * state as f64);
     g.set_in_layer(true);

@@ -168,7 +168,7 @@ pub(super) fn moe(check: &Checker, m: MoeRaw) -> Result<Moe, ConfigError> {
 
 /// Decoder-only transformer (GPT-style, pre-norm), Megatron's kernel decomposition.
 pub(super) fn transformer_graph(w: &Transformer) -> Graph {
-    let mut g = transformer_pass(w, w.global_batch, w.sequence, w.sequence);
+    let mut g = transformer_pass(w, w.global_batch, w.sequence, w.sequence, true);
     g.experts = w.moe.map_or(1, |m| m.experts);
     match w.trainable_layers {
         Some(k) => fine_tune(g, w.layers, k),
@@ -223,9 +223,22 @@ pub(super) fn fine_tune(mut g: Graph, layers: u64, trainable: u64) -> Graph {
 /// The transformer's kernels for `batch` sequences of `queries` new tokens each attending
 /// to `keys` positions: a training step (queries = keys = sequence), a prefill (the
 /// prompt), or one decode step (one query against the KV cache).
-pub(super) fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: u64) -> Graph {
-    let mut g = Builder::new(w.precision, w.recompute);
-    let bytes = w.precision.bytes();
+/// `training`: a training step (FP8 the Transformer Engine way, [`Builder::training`]), else
+/// inference (an FP8 model's weights and caches in FP8).
+pub(super) fn transformer_pass(
+    w: &Transformer,
+    batch: u64,
+    queries: u64,
+    keys: u64,
+    training: bool,
+) -> Graph {
+    let mut g = if training {
+        Builder::training(w.precision, w.recompute)
+    } else {
+        Builder::new(w.precision, w.recompute)
+    };
+    let storage = g.storage();
+    let bytes = storage.bytes();
     let (s, h, l) = (queries, w.hidden, w.layers);
     let tokens = batch * s;
     let t = tokens as f64;
@@ -239,7 +252,7 @@ pub(super) fn transformer_pass(w: &Transformer, batch: u64, queries: u64, keys: 
         t * h as f64 * bytes,
         w.vocab as f64 * h as f64 * bytes,
         0.0,
-        w.precision,
+        storage,
     );
     g.dense_parameters(w.vocab as f64 * h as f64);
     g.set_in_layer(true);
