@@ -132,7 +132,7 @@ fn activations(fit: &Fit, s: &Strategy) -> f64 {
     } else if v == 1 {
         p.min(m) as f64
     } else {
-        (p as f64 * (1.0 + (p as f64 - 1.0) / (p * v) as f64)).min((m * v) as f64)
+        (p as f64 * (1.0 + (p as f64 - 1.0) / (p * v) as f64)).min(m as f64)
     };
     let in_flight = if p == 1 { 1.0 } else { in_flight };
     per_micro_batch * in_flight

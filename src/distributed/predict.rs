@@ -85,8 +85,8 @@ impl Fitted {
     }
 
     /// What the stages' work depends on: the strategy without its interleaving, prefetch,
-    /// schedule, gradient overlap and placement, and the micro-batch's share of the batch. Strategies with
-    /// the same key have the same [`Fitted::stages_work`].
+    /// schedule, gradient overlap and placement, and the micro-batch's share of the batch.
+    /// Strategies with the same key have the same [`Fitted::stages_work`].
     pub fn work_key(&self) -> (Strategy, u64) {
         let s = Strategy {
             interleave: 1,
@@ -510,6 +510,10 @@ impl Workspace {
     /// `fitted` planned on `arch`, its stages' work and schedule end with free
     /// communication reused when a strategy with the same work was planned before.
     fn plan(&mut self, workload: &Workload, fitted: Fitted, arch: &Architecture) -> Plan {
+        debug_assert!(
+            crate::perf::Machine::new(arch) == self.evaluator.machine,
+            "a workspace plans on the machine it was built for"
+        );
         let inputs = (EnergyRates::of(arch), arch.core.sparse_cores > 0);
         if self.planned_for.as_ref() != Some(&inputs) {
             self.plans.clear();

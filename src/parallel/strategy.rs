@@ -571,7 +571,7 @@ impl Strategy {
                 "gradient_overlap",
                 &false,
                 "grad=after concerns the data-parallel gradient synchronisation; it needs \
-                 data parallelism (d > 1)",
+                 data parallelism (d > 1, or RC's row groups)",
             );
         }
         if !self.prefetch && self.zero < 3 {

@@ -210,7 +210,9 @@ impl Evaluator {
         match kernel.op {
             Op::Gemm { batch, m: mm, k, n } => {
                 // Operands at the width of the precision the product runs in (an FP8
-                // product reads the FP8 copies its casts wrote).
+                // product reads the FP8 copies its casts wrote; its BF16 output is counted
+                // at that width too, a small underestimate where the product is bound by
+                // memory).
                 let problem = Problem {
                     batch,
                     m: mm,

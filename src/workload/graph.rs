@@ -467,6 +467,10 @@ pub(crate) struct Builder {
     linear_math: Precision,
     /// The precision the kernels being added run in.
     math: Precision,
+    /// Weights of the linear layers whose products run in `linear_math` (FP8 training).
+    fp8_weights: f64,
+    /// FP8 training (Transformer Engine).
+    fp8_training: bool,
 }
 
 impl Builder {
@@ -477,6 +481,8 @@ impl Builder {
             precision,
             linear_math: precision,
             math: precision,
+            fp8_weights: 0.0,
+            fp8_training: false,
             recompute,
             kernels: Vec::new(),
             backward: Vec::new(),
@@ -505,15 +511,35 @@ impl Builder {
         match precision {
             Precision::Fp8 => Builder {
                 linear_math: Precision::Fp8,
+                fp8_training: true,
                 ..Builder::new(Precision::Bf16, recompute)
             },
             _ => Builder::new(precision, recompute),
         }
     }
 
+    /// The precision FP8 training's linear layers run in (the storage one otherwise).
+    fn linear_math_of_training(&self) -> Precision {
+        if self.fp8_training {
+            Precision::Fp8
+        } else {
+            self.precision
+        }
+    }
+
     /// The precision tensors are stored and sent in.
     pub fn storage(&self) -> Precision {
         self.precision
+    }
+
+    /// Runs the linear layers added next in their storage precision (`false`: an output
+    /// layer or a router, which FP8 training keeps in BF16) or again in the training's
+    /// (`true`).
+    pub fn fp8_linears(&mut self, on: bool) {
+        self.linear_math = match (on, self.precision) {
+            (true, Precision::Bf16) if self.fp8_training => Precision::Fp8,
+            _ => self.precision,
+        };
     }
 
     fn part(&mut self) -> &mut LayerPart {
@@ -645,6 +671,9 @@ impl Builder {
     ) {
         let fp8 = self.linear_math != self.precision;
         let split = self.split;
+        if fp8 {
+            self.fp8_weights += (k * n * weight_instances) as f64;
+        }
         // The input is split by features for a row-parallel layer, the output for a
         // column-parallel one; the weight always is a shard.
         let (input_split, output_split) = match split {
@@ -654,32 +683,21 @@ impl Builder {
         };
         if fp8 {
             // Casts to FP8 with their scaling (the amax over the tensor, the scale, the
-            // conversion): read BF16, write FP8.
+            // conversion): read BF16, write FP8. The weights' FP8 copies are written once
+            // per iteration by the optimizer step (see `finish`).
             let (from, to) = (self.bytes(), self.linear_math.bytes());
             let cast = move |elements: f64| Op::Stream {
                 read_bytes: elements * from,
                 write_bytes: elements * to,
                 flops: 3.0 * elements,
             };
-            let (x, w) = (m as f64 * k as f64, k as f64 * n as f64);
+            let x = m as f64 * k as f64;
             self.split = input_split;
             self.push(
                 &format!("{name} fp8 cast (input)"),
                 KernelClass::Pointwise,
                 count,
                 cast(x),
-                recomputable,
-            );
-            self.split = if split == Split::Replicated {
-                Split::Replicated
-            } else {
-                Split::Sharded
-            };
-            self.push(
-                &format!("{name} fp8 cast (weight)"),
-                KernelClass::Pointwise,
-                count,
-                cast(w),
                 recomputable,
             );
             self.split = split;
@@ -930,6 +948,7 @@ impl Builder {
         // or the weight itself in fp32) and the moments; write the fp32 weight and moments,
         // and the working-precision copy when training in a narrower format.
         let moment_bytes = state - if b < 4.0 { 4.0 } else { 0.0 };
+        let fp8_copy_bytes = self.linear_math_of_training().bytes();
         let per_param_read = b + 4.0 + moment_bytes;
         let per_param_write = 4.0 + moment_bytes + if b < 4.0 { b } else { 0.0 };
         let moments = match optimizer {
@@ -947,10 +966,13 @@ impl Builder {
                 precision: self.precision,
                 math: self.precision,
                 count: 1,
+                // FP8 training: the step also writes the linear layers' FP8 weight copies
+                // with their scaling, once per iteration (Transformer Engine's cached FP8
+                // weights).
                 op: Op::Stream {
                     read_bytes: p * per_param_read,
-                    write_bytes: p * per_param_write,
-                    flops: p * (4.0 + 4.0 * moments),
+                    write_bytes: p * per_param_write + self.fp8_weights * fp8_copy_bytes,
+                    flops: p * (4.0 + 4.0 * moments) + 3.0 * self.fp8_weights,
                 },
                 split: Split::Replicated,
                 position: Position::Layer,

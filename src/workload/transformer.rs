@@ -268,7 +268,10 @@ pub(super) fn transformer_pass(
     g.set_in_layer(false);
     layer_norm(&mut g, "final layer norm", 1, t * h as f64);
     g.split = Split::Column;
+    // FP8 training keeps the output layer in BF16 (Megatron-LM, Transformer Engine).
+    g.fp8_linears(false);
     g.linear("logits", KernelClass::Gemm, 1, tokens, h, w.vocab, 1, false);
+    g.fp8_linears(true);
     g.split = Split::Sharded;
     if w.tie_embeddings {
         // The logits reuse the embedding matrix: count its parameters once.
@@ -443,6 +446,8 @@ fn moe_feed_forward(g: &mut Builder, w: &LayerShape, moe: &Moe, l: u64, tokens: 
     // The router scores every token against every expert, then each expert takes
     // its capacity of the routed tokens: tokens x top_k x capacity / experts.
     g.split = Split::Replicated;
+    // The router stays in the training's storage precision under FP8.
+    g.fp8_linears(false);
     g.linear(
         "router",
         KernelClass::Gemm,
@@ -453,6 +458,7 @@ fn moe_feed_forward(g: &mut Builder, w: &LayerShape, moe: &Moe, l: u64, tokens: 
         l,
         true,
     );
+    g.fp8_linears(true);
     g.pointwise(
         "router softmax and top-k",
         KernelClass::Pointwise,
