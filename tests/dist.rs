@@ -1313,6 +1313,12 @@ fn pipeline_schedules_hold_their_micro_batches_in_flight() {
     // 8 micro-batches of 16: all 8 in flight (128 samples); 4 of 32: all 4 (128 samples).
     assert_close("1F1B with m = p", ratio("t4-p8-d4-mb16"), 16.0, 1e-12);
     assert_close("1F1B with m < p", ratio("t4-p8-d4-mb32"), 16.0, 1e-12);
+    assert_close(
+        "interleaved with m = p",
+        ratio("t4-p8-d4-mb16-i2"),
+        16.0,
+        1e-12,
+    );
 }
 
 /// Gradients synchronised after the backward pass (`grad=after`, Megatron-era stacks) add
