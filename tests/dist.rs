@@ -1460,3 +1460,48 @@ fn fp8_training_speeds_up_only_the_linear_layers() {
         .filter(|k| k.is_matmul())
         .all(|k| k.precision.name() == "fp8" && k.math.name() == "fp8"));
 }
+
+/// Blocking pipeline sends (`send=blocking`): a stage that hands its activations on is busy
+/// until the send is done. With one micro-batch every send is on the critical path anyway:
+/// the same time; with many, at most every step's send more, and never less.
+#[test]
+fn blocking_pipeline_sends_cost_at_most_every_send() {
+    let (system, arch) = system("templates/dgx-a100.yaml");
+    let net = system.network(&arch, 64).unwrap();
+    let w = gpt(32, 4096, 32, 64, "selective");
+    let run = |s: &str| predict(&w, &arch, &net, &Strategy::parse(s).unwrap()).unwrap();
+    let one = run("t8-p2-d4");
+    let one_blocking = run("t8-p2-d4-send=blocking");
+    assert_close(
+        "one micro-batch",
+        one_blocking.time_per_iteration_s,
+        one.time_per_iteration_s,
+        1e-12,
+    );
+    for s in ["t8-p4-d2-mb1", "t8-p4-d2-mb1-i2", "t8-p4-d2-mb1-gpipe"] {
+        let (a, b) = (run(s), run(&format!("{s}-send=blocking")));
+        let sends: f64 = a
+            .communication
+            .iter()
+            .filter(|c| c.name == "pipeline activations")
+            .map(|c| c.time_s)
+            .sum();
+        let extra = b.time_per_iteration_s - a.time_per_iteration_s;
+        assert!(
+            sends > 0.0 && extra > 0.0 && extra <= sends * (1.0 + 1e-9),
+            "{s}: {extra} of {sends}"
+        );
+    }
+    let e = Strategy::parse("t8-d8-send=blocking")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs p > 1"), "{e}");
+    let s = Strategy::parse("t8-p2-d4-send=blocking").unwrap();
+    assert_eq!(Strategy::parse(&s.to_string()).unwrap(), s);
+    let y = Strategy::from_yaml(
+        "s.yaml",
+        "data: 4\ntensor: 8\npipeline: 2\nsend_overlap: false\n",
+    )
+    .unwrap();
+    assert_eq!(y, s);
+}

@@ -433,6 +433,8 @@ pub struct StrategyRaw {
     /// Data-parallel gradient synchronisation beside the backward pass (true, the default)
     /// or after it.
     pub gradient_overlap: Option<bool>,
+    /// Pipeline sends beside compute (true, the default) or blocking.
+    pub send_overlap: Option<bool>,
 }
 
 // ---------------------------------------------------------------- systems

@@ -80,11 +80,19 @@ impl LayerStrategy {
             )));
         }
         for (t, s) in &parts {
-            let shared = |s: &Strategy| (s.pipeline, s.interleave, s.gpipe, s.recompute);
+            let shared = |s: &Strategy| {
+                (
+                    s.pipeline,
+                    s.interleave,
+                    s.gpipe,
+                    s.recompute,
+                    s.send_overlap,
+                )
+            };
             if shared(s) != shared(first) {
                 return Err(fail(format!(
-                    "the {} layers' pipeline, interleaving, schedule or recomputation differ \
-                     from the {} layers': layer types share them",
+                    "the {} layers' pipeline, interleaving, schedule, sends or recomputation \
+                     differ from the {} layers': layer types share them",
                     t.name(),
                     parts[0].0.name()
                 )));

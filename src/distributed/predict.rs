@@ -85,7 +85,7 @@ impl Fitted {
     }
 
     /// What the stages' work depends on: the strategy without its interleaving, prefetch,
-    /// schedule, gradient overlap and placement, and the micro-batch's share of the batch.
+    /// schedule, overlaps and placement, and the micro-batch's share of the batch.
     /// Strategies with the same key have the same [`Fitted::stages_work`].
     pub fn work_key(&self) -> (Strategy, u64) {
         let s = Strategy {
@@ -93,6 +93,7 @@ impl Fitted {
             prefetch: true,
             gpipe: false,
             grad_overlap: true,
+            send_overlap: true,
             placement: None,
             micro_batch: 0,
             ..self.strategy

@@ -423,6 +423,24 @@ pub(super) fn finish_parts(
             c.backward_s += bwd / v;
         }
     }
+    // Blocking sends: a step that hands its activations (or gradients) on ends when the
+    // send does; the receiver then has them at once.
+    let transfer = if s.send_overlap || steps.len() <= 1 {
+        transfer
+    } else {
+        let (p, v) = (steps.len(), steps[0].len());
+        for (i, stage) in steps.iter_mut().enumerate() {
+            for c in stage.iter_mut() {
+                if i + 1 < p || v > 1 {
+                    c.forward_s += transfer;
+                }
+                if i > 0 || v > 1 {
+                    c.backward_s += transfer;
+                }
+            }
+        }
+        0.0
+    };
     let timeline = pipeline::solve(&steps, m as usize, transfer, s.gpipe);
     let mut end = 0.0f64;
     let mut sparse_busy = 0.0f64;

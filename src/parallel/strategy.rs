@@ -78,6 +78,9 @@ pub struct Strategy {
     /// by bucket (PyTorch DDP, FSDP; the default), or after it as one flat all-reduce (or
     /// ZeRO-3's reduce-scatters on the critical path), as Megatron-era stacks ran it.
     pub grad_overlap: bool,
+    /// Whether a pipeline stage sends its activations (and gradients) to the next beside
+    /// its compute (asynchronous send/receive; the default) or blocks until the send is done.
+    pub send_overlap: bool,
     /// A pinned placement of the parallel dimensions, innermost (nearest devices) first;
     /// `None` tries every ordering and keeps the best.
     pub placement: Option<Placement>,
@@ -133,6 +136,7 @@ impl Default for Strategy {
             shard: 0,
             prefetch: true,
             grad_overlap: true,
+            send_overlap: true,
             placement: None,
         }
     }
@@ -316,6 +320,18 @@ impl Strategy {
                         }
                     }
                 }
+                "send=" => {
+                    s.send_overlap = match value {
+                        "overlap" => true,
+                        "blocking" => false,
+                        _ => {
+                            return Err(fail(format!(
+                                "send={value}: pipeline stages send beside their compute \
+                                 (send=overlap) or block until the send is done (send=blocking)"
+                            )))
+                        }
+                    }
+                }
                 "gpipe" if value.is_empty() => s.gpipe = true,
                 "rc=" => {
                     s.recompute = Some(match value {
@@ -340,7 +356,7 @@ impl Strategy {
 
     /// Reads a strategy file (keys `data`, `tensor`, `pipeline`, `kernel`, `micro_batch`,
     /// `interleave`, `schedule`, `sequence_parallel`, `recompute`, `zero`, `expert`,
-    /// `weight_prefetch`, `shard_group`, `gradient_overlap`).
+    /// `weight_prefetch`, `shard_group`, `gradient_overlap`, `send_overlap`).
     pub fn from_yaml(file: &str, text: &str) -> Result<Strategy, ConfigError> {
         let raw: StrategyRaw = parse_yaml(file, text)?;
         let check = Checker { file };
@@ -418,6 +434,7 @@ impl Strategy {
                 .map_or(Ok(0), |v| check.positive_count("shard_group", v))?,
             prefetch: raw.weight_prefetch.unwrap_or(true),
             grad_overlap: raw.gradient_overlap.unwrap_or(true),
+            send_overlap: raw.send_overlap.unwrap_or(true),
             placement: None,
         };
         s.structure()
@@ -574,6 +591,13 @@ impl Strategy {
                  data parallelism (d > 1, or RC's row groups)",
             );
         }
+        if !self.send_overlap && self.pipeline <= 1 {
+            return bad(
+                "send_overlap",
+                &false,
+                "send=blocking concerns the sends between pipeline stages; it needs p > 1",
+            );
+        }
         if !self.prefetch && self.zero < 3 {
             return bad(
                 "weight_prefetch",
@@ -633,7 +657,7 @@ impl Strategy {
 
 /// `mb4` -> ("mb", "4"), `rc=full` -> ("rc=", "full"), `sp` -> ("sp", "").
 fn split_key(token: &str) -> (&str, &str) {
-    for key in ["rc=", "prefetch=", "grad=", "order="] {
+    for key in ["rc=", "prefetch=", "grad=", "send=", "order="] {
         if let Some(rest) = token.strip_prefix(key) {
             return (key, rest);
         }
@@ -689,6 +713,9 @@ impl fmt::Display for Strategy {
         }
         if !self.grad_overlap {
             parts.push("grad=after".into());
+        }
+        if !self.send_overlap {
+            parts.push("send=blocking".into());
         }
         if let Some(order) = &self.placement {
             let letters: Vec<&str> = order.axes().iter().map(|a| a.letter()).collect();

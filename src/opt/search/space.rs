@@ -133,7 +133,7 @@ pub const GRAMMAR: &[Rule] = &[
         expand: prefetch,
     },
     Rule {
-        name: "schedule (1F1B or GPipe) and data-parallel gradient overlap",
+        name: "schedule (1F1B or GPipe), gradient and send overlap",
         role: Role::User,
         expand: keep,
     },
@@ -168,6 +168,7 @@ pub fn enumerate(shape: &Shape, base: &Strategy) -> Result<Vec<Strategy>, TooLar
     let start = Strategy {
         gpipe: base.gpipe,
         grad_overlap: base.grad_overlap,
+        send_overlap: base.send_overlap,
         ..Strategy::default()
     };
     let mut partial = vec![start];
@@ -184,9 +185,11 @@ pub fn enumerate(shape: &Shape, base: &Strategy) -> Result<Vec<Strategy>, TooLar
         }
         partial = next;
     }
-    // Without data parallelism there is no gradient synchronisation to overlap.
-    for s in partial.iter_mut().filter(|s| s.weight_replicas() <= 1) {
-        s.grad_overlap = true;
+    // Without data parallelism there is no gradient synchronisation to overlap, without
+    // pipeline parallelism no send.
+    for s in partial.iter_mut() {
+        s.grad_overlap |= s.weight_replicas() <= 1;
+        s.send_overlap |= s.pipeline <= 1;
     }
     Ok(partial)
 }
