@@ -471,6 +471,8 @@ pub(crate) struct Builder {
     fp8_weights: f64,
     /// FP8 training (Transformer Engine).
     fp8_training: bool,
+    /// Whether the step clips the gradients by their global norm (language models).
+    pub clips_gradients: bool,
 }
 
 impl Builder {
@@ -483,6 +485,7 @@ impl Builder {
             math: precision,
             fp8_weights: 0.0,
             fp8_training: false,
+            clips_gradients: false,
             recompute,
             kernels: Vec::new(),
             backward: Vec::new(),
@@ -978,6 +981,26 @@ impl Builder {
                 position: Position::Layer,
                 layer: LayerType::Dense,
             });
+            if self.clips_gradients {
+                // The global gradient norm reads every gradient once (the clipping scale
+                // is applied as the optimizer reads them); its scalar all-reduce is free.
+                kernels.push(Kernel {
+                    name: "gradient norm".into(),
+                    class: KernelClass::Optimizer,
+                    phase: Phase::Update,
+                    precision: self.precision,
+                    math: self.precision,
+                    count: 1,
+                    op: Op::Stream {
+                        read_bytes: p * b,
+                        write_bytes: 0.0,
+                        flops: 2.0 * p,
+                    },
+                    split: Split::Replicated,
+                    position: Position::Layer,
+                    layer: LayerType::Dense,
+                });
+            }
         }
         // Tables belong to the embedding layers.
         self.parts[LayerType::Embedding as usize].sparse_weight_bytes = sparse_weight_bytes;

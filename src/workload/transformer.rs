@@ -237,6 +237,8 @@ pub(super) fn transformer_pass(
     } else {
         Builder::new(w.precision, w.recompute)
     };
+    // Language models clip the gradients' global norm every step (GPT-3: at 1.0).
+    g.clips_gradients = training;
     let storage = g.storage();
     let bytes = storage.bytes();
     let (s, h, l) = (queries, w.hidden, w.layers);
