@@ -8,7 +8,7 @@
 //! parts' work (their blocking collectives included), plus the resharding of activations
 //! where consecutive layers lay them out differently; the parts share one pipeline
 //! schedule, and their gradient buckets one communication stream
-//! ([`timeline::finish_parts`]): layer by layer in a transformer, where the types
+//! (`timeline::finish_parts`): layer by layer in a transformer, where the types
 //! alternate; one type after another in a model without repeated layers, whose buckets then
 //! meet only their own type's blocking collectives on a shared fabric. The parts share the pipeline degree, chunks, schedule,
 //! recomputation and micro-batch count; each picks its own tensor, data, sequence and ZeRO
