@@ -428,15 +428,15 @@ pub(super) fn finish_parts(
     let transfer = if s.send_overlap || steps.len() <= 1 {
         transfer
     } else {
+        // Interleaved, the last stage's last chunk sends nothing forward and the first
+        // stage's first chunk nothing backward: their stages' chunks share the v - 1 sends
+        // evenly (equal chunks keep the schedule's closed form).
         let (p, v) = (steps.len(), steps[0].len());
+        let end_share = (v - 1) as f64 / v as f64;
         for (i, stage) in steps.iter_mut().enumerate() {
             for c in stage.iter_mut() {
-                if i + 1 < p || v > 1 {
-                    c.forward_s += transfer;
-                }
-                if i > 0 || v > 1 {
-                    c.backward_s += transfer;
-                }
+                c.forward_s += transfer * if i + 1 < p { 1.0 } else { end_share };
+                c.backward_s += transfer * if i > 0 { 1.0 } else { end_share };
             }
         }
         0.0
@@ -657,7 +657,8 @@ fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
             axis: Axis::Pipeline,
             bytes: boundary,
         };
-        ledger.charge("pipeline activations", &need, calls, false, Some(1.0));
+        let blocking = !s.send_overlap;
+        ledger.charge("pipeline activations", &need, calls, blocking, Some(1.0));
     }
     transfer
 }

@@ -540,7 +540,14 @@ impl StageWork {
     ) {
         let total_params: f64 = graph.parameters_by_position.iter().sum();
         let (dense, experts) = (self.trained - self.trained_experts, self.trained_experts);
-        let mine = if s.zero >= 1 {
+        // Casts of the weights (FP8 copies, a `Pointwise` update) run on every weight a
+        // device holds: sharded only under ZeRO-3; the optimizer on its ZeRO shard.
+        let zero_sharded = if k.class == KernelClass::Pointwise {
+            s.zero >= 3
+        } else {
+            s.zero >= 1
+        };
+        let mine = if zero_sharded {
             let group = s.shard_group() as f64;
             dense / group + experts * s.expert as f64 / group
         } else {

@@ -969,18 +969,36 @@ impl Builder {
                 precision: self.precision,
                 math: self.precision,
                 count: 1,
-                // FP8 training: the step also writes the linear layers' FP8 weight copies
-                // with their scaling, once per iteration (Transformer Engine's cached FP8
-                // weights).
                 op: Op::Stream {
                     read_bytes: p * per_param_read,
-                    write_bytes: p * per_param_write + self.fp8_weights * fp8_copy_bytes,
-                    flops: p * (4.0 + 4.0 * moments) + 3.0 * self.fp8_weights,
+                    write_bytes: p * per_param_write,
+                    flops: p * (4.0 + 4.0 * moments),
                 },
                 split: Split::Replicated,
                 position: Position::Layer,
                 layer: LayerType::Dense,
             });
+            if self.fp8_weights > 0.0 {
+                // FP8 training: the linear layers' FP8 weight copies with their scaling,
+                // written once per iteration after the update (Transformer Engine's cached
+                // FP8 weights): every weight a device holds (a `Pointwise` update).
+                kernels.push(Kernel {
+                    name: "fp8 weight copies".into(),
+                    class: KernelClass::Pointwise,
+                    phase: Phase::Update,
+                    precision: self.precision,
+                    math: self.precision,
+                    count: 1,
+                    op: Op::Stream {
+                        read_bytes: self.fp8_weights * b,
+                        write_bytes: self.fp8_weights * fp8_copy_bytes,
+                        flops: 3.0 * self.fp8_weights,
+                    },
+                    split: Split::Replicated,
+                    position: Position::Layer,
+                    layer: LayerType::Dense,
+                });
+            }
             if self.clips_gradients {
                 // The global gradient norm reads every gradient once (the clipping scale
                 // is applied as the optimizer reads them); its scalar all-reduce is free.
