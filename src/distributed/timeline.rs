@@ -696,15 +696,7 @@ fn stage_sync(
     if !inputs.s.grad_overlap {
         // One flat synchronisation of every gradient once the stage's backward is done.
         if !sync.axes.is_empty() && sync.stage_bytes > 0.0 {
-            let need = (sync.collective, sync.stage_bytes);
-            let t = ledger.charge_parts(
-                "gradient sync",
-                &sync.expert_axes,
-                need,
-                1.0,
-                false,
-                sync.report,
-            );
+            let t = sync.charge(ledger, &sync.expert_axes, sync.stage_bytes);
             comm_free = comm_free.max(timeline.end_s[i]) + t;
         }
         return (comm_free, 0.0, after_of(inputs, ledger, st, &sync));
@@ -854,15 +846,7 @@ fn joint_layer_sync(
         let charge = |ledgers: &mut [Ledger]| {
             for x in per_layer.iter().filter(|x| x.bytes > 0.0) {
                 let sync = &syncs[x.part];
-                let need = (sync.collective, x.bytes);
-                ledgers[x.part].charge_parts(
-                    "gradient sync",
-                    &sync.expert_axes,
-                    need,
-                    1.0,
-                    false,
-                    sync.report,
-                );
+                sync.charge(&mut ledgers[x.part], &sync.expert_axes, x.bytes);
             }
         };
         if !meets {
@@ -925,6 +909,14 @@ struct Sync<'a> {
     report: Option<f64>,
 }
 
+impl Sync<'_> {
+    /// Charges (and lists) one bucket of `bytes` synchronised over `parts`; its time.
+    fn charge(&self, ledger: &mut Ledger, parts: &[(Axis, f64)], bytes: f64) -> f64 {
+        let need = (self.collective, bytes);
+        ledger.charge_parts("gradient sync", parts, need, 1.0, false, self.report)
+    }
+}
+
 fn layers_per_chunk(inputs: &Inputs) -> usize {
     let s = inputs.s;
     (inputs.graph.layers / (s.pipeline * s.interleave)).max(1) as usize
@@ -950,8 +942,7 @@ fn weight_buckets(ledger: &mut Ledger, st: &StageWork, sync: &Sync, chunks: f64)
     );
     for &(bytes, expert) in &buckets {
         let parts = if expert { &experts } else { &dense };
-        let need = (sync.collective, bytes);
-        ledger.charge_parts("gradient sync", parts, need, 1.0, false, sync.report);
+        sync.charge(ledger, parts, bytes);
     }
     pieces
 }
@@ -988,8 +979,7 @@ fn layer_buckets(
         .flat_map(|&(axis, f)| map.link(axis).phases(sync.collective, bucket * f))
         .collect();
     let charge = |ledger: &mut Ledger| {
-        let need = (sync.collective, bucket);
-        ledger.charge_parts("gradient sync", sync_axes, need, 1.0, false, sync.report);
+        sync.charge(ledger, sync_axes, bucket);
     };
     if !per_layer
         .iter()

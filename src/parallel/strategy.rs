@@ -302,35 +302,28 @@ impl Strategy {
                     }
                 }
                 "prefetch=" => {
-                    s.prefetch = match value {
-                        "on" => true,
-                        "off" => false,
-                        _ => return Err(fail(format!("prefetch={value}: must be on or off"))),
-                    }
+                    s.prefetch = switch(value, ("on", "off"), || {
+                        format!("prefetch={value}: must be on or off")
+                    })
+                    .map_err(fail)?
                 }
                 "grad=" => {
-                    s.grad_overlap = match value {
-                        "overlap" => true,
-                        "after" => false,
-                        _ => {
-                            return Err(fail(format!(
-                                "grad={value}: gradients synchronise beside the backward pass \
-                                 (grad=overlap) or after it (grad=after)"
-                            )))
-                        }
-                    }
+                    s.grad_overlap = switch(value, ("overlap", "after"), || {
+                        format!(
+                            "grad={value}: gradients synchronise beside the backward pass \
+                             (grad=overlap) or after it (grad=after)"
+                        )
+                    })
+                    .map_err(fail)?
                 }
                 "send=" => {
-                    s.send_overlap = match value {
-                        "overlap" => true,
-                        "blocking" => false,
-                        _ => {
-                            return Err(fail(format!(
-                                "send={value}: pipeline stages send beside their compute \
-                                 (send=overlap) or block until the send is done (send=blocking)"
-                            )))
-                        }
-                    }
+                    s.send_overlap = switch(value, ("overlap", "blocking"), || {
+                        format!(
+                            "send={value}: pipeline stages send beside their compute \
+                             (send=overlap) or block until the send is done (send=blocking)"
+                        )
+                    })
+                    .map_err(fail)?
                 }
                 "gpipe" if value.is_empty() => s.gpipe = true,
                 "rc=" => {
@@ -652,6 +645,15 @@ impl Strategy {
             )));
         }
         self.structure().map_err(|(_, _, message)| fail(message))
+    }
+}
+
+/// A two-way switch's value: `true` for `on`, `false` for `off`, else `why`.
+fn switch(value: &str, (on, off): (&str, &str), why: impl Fn() -> String) -> Result<bool, String> {
+    match value {
+        v if v == on => Ok(true),
+        v if v == off => Ok(false),
+        _ => Err(why()),
     }
 }
 

@@ -521,15 +521,6 @@ impl Builder {
         }
     }
 
-    /// The precision FP8 training's linear layers run in (the storage one otherwise).
-    fn linear_math_of_training(&self) -> Precision {
-        if self.fp8_training {
-            Precision::Fp8
-        } else {
-            self.precision
-        }
-    }
-
     /// The precision tensors are stored and sent in.
     pub fn storage(&self) -> Precision {
         self.precision
@@ -951,7 +942,8 @@ impl Builder {
         // or the weight itself in fp32) and the moments; write the fp32 weight and moments,
         // and the working-precision copy when training in a narrower format.
         let moment_bytes = state - if b < 4.0 { 4.0 } else { 0.0 };
-        let fp8_copy_bytes = self.linear_math_of_training().bytes();
+        // Only FP8 training has FP8 weight copies (`fp8_weights > 0`).
+        let fp8_copy_bytes = Precision::Fp8.bytes();
         let per_param_read = b + 4.0 + moment_bytes;
         let per_param_write = 4.0 + moment_bytes + if b < 4.0 { b } else { 0.0 };
         let moments = match optimizer {
