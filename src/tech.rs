@@ -28,19 +28,33 @@ pub struct VoltageCurve {
 }
 
 impl VoltageCurve {
+    /// `(V - Vt)^a / V`: frequency up to a constant.
+    fn shape(&self, voltage: f64) -> f64 {
+        (voltage - self.threshold_v).powf(self.alpha) / voltage
+    }
+
     /// `f(V) / f(Vn)`.
     pub fn frequency_ratio(&self, voltage: f64) -> f64 {
+        self.frequency_ratio_to(voltage, self.shape(self.nominal_v))
+    }
+
+    /// `frequency_ratio` given the nominal point's shape.
+    fn frequency_ratio_to(&self, voltage: f64, nominal_shape: f64) -> f64 {
         if voltage <= self.threshold_v {
             return 0.0;
         }
-        let shape = |v: f64| (v - self.threshold_v).powf(self.alpha) / v;
-        shape(voltage) / shape(self.nominal_v)
+        self.shape(voltage) / nominal_shape
     }
 
     /// Dynamic power at `voltage` relative to the nominal point, for the same amount of hardware.
     pub fn power_ratio(&self, voltage: f64) -> f64 {
+        self.power_ratio_to(voltage, self.shape(self.nominal_v))
+    }
+
+    /// `power_ratio` given the nominal point's shape (one power law per call, not two).
+    fn power_ratio_to(&self, voltage: f64, nominal_shape: f64) -> f64 {
         let v = voltage / self.nominal_v;
-        v * v * self.frequency_ratio(voltage)
+        v * v * self.frequency_ratio_to(voltage, nominal_shape)
     }
 
     /// Dynamic energy per operation at `voltage` relative to nominal (`(V/Vn)^2`).
@@ -52,13 +66,14 @@ impl VoltageCurve {
     /// The highest voltage in `[Vt, max_v]` whose power ratio does not exceed `ratio`
     /// (bisection; the result never overshoots the budget).
     pub fn voltage_for_power_ratio(&self, ratio: f64) -> f64 {
-        if ratio >= self.power_ratio(self.max_v) {
+        let nominal = self.shape(self.nominal_v);
+        if ratio >= self.power_ratio_to(self.max_v, nominal) {
             return self.max_v;
         }
         let (mut lo, mut hi) = (self.threshold_v, self.max_v);
         for _ in 0..64 {
             let mid = 0.5 * (lo + hi);
-            if self.power_ratio(mid) <= ratio {
+            if self.power_ratio_to(mid, nominal) <= ratio {
                 lo = mid;
             } else {
                 hi = mid;

@@ -268,6 +268,37 @@ fn same_seed_same_result_bit_for_bit() {
     assert_ne!(a.restarts[1].start, c.restarts[1].start);
 }
 
+/// The optimizer prices a point without building its report (and with the memos of kernel
+/// times, tiles, operating points and networks warm from other points): the same objective,
+/// bit for bit, as the full evaluation of that point alone, feasible or not.
+#[test]
+fn the_objective_is_the_evaluation_s() {
+    let problem = default_problem("CR-16-d32");
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(3);
+    let mut points = vec![problem.initial()];
+    points.extend((0..24).map(|_| stackflow::opt::budget::random_start(&problem, &mut rng)));
+    // Starved of every memory level: no bank, an infinite objective.
+    points.push(
+        problem
+            .layout
+            .iter()
+            .map(|s| match s.component {
+                stackflow::domain::Component::Memory(_) => 0.0,
+                _ => 0.1,
+            })
+            .collect(),
+    );
+    let mut infinite = 0;
+    for w in &points {
+        let w = &problem.set.project(w);
+        let fresh = default_problem("CR-16-d32").evaluate(w).objective;
+        let priced = problem.cost(w).unwrap();
+        assert_eq!(priced.to_bits(), fresh.to_bits(), "at {w:?}");
+        infinite += usize::from(priced.is_infinite());
+    }
+    assert!(infinite >= 1, "an infeasible point is among them");
+}
+
 #[test]
 fn optimize_improves_the_default_and_stays_within_every_budget() {
     let dir = Scratch::new("optimize-default");

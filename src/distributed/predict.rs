@@ -4,7 +4,9 @@
 //! convenience that asks [`crate::parallel::mapping::best_placement`] for the best one.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use super::fit::{fit, fit_graph, Fit, FitError};
@@ -234,10 +236,34 @@ impl Plan {
         self.memory.total_bytes()
     }
 
+    /// Why the strategy cannot run as planned (memory), whatever the mapping.
+    pub fn violations(&self) -> &[Violation] {
+        &self.violations
+    }
+
     /// The prediction under the best mapping of the strategy's axes onto `net`; `None` when
     /// no mapping can be faster than `beat` s (by its lower bound: nothing is priced then).
     pub fn best_mapping(&self, net: &Network, beat: f64) -> Option<DistPrediction> {
-        let inputs = self.inputs();
+        let (map, eval, tried) = self.best(net, beat, true)?;
+        Some(self.report(map, eval, tried))
+    }
+
+    /// The time per iteration under the best mapping, without the report
+    /// ([`Plan::best_mapping`]'s `time_per_iteration_s`): what a search over designs reads.
+    pub fn best_time_s(&self, net: &Network) -> f64 {
+        self.best(net, f64::INFINITY, false)
+            .expect("without a bound to beat a mapping is priced")
+            .1
+            .time_s
+    }
+
+    /// The best mapping, its schedule (its collectives listed when `listing`) and the
+    /// number of orderings tried.
+    fn best(&self, net: &Network, beat: f64, listing: bool) -> Option<(Mapping, Eval, usize)> {
+        let inputs = timeline::Inputs {
+            listing,
+            ..self.inputs()
+        };
         // The steps a mapping's bound took, kept for pricing it (by the mapping's address:
         // the mappings stay in place while they are bounded and priced).
         let kept: RefCell<Vec<(*const Mapping, timeline::Steps, f64)>> = RefCell::new(Vec::new());
@@ -249,7 +275,7 @@ impl Plan {
             bound
         };
         let all = self.needs_all_devices();
-        let (map, eval, tried) = best_placement(net, &self.strategy, all, beat, bound, |map| {
+        best_placement(net, &self.strategy, all, beat, bound, |map| {
             let found = {
                 let mut kept = kept.borrow_mut();
                 let at = kept.iter().position(|k| std::ptr::eq(k.0, map));
@@ -271,8 +297,7 @@ impl Plan {
                 eval.time_s
             );
             (eval.time_s, eval)
-        })?;
-        Some(self.report(map, eval, tried))
+        })
     }
 
     /// Whether a mapping must also measure every device as one group.
@@ -307,6 +332,7 @@ impl Plan {
             expert_param_share: self.memory.expert_share(&self.strategy),
             bytes: self.memory.bytes_per_weight,
             free_end: self.free_end_s,
+            listing: true,
         }
     }
 
@@ -480,7 +506,7 @@ pub struct Workspace {
     /// Strategies planned: their stages' work, and their schedule's end with free
     /// communication by (interleave, GPipe), for the energy rates and embedding engines of
     /// `planned_for` (the stage work's other inputs than the kernel times).
-    plans: HashMap<PlanKey, (StagesWork, Vec<FreeEnd>)>,
+    plans: FxHashMap<PlanKey, (StagesWork, Vec<FreeEnd>)>,
     planned_for: Option<(EnergyRates, bool)>,
 }
 
@@ -503,9 +529,18 @@ impl Workspace {
         Workspace {
             evaluator: Evaluator::new(arch),
             graphs: Vec::new(),
-            plans: HashMap::new(),
+            plans: FxHashMap::default(),
             planned_for: None,
         }
+    }
+
+    /// Moves to another machine (that of the architecture it will plan on): forgets what
+    /// depended on the machine (kernel times, planned strategies), keeps the graphs and the
+    /// room its caches took.
+    pub fn retarget(&mut self, machine: crate::perf::Machine) {
+        self.evaluator.retarget(machine);
+        self.plans.clear();
+        self.planned_for = None;
     }
 
     /// `fitted` planned on `arch`, its stages' work and schedule end with free

@@ -227,6 +227,9 @@ pub(super) struct Inputs<'a> {
     pub(super) bytes: f64,
     /// End of the schedule with free communication.
     pub(super) free_end: f64,
+    /// List the first stage's collectives for a report (a search reading only the time
+    /// leaves them out: naming them is a tenth of the work).
+    pub(super) listing: bool,
 }
 
 /// Every stage's step under one mapping, before the pipeline schedule: what a lower bound
@@ -474,7 +477,7 @@ pub(super) fn finish_parts(
             // Embedding engines run lookups, updates and their all-to-alls beside the dense
             // step, a batch ahead (TPU v4 Fig. 10: the step takes the longer of the two).
             if st.sparse_s > 0.0 {
-                let report = (i == 0).then_some(m as f64);
+                let report = (part.inputs.listing && i == 0).then_some(m as f64);
                 let exchange: f64 = st
                     .sparse_needs
                     .iter()
@@ -523,7 +526,7 @@ pub(super) fn finish_parts(
 /// (forward, backward, how long the last reduce-scatters outlast the iteration's compute).
 fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) -> (f64, f64, f64) {
     // The report lists the first stage's collectives, for all micro-batches.
-    let report = (i == 0).then_some(inputs.m as f64);
+    let report = (inputs.listing && i == 0).then_some(inputs.m as f64);
     let mut blocking = |needs: &[(f64, Need)]| -> f64 {
         needs
             .iter()
@@ -755,7 +758,7 @@ fn sync_of<'a>(
         collective: *collective,
         stage_bytes: st.trained * inputs.bytes * (s.weight_replicas() / s.data) as f64
             / held as f64,
-        report: (i == 0).then_some(1.0),
+        report: (inputs.listing && i == 0).then_some(1.0),
     }
 }
 

@@ -4,6 +4,12 @@
 //! 4.4.3, 4.4.4): start from the most units the area (or perimeter) allows; if their nominal
 //! power is below the budget raise the voltage, if above lower it; at the minimum voltage
 //! remove units until the budget holds; never exceed the maximum voltage.
+//!
+//! Each thread remembers its last few operating points: a budget search moves one share at
+//! a time, so most components of a new design ask for the point they had before. A pure
+//! function's memo: never changes a result.
+
+use std::cell::RefCell;
 
 use serde::{Deserialize, Serialize};
 
@@ -74,6 +80,18 @@ impl OperatingPoint {
     }
 }
 
+/// The inputs of one operating point, bit for bit.
+type Inputs = [u64; 8];
+
+/// Operating points each thread remembers.
+const REMEMBERED: usize = 32;
+
+thread_local! {
+    /// The thread's recent operating points, and where the next one goes.
+    static RECENT: RefCell<(Vec<(Inputs, OperatingPoint)>, usize)> =
+        const { RefCell::new((Vec::new(), 0)) };
+}
+
 /// Finds how many of `max_units` units (each drawing `unit_power_w` at the nominal point) to
 /// power, and at which voltage, so that their dynamic power fits `budget_w`.
 ///
@@ -84,6 +102,38 @@ pub fn operating_point(
     unit_power_w: f64,
     budget_w: f64,
 ) -> OperatingPoint {
+    let inputs = [
+        curve.nominal_v.to_bits(),
+        curve.threshold_v.to_bits(),
+        curve.min_v.to_bits(),
+        curve.max_v.to_bits(),
+        curve.alpha.to_bits(),
+        max_units,
+        unit_power_w.to_bits(),
+        budget_w.to_bits(),
+    ];
+    let known = RECENT.with(|r| {
+        let r = r.borrow();
+        r.0.iter().find(|(k, _)| *k == inputs).map(|(_, op)| *op)
+    });
+    if let Some(op) = known {
+        return op;
+    }
+    let op = solve(curve, max_units, unit_power_w, budget_w);
+    RECENT.with(|r| {
+        let (points, next) = &mut *r.borrow_mut();
+        if points.len() < REMEMBERED {
+            points.push((inputs, op));
+        } else {
+            points[*next] = (inputs, op);
+        }
+        *next = (*next + 1) % REMEMBERED;
+    });
+    op
+}
+
+/// [`operating_point`], computed.
+fn solve(curve: &VoltageCurve, max_units: u64, unit_power_w: f64, budget_w: f64) -> OperatingPoint {
     if max_units == 0 {
         return OperatingPoint::off(curve, Limit::Area);
     }

@@ -28,7 +28,7 @@ pub use fabric::{Fabric, Shape};
 
 pub use system::System;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
@@ -48,9 +48,10 @@ pub struct Network {
     ports: usize,
     #[serde(skip)]
     port_bw: Vec<f64>,
-    /// Coordinate of every device in every fabric, device-major.
+    /// Coordinate of every device in every fabric, device-major; shared by the networks
+    /// rebuilt from one topology.
     #[serde(skip)]
-    locals: Vec<u32>,
+    locals: Arc<[u32]>,
     /// Group shapes already computed, shared by networks of the same topology.
     #[serde(skip)]
     memo: Memo,
@@ -80,10 +81,10 @@ struct Memo(Arc<Mutex<Memos>>);
 
 #[derive(Debug, Default)]
 struct Memos {
-    shapes: HashMap<Groups, Arc<GroupShape>>,
+    shapes: FxHashMap<Groups, Arc<GroupShape>>,
     /// Strided group sets ([`Network::strided_link`]) by (degree, stride): their shape and
     /// the fabrics a group spans.
-    strided: HashMap<(u64, u64), (Arc<GroupShape>, Vec<String>)>,
+    strided: FxHashMap<(u64, u64), (Arc<GroupShape>, Vec<String>)>,
 }
 
 /// Groups of devices communicating at once, each in ring order.
@@ -140,7 +141,8 @@ impl Network {
                     .enumerate()
                     .map(move |(f, fabric)| ((d / stride[f]) % fabric.size) as u32)
             })
-            .collect();
+            .collect::<Vec<u32>>()
+            .into();
         Network {
             fabrics,
             devices,

@@ -2,7 +2,9 @@
 //! perimeter given to each component of the accelerator; the objective is the log of the
 //! predicted time per iteration of a fixed workload and strategy on a fixed system.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 use std::fmt;
 use std::sync::Mutex;
 
@@ -14,7 +16,7 @@ use super::simplex::{SimplexGroup, Simplices};
 use super::PerThread;
 use crate::config::{parse_yaml, Checker, ConfigError};
 use crate::design::Design;
-use crate::distributed::{predict, predict_with, DistPrediction, Workspace};
+use crate::distributed::{predict, predict_with, DistPrediction, Plan, Workspace};
 use crate::domain::Component;
 use crate::error::ModelError;
 use crate::generator::{generate, Architecture};
@@ -338,11 +340,14 @@ pub struct BudgetProblem {
     /// differ only in their networks (a network share's finite difference) have the same
     /// machine and reuse its kernel times. Never changes a result.
     workspaces: PerThread<Vec<Workspace>>,
+    /// Per thread of the pool, a copy of `design` whose shares each evaluation sets (the
+    /// other fields never change).
+    designs: PerThread<Option<Design>>,
     /// Objectives computed, by strategy and shares (bit for bit): projected finite
     /// differences land on points already priced (a share held at its bound projects back),
     /// and restarts revisit points; about half of an optimization's evaluations. The other
     /// inputs are fixed once the problem is built. Never changes a result.
-    objectives: Mutex<HashMap<(Strategy, Vec<u64>), f64>>,
+    objectives: Mutex<FxHashMap<(Strategy, Vec<u64>), f64>>,
 }
 
 /// Machines whose workspaces a budget problem keeps.
@@ -380,16 +385,22 @@ impl BudgetProblem {
             step: 5e-3,
             base_network,
             workspaces: PerThread::new(Vec::new),
-            objectives: Mutex::new(HashMap::new()),
+            designs: PerThread::new(|| None),
+            objectives: Mutex::new(FxHashMap::default()),
         })
     }
 
-    /// A workspace for `arch`'s machine: a kept one if a recent design had the same.
+    /// A workspace for `arch`'s machine: a kept one if a recent design had the same, else
+    /// the oldest kept one moved to it (its graphs stay good), else a new one.
     fn workspace(&self, arch: &Architecture) -> Workspace {
         let machine = Machine::new(arch);
         let found = self.workspaces.with(|kept| {
-            let i = kept.iter().position(|w| *w.machine() == machine);
-            i.map(|i| kept.swap_remove(i))
+            if let Some(i) = kept.iter().position(|w| *w.machine() == machine) {
+                return Some(kept.swap_remove(i));
+            }
+            let mut oldest = (kept.len() >= WORKSPACES_KEPT).then(|| kept.remove(0))?;
+            oldest.retarget(machine.clone());
+            Some(oldest)
         });
         found.unwrap_or_else(|| Workspace::new(arch))
     }
@@ -446,23 +457,7 @@ impl BudgetProblem {
             }
         };
         let time = prediction.time_per_iteration_s;
-        // Out of memory: a smooth penalty in the excess ratio, so the search can leave.
-        let excess = prediction
-            .violations
-            .iter()
-            .filter_map(Violation::memory_excess)
-            .fold(1.0, f64::max)
-            - 1.0;
-        let others = prediction
-            .violations
-            .iter()
-            .filter(|v| v.memory_excess().is_none())
-            .count();
-        let objective = if time.is_finite() && time > 0.0 {
-            time.ln() + 5.0 * excess + 25.0 * excess * excess + others as f64
-        } else {
-            f64::INFINITY
-        };
+        let objective = objective_of(time, &prediction.violations);
         Evaluation {
             time_per_iteration_s: time,
             objective,
@@ -471,6 +466,31 @@ impl BudgetProblem {
             architecture: arch,
             prediction: Some(prediction),
         }
+    }
+
+    /// `evaluate_with(w, strategy).objective`, without the reports: the optimizer's inner
+    /// loop. The design is the thread's copy of the problem's, with the shares `w` set.
+    fn price(&self, w: &[f64], strategy: &Strategy) -> f64 {
+        let arch = self.designs.with(|design| {
+            let design = design.get_or_insert_with(|| self.design.clone());
+            for (s, &v) in self.layout.iter().zip(w) {
+                *share_mut(design, s) = v;
+            }
+            self.system.apply_caps(generate(design))
+        });
+        let Ok(net) = self
+            .system
+            .network_like(&arch, self.devices, &self.base_network)
+        else {
+            return f64::INFINITY;
+        };
+        let mut ws = self.workspace(&arch);
+        let objective = match Plan::with(&self.workload, &arch, &net, strategy, &mut ws) {
+            Ok(plan) => objective_of(plan.best_time_s(&net), plan.violations()),
+            Err(_) => f64::INFINITY,
+        };
+        self.keep(ws);
+        objective
     }
 
     /// The accelerator and network at shares `w`, for a strategy search on that design.
@@ -498,7 +518,7 @@ impl BudgetProblem {
         if let Some(objective) = known {
             return objective;
         }
-        let objective = self.evaluate(w).objective;
+        let objective = self.price(w, &self.strategy);
         if let Ok(mut kept) = self.objectives.lock() {
             if kept.len() >= OBJECTIVES_KEPT {
                 kept.clear();
@@ -506,6 +526,25 @@ impl BudgetProblem {
             kept.insert(key, objective);
         }
         objective
+    }
+}
+
+/// What the optimizer minimises: `ln(time)`, plus a smooth penalty in the memory excess
+/// ratio (so the search can leave a design out of memory) and one per other violation.
+fn objective_of(time_s: f64, violations: &[Violation]) -> f64 {
+    let excess = violations
+        .iter()
+        .filter_map(Violation::memory_excess)
+        .fold(1.0, f64::max)
+        - 1.0;
+    let others = violations
+        .iter()
+        .filter(|v| v.memory_excess().is_none())
+        .count();
+    if time_s.is_finite() && time_s > 0.0 {
+        time_s.ln() + 5.0 * excess + 25.0 * excess * excess + others as f64
+    } else {
+        f64::INFINITY
     }
 }
 

@@ -21,7 +21,9 @@
 
 pub mod tiling;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 
 use serde::Serialize;
 
@@ -182,18 +184,24 @@ struct GemmKey {
 #[derive(Debug, Clone)]
 pub struct Evaluator {
     pub machine: Machine,
-    cache: HashMap<GemmKey, KernelTime>,
+    cache: FxHashMap<GemmKey, KernelTime>,
     /// Streams and gathers by (kind, the op's three numbers' bits).
-    streams: HashMap<[u64; 4], KernelTime>,
+    streams: FxHashMap<[u64; 4], KernelTime>,
 }
 
 impl Evaluator {
     pub fn new(arch: &Architecture) -> Self {
         Evaluator {
             machine: Machine::new(arch),
-            cache: HashMap::new(),
-            streams: HashMap::new(),
+            cache: FxHashMap::default(),
+            streams: FxHashMap::default(),
         }
+    }
+
+    /// Moves to another machine: forgets the kernel times, keeps the caches' room.
+    pub fn retarget(&mut self, machine: Machine) {
+        self.machine = machine;
+        self.clear_cache();
     }
 
     /// Kernel times each cache keeps before it starts over.

@@ -21,6 +21,10 @@
 //! other is the largest that fits, shrunk to the smallest size with the same number of
 //! reloads (ceilings).
 
+use rustc_hash::FxHashMap;
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use crate::domain::Dataflow;
 
 /// What the search needs to know about the machine, per level from the innermost.
@@ -87,7 +91,7 @@ fn ceil_div(a: u64, b: u64) -> u64 {
 
 /// Tile sizes worth trying for a dimension of `dim` with smallest tile `min`, each with its
 /// reload count `q = ceil(dim / tile)`: one per distinct `q` on a roughly geometric grid.
-fn candidates(dim: u64, min: u64, out: &mut Vec<(u64, u64)>) {
+fn sizes(dim: u64, min: u64, out: &mut Vec<(u64, u64)>) {
     out.clear();
     let qmax = ceil_div(dim, min.max(1));
     let mut q = 1u64;
@@ -182,13 +186,112 @@ fn wave_time(p: &Problem, units: u64, bundles: u64, rate: f64) -> f64 {
     }
 }
 
+/// Tile sizes with their reload counts, shared.
+type Sizes = Rc<[(u64, u64)]>;
+
 /// The tile candidates every level draws from: the sizes of m and n worth trying with
 /// their reload counts, the smallest tile, and the reload count of k at its minimum.
 struct Candidates {
-    cand_m: Vec<(u64, u64)>,
-    cand_n: Vec<(u64, u64)>,
+    cand_m: Sizes,
+    cand_n: Sizes,
     mins: (u64, u64, u64),
     qk_min: u64,
+}
+
+impl Candidates {
+    fn of(p: &Problem, mins: (u64, u64, u64)) -> Candidates {
+        Candidates {
+            cand_m: candidates(p.m, mins.0),
+            cand_n: candidates(p.n, mins.1),
+            mins,
+            qk_min: ceil_div(p.k, mins.2),
+        }
+    }
+}
+
+/// Everything one level's search reads, bit for bit: the problem, the level's capacity in
+/// elements, its seconds per element from above (and at its own level, with Eq. 5's
+/// operand tile and dataflow, for the innermost), its waves over the bundles where it
+/// spreads, the smallest tile and the floor the search stops at.
+type LevelInputs = [u64; 16];
+
+/// What each thread remembers of its searches: tile sizes by (dimension, smallest size),
+/// and level searches by their inputs. A search over budgets moves one share at a time, so
+/// a new machine mostly differs from the last in one level's capacity or bandwidth, and the
+/// levels that do not see it choose the tiles they chose before; the shapes recur on every
+/// machine. A pure function's memo: never changes a result.
+#[derive(Default)]
+struct Remembered {
+    sizes: FxHashMap<(u64, u64), Sizes>,
+    levels: FxHashMap<LevelInputs, (Tile, [u64; 3])>,
+}
+
+/// Entries of each of [`Remembered`]'s maps before it starts over.
+const REMEMBERED: usize = 4096;
+
+thread_local! {
+    static REMEMBERED_HERE: RefCell<Remembered> = RefCell::new(Remembered::default());
+}
+
+/// The tile sizes worth trying for a dimension (see [`sizes`]), remembered by the thread.
+fn candidates(dim: u64, min: u64) -> Sizes {
+    REMEMBERED_HERE.with(|r| {
+        let sizes = &mut r.borrow_mut().sizes;
+        if let Some(known) = sizes.get(&(dim, min)) {
+            return known.clone();
+        }
+        if sizes.len() >= REMEMBERED {
+            sizes.clear();
+        }
+        let mut out = Vec::new();
+        self::sizes(dim, min, &mut out);
+        let out: Sizes = out.into();
+        sizes.insert((dim, min), out.clone());
+        out
+    })
+}
+
+/// The inputs of one level's search under `lc`.
+fn level_inputs(
+    h: &Hierarchy,
+    p: &Problem,
+    lc: &LevelCost,
+    mins: (u64, u64, u64),
+    floor_s: f64,
+) -> LevelInputs {
+    let innermost = lc.level == 0;
+    let dataflow = match h.dataflow {
+        Dataflow::WeightStationary => 1,
+        Dataflow::ActivationStationary => 2,
+        Dataflow::OutputStationary => 3,
+        Dataflow::Best => 4,
+    };
+    [
+        p.batch,
+        p.m,
+        p.k,
+        p.n,
+        p.bytes,
+        (h.capacity_bytes[lc.level] / p.bytes as f64).floor() as u64,
+        lc.to_above_s.to_bits(),
+        if innermost { lc.to_own_s.to_bits() } else { 0 },
+        if innermost {
+            (h.operand_tile.0 << 32) ^ h.operand_tile.1
+        } else {
+            0
+        },
+        if innermost {
+            (h.mcu.2 << 8) | dataflow
+        } else {
+            0
+        },
+        if lc.spreads { h.bundles } else { 0 },
+        if lc.spreads { lc.rate.to_bits() } else { 0 },
+        mins.0,
+        mins.1,
+        mins.2,
+        floor_s.to_bits(),
+    ]
 }
 
 /// The cheapest tile of one level under `lc` (stopping at `floor_s`), and its reload counts.
@@ -199,7 +302,7 @@ fn best_tile(
     c: &Candidates,
     floor_s: f64,
 ) -> (Tile, [u64; 3]) {
-    let (cand_m, cand_n, mins, qk_min) = (&c.cand_m, &c.cand_n, c.mins, c.qk_min);
+    let (cand_m, cand_n, mins, qk_min) = (&*c.cand_m, &*c.cand_n, c.mins, c.qk_min);
     let (mmin, nmin, kmin) = mins;
     let elements = (h.capacity_bytes[lc.level] / p.bytes as f64).floor() as u64;
     let mut best: Option<(f64, Tile, [u64; 3])> = None;
@@ -392,19 +495,26 @@ pub fn search(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
         h.mcu.1.min(p.n).max(1),
         h.mcu.2.min(p.k).max(1),
     );
-    let mut cands = Candidates {
-        cand_m: Vec::with_capacity(64),
-        cand_n: Vec::with_capacity(64),
-        mins,
-        qk_min: ceil_div(p.k, mins.2),
-    };
-    candidates(p.m, mins.0, &mut cands.cand_m);
-    candidates(p.n, mins.1, &mut cands.cand_n);
+    // Built when a level is not remembered.
+    let mut cands: Option<Candidates> = None;
     let floor_s = floor(h, p, home, flops / rate);
     for level in 0..home {
         let lc = LevelCost::new(h, p, level, rate);
         let spreads = lc.spreads;
-        let (tile, q) = best_tile(h, p, &lc, &cands, floor_s);
+        let inputs = level_inputs(h, p, &lc, mins, floor_s);
+        let known = REMEMBERED_HERE.with(|r| r.borrow().levels.get(&inputs).copied());
+        let (tile, q) = known.unwrap_or_else(|| {
+            let c = cands.get_or_insert_with(|| Candidates::of(p, mins));
+            let found = best_tile(h, p, &lc, c, floor_s);
+            REMEMBERED_HERE.with(|r| {
+                let levels = &mut r.borrow_mut().levels;
+                if levels.len() >= REMEMBERED {
+                    levels.clear();
+                }
+                levels.insert(inputs, found);
+            });
+            found
+        });
         level_bytes[level + 1] = batch * traffic_q(p, tile.order, q[0], q[1], q[2]) * b;
         if level == 0 {
             level_bytes[0] = batch * eq5_accesses(h, p, &tile) * b;
@@ -425,10 +535,72 @@ pub fn search(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
 mod tests {
     use super::*;
 
+    /// A searched GEMM on a fresh thread, whose memo is empty: the search itself.
+    fn cold(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
+        let (h, p) = (h.clone(), *p);
+        std::thread::spawn(move || search(&h, &p, home, rate))
+            .join()
+            .expect("the search does not panic")
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+        /// The thread's memo never changes a result: hierarchies that differ in one input
+        /// at a time (any level's capacity or bandwidth, the bundles, the rate, the MCU,
+        /// Eq. 5's operand tile and depth, the dataflow, the problem), searched one after another on
+        /// one thread, give what each gives searched alone.
+        #[test]
+        fn remembered_searches_are_the_searches(
+            dims in proptest::collection::vec(1u64..3000, 4),
+            caps in proptest::collection::vec(1e3f64..1e7, 4),
+            bws in proptest::collection::vec(1e9f64..1e13, 4),
+            changes in proptest::collection::vec((0usize..14, 0.1f64..10.0), 1..10),
+        ) {
+            let mut h = Hierarchy {
+                capacity_bytes: caps.clone(),
+                bandwidth_bytes_per_s: bws.clone(),
+                bundle_level: Some(1),
+                bundles: 80,
+                mcu: (8, 8, 4),
+                operand_tile: (4, 4),
+                dataflow: Dataflow::Best,
+            };
+            // The innermost level slow enough for Eq. 5's accesses to choose its tiles.
+            h.bandwidth_bytes_per_s[0] /= 1e3;
+            let mut p = Problem { batch: dims[3] % 7 + 1, m: dims[0], k: dims[1], n: dims[2], bytes: 2 };
+            let mut rate = 1e14;
+            let home = 3;
+            for (what, by) in changes {
+                let level = what % 4;
+                match what {
+                    0..=3 => h.capacity_bytes[level] *= by,
+                    4..=7 => h.bandwidth_bytes_per_s[level] *= by,
+                    8 => h.bundles = (h.bundles as f64 * by) as u64 + 1,
+                    9 => rate *= by,
+                    10 => {
+                        h.dataflow = match h.dataflow {
+                            Dataflow::Best => Dataflow::WeightStationary,
+                            Dataflow::WeightStationary => Dataflow::ActivationStationary,
+                            Dataflow::ActivationStationary => Dataflow::OutputStationary,
+                            Dataflow::OutputStationary => Dataflow::Best,
+                        }
+                    }
+                    11 => h.operand_tile = ((by * 8.0) as u64 + 1, 4),
+                    12 => h.mcu.2 = (by * 8.0) as u64 + 1,
+                    _ => p.n = (p.n as f64 * by) as u64 + 1,
+                }
+                let warm = search(&h, &p, home, rate);
+                proptest::prop_assert_eq!(&warm, &cold(&h, &p, home, rate));
+                // Searched again: now from the memo.
+                proptest::prop_assert_eq!(&search(&h, &p, home, rate), &warm);
+            }
+        }
+    }
+
     #[test]
     fn candidates_cover_every_reload_count_endpoint() {
         let mut c = Vec::new();
-        candidates(1000, 8, &mut c);
+        sizes(1000, 8, &mut c);
         assert_eq!(c[0], (1000, 1));
         assert_eq!(*c.last().unwrap(), (8, 125));
         assert!(c.windows(2).all(|w| w[0].0 > w[1].0 && w[0].1 < w[1].1));

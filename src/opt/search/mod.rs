@@ -25,7 +25,7 @@
 pub mod layered;
 pub mod space;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -236,7 +236,7 @@ impl Job<'_> {
 /// the search's phases (it never changes a result).
 struct StageCache {
     evaluator: Evaluator,
-    works: HashMap<(Strategy, u64), StagesWork>,
+    works: FxHashMap<(Strategy, u64), StagesWork>,
     /// Stages held in `works`.
     held: usize,
 }
@@ -245,7 +245,7 @@ impl StageCache {
     fn new(arch: &Architecture) -> StageCache {
         StageCache {
             evaluator: Evaluator::new(arch),
-            works: HashMap::new(),
+            works: FxHashMap::default(),
             held: 0,
         }
     }
