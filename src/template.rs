@@ -45,6 +45,10 @@ pub struct Compute {
     /// present, recommendation-model lookups, their updates and their all-to-all run on them
     /// while the dense cores run the MLPs.
     pub sparse_cores: u64,
+    /// The chip's measured idle power (die and memory, W): the floor of its power while it
+    /// runs. `None` where no figure is published; the generated design's SRAM leakage is
+    /// the floor then.
+    pub idle_power_w: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -112,6 +116,11 @@ impl Template {
                 operand_tile,
                 kernel_launch_s,
                 sparse_cores: raw.compute.sparse_cores,
+                idle_power_w: raw
+                    .compute
+                    .idle_power_w
+                    .map(|w| check.positive("compute.idle_power_w", w))
+                    .transpose()?,
             },
             memory: raw
                 .memory

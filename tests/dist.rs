@@ -1505,3 +1505,30 @@ fn blocking_pipeline_sends_cost_at_most_every_send() {
     .unwrap();
     assert_eq!(y, s);
 }
+
+/// A chip with a measured idle power (TPU v4 Table 4: 90 W) draws it for the whole step:
+/// mean power is that floor plus the work's, and removing the figure leaves the SRAM leakage
+/// the generator models, lower by exactly (idle - leakage) x time on every device.
+#[test]
+fn a_measured_idle_power_is_the_floor_of_a_run() {
+    let (system, arch) = system("templates/tpu-v4-pod.yaml");
+    assert_eq!(arch.core.idle_power_w, Some(90.0));
+    let net = system.network(&arch, 512).unwrap();
+    let strategy = Strategy::parse("t4-d128-sp").unwrap();
+    let workload = gpt(32, 4096, 8, 1024, "selective");
+    let with_idle = predict(&workload, &arch, &net, &strategy).unwrap();
+    let per_device = with_idle.average_power_w / 512.0;
+    assert!(per_device > 90.0, "{per_device} W per chip, idle 90 W");
+    let mut leaky = arch.clone();
+    leaky.core.idle_power_w = None;
+    let leakage: f64 = arch.on_chip.iter().map(|l| l.static_power_w).sum();
+    assert!(leakage < 90.0, "{leakage}");
+    let without = predict(&workload, &leaky, &net, &strategy).unwrap();
+    assert_eq!(without.time_per_iteration_s, with_idle.time_per_iteration_s);
+    assert_close(
+        "idle floor energy",
+        with_idle.energy_j - without.energy_j,
+        (90.0 - leakage) * with_idle.time_per_iteration_s * 512.0,
+        1e-9,
+    );
+}

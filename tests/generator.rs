@@ -761,3 +761,25 @@ fn bad_input_in_a_technology_file_names_its_field_path() {
     );
     assert!(err.contains("expected min_v > threshold_v"), "{err}");
 }
+
+#[test]
+fn bad_input_in_a_template_names_its_field_path() {
+    let scratch = Scratch::new("bad-template");
+    let template = std::fs::read_to_string(root().join("templates/tpu.yaml"))
+        .unwrap()
+        .replacen("idle_power_w: 90", "idle_power_w: -5", 1);
+    let path = scratch.write("tpu.yaml", &template);
+    let (code, _, err) = stackflow(&[
+        "generate",
+        "--budget",
+        "budgets/tpu-v4.yaml",
+        "--template",
+        &path,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("{path}: compute.idle_power_w = -5")),
+        "{err}"
+    );
+    assert!(err.contains("> 0"), "{err}");
+}

@@ -165,7 +165,7 @@ pub fn render_energy(e: &stackflow::perf::Energy, carbon_kg: Option<f64>) -> Str
         .collect();
     let _ = writeln!(
         s,
-        "\nenergy / iteration  {} (compute {}, {}, leakage {}); average {}, {} per token",
+        "\nenergy / iteration  {} (compute {}, {}, idle floor {}); average {}, {} per token",
         si(e.total_j, "J"),
         si(e.compute_j, "J"),
         memory.join(", "),

@@ -135,6 +135,9 @@ pub struct ComputeRaw {
     /// Dedicated embedding engines beside the dense cores (TPU SparseCores); 0 when absent.
     #[serde(default)]
     pub sparse_cores: u64,
+    /// The chip's measured idle power (die and memory), W; absent where none is published.
+    #[serde(default)]
+    pub idle_power_w: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize)]

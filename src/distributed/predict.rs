@@ -404,7 +404,7 @@ impl Plan {
             .sum();
         work_j
             + sent * self.rates.link_j_per_byte * devices
-            + self.rates.leakage_w * eval.time_s * devices
+            + self.rates.floor_w * eval.time_s * devices
     }
 
     fn report(&self, map: Mapping, eval: Eval, mappings_tried: usize) -> DistPrediction {

@@ -268,7 +268,7 @@ fn energy_j(
         + steps * sent(&work.decode_stages, &work.decode))
         * k;
     let replica = (s.tensor * p) as f64;
-    work_j + bytes_sent * rates.link_j_per_byte + rates.leakage_w * total_s * replica
+    work_j + bytes_sent * rates.link_j_per_byte + rates.floor_w * total_s * replica
 }
 
 /// Predicts serving `w` (its `inference:` batch per replica) on `net` under `s`, on the

@@ -96,6 +96,9 @@ pub struct CoreReport {
     /// Embedding engines beside the dense cores (TPU SparseCores); 0 when none.
     #[serde(default)]
     pub sparse_cores: u64,
+    /// The chip's measured idle power from the template, W (`None` where none is given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_power_w: Option<f64>,
     pub area_mm2: Usage,
     pub power_w: Usage,
     pub bounds: Vec<Bound>,
@@ -273,6 +276,7 @@ fn core_level(design: &Design, violations: &mut Vec<Violation>) -> CoreReport {
         operand_tile: c.compute.operand_tile,
         kernel_launch_s: c.compute.kernel_launch_s,
         sparse_cores: c.compute.sparse_cores,
+        idle_power_w: c.compute.idle_power_w,
         area_mm2: Usage::new(core_area, bundles as f64 * bundle_area),
         power_w: Usage::new(core_power, op.power_w),
         bounds: vec![

@@ -627,7 +627,8 @@ pub struct Energy {
     /// Bytes moved at each memory level x that level's energy per byte (its dynamic power
     /// over its bandwidth; main memory's includes its standby share).
     pub memory_j: Vec<(String, f64)>,
-    /// SRAM leakage over the iteration.
+    /// The chip's floor over the iteration: its measured idle power where the template
+    /// gives one (which includes leakage), else the SRAM leakage of the generated design.
     pub static_j: f64,
     pub total_j: f64,
     pub average_power_w: f64,
@@ -636,14 +637,16 @@ pub struct Energy {
 
 /// What work costs on a generated design: the core's power while busy (at its
 /// achievable utilization), each memory level's energy per byte (its dynamic power over
-/// its bandwidth; main memory's includes its standby share), SRAM leakage, and a network
-/// port's energy per byte.
+/// its bandwidth; main memory's includes its standby share), the power drawn whatever
+/// the work (the chip's measured idle power, else SRAM leakage), and a network port's
+/// energy per byte. Mean power over a run is that floor plus the work's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EnergyRates {
     core_w: f64,
     utilization: f64,
     per_byte: Vec<(String, f64)>,
-    pub leakage_w: f64,
+    /// Drawn for the whole iteration: the template's idle power, else SRAM leakage.
+    pub floor_w: f64,
     pub link_j_per_byte: f64,
 }
 
@@ -670,7 +673,10 @@ impl EnergyRates {
             core_w: arch.core.power_w.used,
             utilization: arch.achieved_utilization(),
             per_byte,
-            leakage_w: arch.on_chip.iter().map(|l| l.static_power_w).sum(),
+            floor_w: arch
+                .core
+                .idle_power_w
+                .unwrap_or_else(|| arch.on_chip.iter().map(|l| l.static_power_w).sum()),
             link_j_per_byte,
         }
     }
@@ -705,7 +711,7 @@ pub fn energy(arch: &Architecture, p: &Prediction) -> Energy {
             slot.1 += j * k.count as f64;
         }
     }
-    let static_j = rates.leakage_w * p.time_per_iteration_s;
+    let static_j = rates.floor_w * p.time_per_iteration_s;
     let total_j = compute_j + memory_j.iter().map(|m| m.1).sum::<f64>() + static_j;
     Energy {
         compute_j,
