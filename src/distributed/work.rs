@@ -136,7 +136,7 @@ fn divide_stream(op: &mut Op, d: f64) {
 /// device runs (expert parallelism: a device holds 1/e of the experts).
 fn split_kernel(k: &mut Kernel, s: &Strategy) -> (Vec<Need>, u64) {
     let mut needs = Vec::new();
-    if k.split == Split::Expert {
+    if matches!(k.split, Split::Expert | Split::ExpertWhole) {
         split_expert(k, s, &mut needs);
         return (needs, s.expert);
     }
@@ -175,7 +175,10 @@ fn split_expert(k: &mut Kernel, s: &Strategy, needs: &mut Vec<Need>) {
     let b = k.precision.bytes();
     let (e, t) = (s.expert, s.tensor);
     let Op::Gemm { m, k: kk, n, .. } = &mut k.op else {
-        divide_stream(&mut k.op, t as f64 / e as f64);
+        // The device's expert slots take the tokens of the e devices; a tensor every
+        // tensor rank of the expert holds whole is not divided among them.
+        let ranks = if k.split == Split::ExpertWhole { 1 } else { t };
+        divide_stream(&mut k.op, ranks as f64 / e as f64);
         return;
     };
     if k.phase == Phase::BackwardWeight {
@@ -634,6 +637,63 @@ impl StageWork {
         }
         if let (Some(n), Phase::BackwardWeight) = (weight, k.phase) {
             order.push(StepEvent::Gradient(n as f64 * count as f64, expert));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::Workload;
+
+    /// A small mixture-of-experts model trained in FP8.
+    fn fp8_moe() -> crate::workload::Graph {
+        let text = "version: 1\nkind: transformer\nname: moe\nhidden: 512\nlayers: 2\nheads: 8\n\
+                    ffn_hidden: 2048\nsequence: 256\nvocab: 1000\nglobal_batch: 8\n\
+                    precision: fp8\nmoe: {experts: 8, top_k: 2, capacity_factor: 1.0}\n";
+        Workload::from_yaml("moe.yaml", text).unwrap().graph()
+    }
+
+    /// Tensor parallelism inside an expert splits its products' wider dimension: the
+    /// up-projection's input and the down-projection's output (and its gradient) are whole
+    /// on every tensor rank, so their FP8 casts are not divided among the ranks; the
+    /// up-projection's output gradient and the down-projection's input are.
+    #[test]
+    fn fp8_casts_of_expert_layers_divide_only_what_tensor_parallelism_splits() {
+        let graph = fp8_moe();
+        let cast = |name: &str| {
+            graph
+                .kernels
+                .iter()
+                .find(|k| k.name == name)
+                .unwrap_or_else(|| panic!("no kernel {name}"))
+                .clone()
+        };
+        let s = Strategy::parse("t2-d4-e4").unwrap();
+        let bytes = |k: &Kernel| match k.op {
+            Op::Stream { read_bytes, .. } => read_bytes,
+            _ => panic!("a cast is a stream"),
+        };
+        for (name, whole) in [
+            ("expert up fp8 cast (input)", true),
+            ("expert up fp8 cast (output gradient)", false),
+            ("expert down fp8 cast (input)", false),
+            ("expert down fp8 cast (output gradient)", true),
+        ] {
+            let k = cast(name);
+            assert_eq!(
+                k.split == Split::ExpertWhole,
+                whole,
+                "{name}: {:?}",
+                k.split
+            );
+            let mut split = k.clone();
+            let (needs, fewer) = split_kernel(&mut split, &s);
+            assert!(needs.is_empty(), "{name}");
+            assert_eq!(fewer, 4, "{name}: a device runs a quarter of the experts");
+            // The expert slots take the tokens of 4 devices; only split tensors halve.
+            let expected = bytes(&k) * 4.0 / if whole { 1.0 } else { 2.0 };
+            assert!((bytes(&split) / expected - 1.0).abs() < 1e-12, "{name}");
         }
     }
 }

@@ -99,6 +99,10 @@ pub enum Split {
     /// A mixture-of-experts feed-forward: experts spread over the expert-parallel group, the
     /// routed tokens dispatched to them and combined back all-to-all.
     Expert,
+    /// A tensor of an expert layer that every tensor-parallel rank of the expert holds
+    /// whole: the input of its column-parallel product, the output of its row-parallel one
+    /// (what their FP8 casts read). Spread over the expert-parallel group like `Expert`.
+    ExpertWhole,
     /// Recommendation embedding tables, sharded table-wise over every device (MAD Max
     /// Sec. 2.2: model parallelism, the one way such tables fit): each device looks up its
     /// tables for the whole batch, and the pooled outputs are exchanged all-to-all.
@@ -673,6 +677,11 @@ impl Builder {
         let (input_split, output_split) = match split {
             Split::Row => (Split::Sharded, Split::Replicated),
             Split::Column => (Split::Replicated, Split::Sharded),
+            // Tensor parallelism inside an expert splits the wider of k and n (see
+            // `distributed::work::split_expert`): a product that widens (k <= n) is
+            // column-parallel, one that narrows row-parallel.
+            Split::Expert if k <= n => (Split::ExpertWhole, Split::Expert),
+            Split::Expert => (Split::Expert, Split::ExpertWhole),
             other => (other, other),
         };
         if fp8 {
