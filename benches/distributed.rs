@@ -14,6 +14,10 @@
 //!   (`predict_layered`, warm), and the per-layer-type search of DLRM-A-Transformer on
 //!   ZionEX from its best uniform strategy.
 
+/// As the command line (`src/main.rs`): what a user runs is what is measured.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion};

@@ -1,6 +1,10 @@
 //! Model time of the architecture generator on every shipped budget (files parsed once,
 //! outside the timed loop). Run with `cargo bench --bench generate`.
 
+/// As the command line (`src/main.rs`): what a user runs is what is measured.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion};

@@ -5,6 +5,10 @@
 //! - the README's main job, `stackflow optimize` on the embedded defaults: the three searches
 //!   of DeepFlow Fig. 10 (strategy, budgets, both) from pure data parallelism.
 
+/// As the command line (`src/main.rs`): what a user runs is what is measured.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};

@@ -2,6 +2,10 @@
 //! Every timed loop starts from an empty GEMM cache, so it measures the tiling search, not
 //! cache hits.
 
+/// As the command line (`src/main.rs`): what a user runs is what is measured.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion};

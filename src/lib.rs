@@ -83,10 +83,4 @@ pub mod workload;
 
 pub use design::{Design, DesignFiles};
 
-/// Every program built on the model (the command line, the benches, the tests) allocates
-/// through mimalloc: an evaluation builds and drops a few hundred small reports, kernel
-/// times and names, and the system allocator's free lists cost a quarter of a budget
-/// optimization's time; mimalloc's per-thread pages, a tenth.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 pub use generator::{generate, Architecture};

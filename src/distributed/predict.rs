@@ -258,7 +258,9 @@ impl Plan {
     }
 
     /// The best mapping, its schedule (its collectives listed when `listing`) and the
-    /// number of orderings tried.
+    /// number of orderings tried. Only a listed schedule may be reported: without the list
+    /// its time is right but the energy and the exposed fraction `report` derives from the
+    /// collectives are not.
     fn best(&self, net: &Network, beat: f64, listing: bool) -> Option<(Mapping, Eval, usize)> {
         let inputs = timeline::Inputs {
             listing,

@@ -39,7 +39,7 @@ impl Ledger<'_> {
                 axis,
                 bytes: bytes * f,
             };
-            t += if axis == Axis::ExpertReplica {
+            t += if axis == Axis::ExpertReplica && report.is_some() {
                 self.charge(&format!("expert {name}"), &need, calls, blocking, report)
             } else {
                 self.charge(name, &need, calls, blocking, report)
@@ -228,7 +228,9 @@ pub(super) struct Inputs<'a> {
     /// End of the schedule with free communication.
     pub(super) free_end: f64,
     /// List the first stage's collectives for a report (a search reading only the time
-    /// leaves them out: naming them is a tenth of the work).
+    /// leaves them out: naming them is a tenth of the work). Pipeline transfers are listed
+    /// either way. Without the list an [`Eval`]'s `comms` are incomplete: its time is
+    /// right, its energy and exposed fraction are not, so it is never reported.
     pub(super) listing: bool,
 }
 

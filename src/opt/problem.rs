@@ -471,6 +471,7 @@ impl BudgetProblem {
     /// `evaluate_with(w, strategy).objective`, without the reports: the optimizer's inner
     /// loop. The design is the thread's copy of the problem's, with the shares `w` set.
     fn price(&self, w: &[f64], strategy: &Strategy) -> f64 {
+        debug_assert_eq!(w.len(), self.layout.len(), "one share per layout entry");
         let arch = self.designs.with(|design| {
             let design = design.get_or_insert_with(|| self.design.clone());
             for (s, &v) in self.layout.iter().zip(w) {

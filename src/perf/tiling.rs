@@ -213,7 +213,7 @@ impl Candidates {
 /// elements, its seconds per element from above (and at its own level, with Eq. 5's
 /// operand tile and dataflow, for the innermost), its waves over the bundles where it
 /// spreads, the smallest tile and the floor the search stops at.
-type LevelInputs = [u64; 16];
+type LevelInputs = [u64; 18];
 
 /// What each thread remembers of its searches: tile sizes by (dimension, smallest size),
 /// and level searches by their inputs. A search over budgets moves one share at a time, so
@@ -275,16 +275,13 @@ fn level_inputs(
         (h.capacity_bytes[lc.level] / p.bytes as f64).floor() as u64,
         lc.to_above_s.to_bits(),
         if innermost { lc.to_own_s.to_bits() } else { 0 },
-        if innermost {
-            (h.operand_tile.0 << 32) ^ h.operand_tile.1
-        } else {
-            0
-        },
-        if innermost {
-            (h.mcu.2 << 8) | dataflow
-        } else {
-            0
-        },
+        // One slot per value (none packed), 0 where the level does not read it: the
+        // dataflow's code is at least 1, so the innermost level never shares a key with
+        // another, and a spreading level has at least one bundle.
+        if innermost { h.operand_tile.0 } else { 0 },
+        if innermost { h.operand_tile.1 } else { 0 },
+        if innermost { h.mcu.2 } else { 0 },
+        if innermost { dataflow } else { 0 },
         if lc.spreads { h.bundles } else { 0 },
         if lc.spreads { lc.rate.to_bits() } else { 0 },
         mins.0,
@@ -546,15 +543,16 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
         /// The thread's memo never changes a result: hierarchies that differ in one input
-        /// at a time (any level's capacity or bandwidth, the bundles, the rate, the MCU,
-        /// Eq. 5's operand tile and depth, the dataflow, the problem), searched one after another on
-        /// one thread, give what each gives searched alone.
+        /// at a time (any level's capacity or bandwidth, the bundles and the level they
+        /// spread over, the rate, the MCU's three sizes, Eq. 5's operand tile, the dataflow,
+        /// the problem's shape, batch and element size, the operands' home), searched one
+        /// after another on one thread, give what each gives searched alone.
         #[test]
         fn remembered_searches_are_the_searches(
             dims in proptest::collection::vec(1u64..3000, 4),
             caps in proptest::collection::vec(1e3f64..1e7, 4),
             bws in proptest::collection::vec(1e9f64..1e13, 4),
-            changes in proptest::collection::vec((0usize..14, 0.1f64..10.0), 1..10),
+            changes in proptest::collection::vec((0usize..21, 0.1f64..10.0), 1..12),
         ) {
             let mut h = Hierarchy {
                 capacity_bytes: caps.clone(),
@@ -569,7 +567,7 @@ mod tests {
             h.bandwidth_bytes_per_s[0] /= 1e3;
             let mut p = Problem { batch: dims[3] % 7 + 1, m: dims[0], k: dims[1], n: dims[2], bytes: 2 };
             let mut rate = 1e14;
-            let home = 3;
+            let mut home = 3;
             for (what, by) in changes {
                 let level = what % 4;
                 match what {
@@ -585,9 +583,19 @@ mod tests {
                             Dataflow::OutputStationary => Dataflow::Best,
                         }
                     }
-                    11 => h.operand_tile = ((by * 8.0) as u64 + 1, 4),
+                    // Values past 32 bits too: no two of them may share a key.
+                    11 if by > 5.0 => h.operand_tile.0 += 1 << 32,
+                    11 => h.operand_tile = ((by * 8.0) as u64 + 1, (by * 3.0) as u64 + 1),
+                    12 if by > 5.0 => h.mcu.2 += 1 << 56,
                     12 => h.mcu.2 = (by * 8.0) as u64 + 1,
-                    _ => p.n = (p.n as f64 * by) as u64 + 1,
+                    13 => p.n = (p.n as f64 * by) as u64 + 1,
+                    14 => p.m = (p.m as f64 * by) as u64 + 1,
+                    15 => p.k = (p.k as f64 * by) as u64 + 1,
+                    16 => p.batch = (p.batch as f64 * by) as u64 + 1,
+                    17 => p.bytes = [1, 2, 4][(by * 3.0) as usize % 3],
+                    18 => h.mcu = ((by * 16.0) as u64 + 1, (by * 5.0) as u64 + 1, h.mcu.2),
+                    19 => h.bundle_level = [None, Some(0), Some(1), Some(2)][(by * 4.0) as usize % 4],
+                    _ => home = 2 + (by > 1.0) as usize,
                 }
                 let warm = search(&h, &p, home, rate);
                 proptest::prop_assert_eq!(&warm, &cold(&h, &p, home, rate));
@@ -595,6 +603,36 @@ mod tests {
                 proptest::prop_assert_eq!(&search(&h, &p, home, rate), &warm);
             }
         }
+    }
+
+    /// Operand tiles that agree in their low 32 bits choose different tiles (a key that
+    /// packed both sizes into one number gave the second the first's).
+    #[test]
+    fn wide_operand_tiles_are_remembered_apart() {
+        let mut h = Hierarchy {
+            capacity_bytes: vec![670.0, 1e5, 1e7, 1e10],
+            bandwidth_bytes_per_s: vec![2.8e9, 1e10, 1e12, 1e12],
+            bundle_level: Some(1),
+            bundles: 80,
+            mcu: (8, 8, 4),
+            operand_tile: (26, 62),
+            dataflow: Dataflow::Best,
+        };
+        let p = Problem {
+            batch: 1,
+            m: 818,
+            k: 2630,
+            n: 20,
+            bytes: 2,
+        };
+        let narrow = search(&h, &p, 3, 1e14);
+        h.operand_tile.0 += 1 << 32;
+        let wide = search(&h, &p, 3, 1e14);
+        assert_eq!(wide, cold(&h, &p, 3, 1e14));
+        assert_ne!(
+            wide.tiles[0], narrow.tiles[0],
+            "the example must tell them apart"
+        );
     }
 
     #[test]
