@@ -506,8 +506,9 @@ pub struct Workspace {
     pub(super) evaluator: Evaluator,
     graphs: Vec<(GraphKey, Arc<Graph>)>,
     /// Strategies planned: their stages' work, and their schedule's end with free
-    /// communication by (interleave, GPipe), for the energy rates and embedding engines of
-    /// `planned_for` (the stage work's other inputs than the kernel times).
+    /// communication by (interleave, GPipe), for the kernels' energy rates and the
+    /// embedding engines of `planned_for` (the stage work's other inputs than the kernel
+    /// times; the network's energy and the idle floor are not among them).
     plans: FxHashMap<PlanKey, (StagesWork, Vec<FreeEnd>)>,
     planned_for: Option<(EnergyRates, bool)>,
 }
@@ -552,10 +553,14 @@ impl Workspace {
             crate::perf::Machine::new(arch) == self.evaluator.machine,
             "a workspace plans on the machine it was built for"
         );
-        let inputs = (EnergyRates::of(arch), arch.core.sparse_cores > 0);
-        if self.planned_for.as_ref() != Some(&inputs) {
+        let (rates, sparse) = (EnergyRates::of(arch), arch.core.sparse_cores > 0);
+        let same = self
+            .planned_for
+            .as_ref()
+            .is_some_and(|(r, s)| *s == sparse && r.prices_kernels_as(&rates));
+        if !same {
             self.plans.clear();
-            self.planned_for = Some(inputs);
+            self.planned_for = Some((rates, sparse));
         }
         let (work, f_tok) = fitted.work_key();
         let key = (workload.name(), fitted.strategy.recompute, work, f_tok);

@@ -108,7 +108,13 @@ pub fn project_capped(v: &[f64], lower: &[f64], upper: &[f64], total: f64) -> Ve
     if free.iter().sum::<f64>() <= total {
         return free;
     }
-    let sum_at = |lambda: f64| -> f64 { clamp_at(lambda).iter().sum() };
+    // The same sum as `clamp_at(lambda)`'s, in the same order, without building it.
+    let sum_at = |lambda: f64| -> f64 {
+        v.iter()
+            .zip(lower.iter().zip(upper))
+            .map(|(&x, (&lo, &hi))| (x - lambda).clamp(lo, hi))
+            .sum()
+    };
     let mut points: Vec<f64> = v
         .iter()
         .zip(lower.iter().zip(upper))

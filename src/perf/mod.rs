@@ -681,6 +681,14 @@ impl EnergyRates {
         }
     }
 
+    /// Whether kernels cost the same energy under both (the floor and the network's
+    /// energy may differ).
+    pub fn prices_kernels_as(&self, other: &EnergyRates) -> bool {
+        self.core_w == other.core_w
+            && self.utilization == other.utilization
+            && self.per_byte == other.per_byte
+    }
+
     /// Compute and memory energy of one instance of a kernel, by level (compute first).
     pub fn kernel_j(&self, t: &KernelTime) -> (f64, Vec<f64>) {
         // Busy time is stretched by the achievable utilization; energy is spent on the work.
