@@ -11,12 +11,14 @@
 //! routing step (`Network::route`), its ports and port bandwidth here, and its all-pairs
 //! loads in a file of its own.
 
+use std::hash::BuildHasher;
+
 use serde::Serialize;
 
 use crate::domain::Topology;
 
 /// How a fabric connects its members.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Shape {
     /// Point-to-point links to grid neighbours; `wrap` adds the wraparound links of a torus
@@ -48,6 +50,25 @@ pub struct Fabric {
 }
 
 impl Fabric {
+    /// Everything the fabric is, bit for bit, appended to `out`: fabrics with equal
+    /// fingerprints time every collective alike.
+    pub fn fingerprint(&self, out: &mut Vec<u64>) {
+        let Fabric {
+            name,
+            shape,
+            size,
+            egress_bytes_per_s,
+            hop_s,
+        } = self;
+        out.extend([
+            rustc_hash::FxBuildHasher.hash_one(name),
+            rustc_hash::FxBuildHasher.hash_one(shape),
+            *size,
+            egress_bytes_per_s.to_bits(),
+            hop_s.to_bits(),
+        ]);
+    }
+
     /// Builds a fabric from a template topology joining `size` members.
     pub fn new(name: &str, topology: &Topology, size: u64, egress: f64, hop_s: f64) -> Fabric {
         let shape = match topology {

@@ -355,8 +355,13 @@ impl System {
         Ok(Network::new(self.fabrics_for(arch, devices)?))
     }
 
-    /// The fabrics joining `devices` devices of `arch`, innermost first.
-    fn fabrics_for(&self, arch: &Architecture, devices: u64) -> Result<Vec<Fabric>, ConfigError> {
+    /// The fabrics joining `devices` devices of `arch`, innermost first (what
+    /// [`System::network`] builds its network of).
+    pub fn fabrics_for(
+        &self,
+        arch: &Architecture,
+        devices: u64,
+    ) -> Result<Vec<Fabric>, ConfigError> {
         let file = &self.file;
         let last = self.fabrics.len() - 1;
         let inner: u64 = self.fabrics[..last].iter().filter_map(|f| f.size).product();

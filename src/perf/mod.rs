@@ -58,6 +58,72 @@ pub struct Machine {
 }
 
 impl Machine {
+    /// Every input of the roofline, bit for bit, appended to `out`: machines with equal
+    /// fingerprints time every kernel alike. (Destructured whole: a new field must be
+    /// added here to compile.)
+    pub fn fingerprint(&self, out: &mut Vec<u64>) {
+        let h = |x: &dyn Fn(&mut rustc_hash::FxHasher)| {
+            let mut hasher = rustc_hash::FxHasher::default();
+            x(&mut hasher);
+            std::hash::Hasher::finish(&hasher)
+        };
+        let Machine {
+            levels,
+            peak_flops_per_s,
+            max_utilization,
+            throughput_by_precision,
+            kernel_launch_s,
+            hierarchy,
+        } = self;
+        out.push(levels.len() as u64);
+        for level in levels {
+            let Level {
+                name,
+                scope,
+                capacity_bytes,
+                instances,
+                bandwidth_bytes_per_s,
+            } = level;
+            out.extend([
+                h(&|s| std::hash::Hash::hash(name, s)),
+                *scope as u64,
+                capacity_bytes.to_bits(),
+                *instances,
+                bandwidth_bytes_per_s.to_bits(),
+            ]);
+        }
+        out.extend([
+            peak_flops_per_s.to_bits(),
+            max_utilization.to_bits(),
+            kernel_launch_s.to_bits(),
+            throughput_by_precision.len() as u64,
+        ]);
+        for (precision, rate) in throughput_by_precision {
+            out.extend([h(&|s| std::hash::Hash::hash(precision, s)), rate.to_bits()]);
+        }
+        let Hierarchy {
+            capacity_bytes,
+            bandwidth_bytes_per_s,
+            bundle_level,
+            bundles,
+            mcu,
+            operand_tile,
+            dataflow,
+        } = hierarchy;
+        out.extend(capacity_bytes.iter().map(|c| c.to_bits()));
+        out.extend(bandwidth_bytes_per_s.iter().map(|b| b.to_bits()));
+        out.extend([
+            bundle_level.map_or(u64::MAX, |l| l as u64),
+            *bundles,
+            mcu.0,
+            mcu.1,
+            mcu.2,
+            operand_tile.0,
+            operand_tile.1,
+            *dataflow as u64,
+        ]);
+    }
+
     pub fn new(arch: &Architecture) -> Self {
         let mut levels: Vec<Level> = arch
             .on_chip
