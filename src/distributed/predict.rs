@@ -122,11 +122,24 @@ impl Fitted {
     /// the same [`Fitted::work_key`].
     pub fn stages_work(&self, arch: &Architecture, evaluator: &mut Evaluator) -> StagesWork {
         // Embedding engines beside the dense cores take the table lookups (TPU v4 Sec. 3.5).
-        let sparse = arch.core.sparse_cores > 0;
-        let rates = EnergyRates::of(arch);
+        self.stages_work_at(
+            &EnergyRates::of(arch),
+            arch.core.sparse_cores > 0,
+            evaluator,
+        )
+    }
+
+    /// [`Fitted::stages_work`] with the architecture's energy rates and whether it has
+    /// embedding engines already known.
+    fn stages_work_at(
+        &self,
+        rates: &EnergyRates,
+        sparse: bool,
+        evaluator: &mut Evaluator,
+    ) -> StagesWork {
         let (s, fit) = (&self.strategy, &self.fit);
         StagesWork(Arc::new(stages_work(
-            &fit.graph, s, fit.f_tok, evaluator, &rates, sparse,
+            &fit.graph, s, fit.f_tok, evaluator, rates, sparse,
         )))
     }
 
@@ -134,7 +147,7 @@ impl Fitted {
     /// [`Fitted::stages_work`] of a strategy with the same [`Fitted::work_key`]).
     pub fn plan_with(self, arch: &Architecture, stages: StagesWork) -> Plan {
         let free_end_s = self.free_end_s(&stages);
-        self.plan_ended(arch, stages, free_end_s)
+        self.plan_ended(arch, EnergyRates::of(arch), stages, free_end_s)
     }
 
     /// The end of the schedule of `stages` with free communication.
@@ -144,7 +157,13 @@ impl Fitted {
     }
 
     /// [`Fitted::plan_with`] with the schedule's end with free communication known.
-    fn plan_ended(self, arch: &Architecture, stages: StagesWork, free_end_s: f64) -> Plan {
+    fn plan_ended(
+        self,
+        arch: &Architecture,
+        rates: EnergyRates,
+        stages: StagesWork,
+        free_end_s: f64,
+    ) -> Plan {
         let s = &self.strategy;
         let fit = self.fit;
         let stages = stages.0;
@@ -157,7 +176,7 @@ impl Fitted {
             stages,
             memory: self.memory,
             violations: self.violations,
-            rates: EnergyRates::of(arch),
+            rates,
             devices: self.devices,
             peak_flops_per_s: arch.peak_flops_per_s,
             throughput_by_precision: arch.core.throughput_by_precision.clone(),
@@ -560,7 +579,7 @@ impl Workspace {
             .is_some_and(|(r, s)| *s == sparse && r.prices_kernels_as(&rates));
         if !same {
             self.plans.clear();
-            self.planned_for = Some((rates, sparse));
+            self.planned_for = Some((rates.clone(), sparse));
         }
         let (work, f_tok) = fitted.work_key();
         let key = (workload.name(), fitted.strategy.recompute, work, f_tok);
@@ -568,7 +587,7 @@ impl Workspace {
             if self.plans.len() >= Self::PLANS_KEPT {
                 self.plans.clear();
             }
-            let stages = fitted.stages_work(arch, &mut self.evaluator);
+            let stages = fitted.stages_work_at(&rates, sparse, &mut self.evaluator);
             self.plans.insert(key.clone(), (stages, Vec::new()));
         }
         let (stages, ends) = self.plans.get_mut(&key).expect("inserted above");
@@ -582,7 +601,7 @@ impl Workspace {
             }
         };
         let stages = stages.clone();
-        fitted.plan_ended(arch, stages, free_end_s)
+        fitted.plan_ended(arch, rates, stages, free_end_s)
     }
 
     /// The machine whose kernel times it keeps (equal machines share them exactly).

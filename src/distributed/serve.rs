@@ -49,7 +49,8 @@ pub struct DistInference {
     pub prefill_communication_s: f64,
     pub decode_communication_s: f64,
     /// Energy of one replica serving its batches in flight (prefill and every decode step on
-    /// all its devices: compute and memory traffic, bytes through network ports, leakage),
+    /// all its devices: compute and memory traffic, bytes through network ports, the idle
+    /// floor),
     /// per output token, and the system's average power.
     pub joules_per_token: f64,
     pub average_power_w: f64,

@@ -962,63 +962,54 @@ impl Builder {
         self.backward.reverse();
         let mut kernels = self.kernels;
         kernels.append(&mut self.backward);
+        // The step's whole-model kernels, once per iteration, on every weight a device holds.
+        let precision = self.precision;
+        let update = |name: String, class: KernelClass, read_bytes, write_bytes, flops| Kernel {
+            name,
+            class,
+            phase: Phase::Update,
+            precision,
+            math: precision,
+            count: 1,
+            op: Op::Stream {
+                read_bytes,
+                write_bytes,
+                flops,
+            },
+            split: Split::Replicated,
+            position: Position::Layer,
+            layer: LayerType::Dense,
+        };
         if p > 0.0 {
-            kernels.push(Kernel {
-                name: format!("{} update", optimizer_name(optimizer)),
-                class: KernelClass::Optimizer,
-                phase: Phase::Update,
-                precision: self.precision,
-                math: self.precision,
-                count: 1,
-                op: Op::Stream {
-                    read_bytes: p * per_param_read,
-                    write_bytes: p * per_param_write,
-                    flops: p * (4.0 + 4.0 * moments),
-                },
-                split: Split::Replicated,
-                position: Position::Layer,
-                layer: LayerType::Dense,
-            });
+            kernels.push(update(
+                format!("{} update", optimizer_name(optimizer)),
+                KernelClass::Optimizer,
+                p * per_param_read,
+                p * per_param_write,
+                p * (4.0 + 4.0 * moments),
+            ));
             if self.fp8_weights > 0.0 {
                 // FP8 training: the linear layers' FP8 weight copies with their scaling,
                 // written once per iteration after the update (Transformer Engine's cached
                 // FP8 weights): every weight a device holds (a `Pointwise` update).
-                kernels.push(Kernel {
-                    name: "fp8 weight copies".into(),
-                    class: KernelClass::Pointwise,
-                    phase: Phase::Update,
-                    precision: self.precision,
-                    math: self.precision,
-                    count: 1,
-                    op: Op::Stream {
-                        read_bytes: self.fp8_weights * b,
-                        write_bytes: self.fp8_weights * fp8_copy_bytes,
-                        flops: 3.0 * self.fp8_weights,
-                    },
-                    split: Split::Replicated,
-                    position: Position::Layer,
-                    layer: LayerType::Dense,
-                });
+                kernels.push(update(
+                    "fp8 weight copies".into(),
+                    KernelClass::Pointwise,
+                    self.fp8_weights * b,
+                    self.fp8_weights * fp8_copy_bytes,
+                    3.0 * self.fp8_weights,
+                ));
             }
             if self.clips_gradients {
                 // The global gradient norm reads every gradient once (the clipping scale
                 // is applied as the optimizer reads them); its scalar all-reduce is free.
-                kernels.push(Kernel {
-                    name: "gradient norm".into(),
-                    class: KernelClass::Optimizer,
-                    phase: Phase::Update,
-                    precision: self.precision,
-                    math: self.precision,
-                    count: 1,
-                    op: Op::Stream {
-                        read_bytes: p * b,
-                        write_bytes: 0.0,
-                        flops: 2.0 * p,
-                    },
-                    split: Split::Replicated,
-                    position: Position::Layer,
-                    layer: LayerType::Dense,
-                });
+                kernels.push(update(
+                    "gradient norm".into(),
+                    KernelClass::Optimizer,
+                    p * b,
+                    0.0,
+                    2.0 * p,
+                ));
             }
         }
         // Tables belong to the embedding layers.
