@@ -209,25 +209,38 @@ impl Candidates {
     }
 }
 
-/// Everything one level's search reads, bit for bit: the problem, the level's capacity in
-/// elements, its seconds per element from above (and at its own level, with Eq. 5's
-/// operand tile and dataflow, for the innermost), its waves over the bundles where it
-/// spreads, the smallest tile and the floor the search stops at.
-type LevelInputs = [u64; 18];
+/// What a level's [`Frontier`] reads: the problem, the level's capacity in elements, the
+/// smallest tile, and Eq. 5's operand tile and dataflow for the innermost level. One slot
+/// per value (none packed), 0 where the level does not read it: the dataflow's code is at
+/// least 1, so the innermost level never shares a frontier with another.
+type FrontierKey = [u64; 13];
 
 /// What each thread remembers of its searches: tile sizes by (dimension, smallest size),
-/// and level searches by their inputs. A search over budgets moves one share at a time, so
-/// a new machine mostly differs from the last in one level's capacity or bandwidth, and the
-/// levels that do not see it choose the tiles they chose before; the shapes recur on every
-/// machine. A pure function's memo: never changes a result.
+/// and each level's frontier by what it reads. A search over budgets moves one share at a
+/// time, so a new machine mostly differs from the last in bandwidths and rates, which price
+/// a frontier but do not change it; the shapes recur on every machine. A pure function's
+/// memo: never changes a result.
 #[derive(Default)]
 struct Remembered {
     sizes: FxHashMap<(u64, u64), Sizes>,
-    levels: FxHashMap<LevelInputs, (Tile, [u64; 3])>,
+    frontiers: FxHashMap<FrontierKey, Frontier>,
 }
 
-/// Entries of each of [`Remembered`]'s maps before it starts over.
-const REMEMBERED: usize = 4096;
+/// Inserts into one of [`Remembered`]'s maps, starting it over when full.
+fn remember<K: std::hash::Hash + Eq, V>(map: &mut FxHashMap<K, V>, limit: usize, key: K, value: V) {
+    if map.len() >= limit {
+        map.clear();
+    }
+    map.insert(key, value);
+}
+
+/// Tile-size lists a thread remembers before it starts over.
+const SIZES_REMEMBERED: usize = 4096;
+
+/// Frontiers a thread remembers before it starts over: a frontier lists at most one tile
+/// per candidate size in each of three loop orders (about a hundred for dimensions near
+/// 10^5), 80 bytes each, so at worst about ten megabytes per thread.
+const FRONTIERS_REMEMBERED: usize = 1024;
 
 thread_local! {
     static REMEMBERED_HERE: RefCell<Remembered> = RefCell::new(Remembered::default());
@@ -240,26 +253,17 @@ fn candidates(dim: u64, min: u64) -> Sizes {
         if let Some(known) = sizes.get(&(dim, min)) {
             return known.clone();
         }
-        if sizes.len() >= REMEMBERED {
-            sizes.clear();
-        }
         let mut out = Vec::new();
         self::sizes(dim, min, &mut out);
         let out: Sizes = out.into();
-        sizes.insert((dim, min), out.clone());
+        remember(sizes, SIZES_REMEMBERED, (dim, min), out.clone());
         out
     })
 }
 
-/// The inputs of one level's search under `lc`.
-fn level_inputs(
-    h: &Hierarchy,
-    p: &Problem,
-    lc: &LevelCost,
-    mins: (u64, u64, u64),
-    floor_s: f64,
-) -> LevelInputs {
-    let innermost = lc.level == 0;
+/// The key of `level`'s frontier.
+fn frontier_key(h: &Hierarchy, p: &Problem, level: usize, mins: (u64, u64, u64)) -> FrontierKey {
+    let innermost = level == 0;
     let dataflow = match h.dataflow {
         Dataflow::WeightStationary => 1,
         Dataflow::ActivationStationary => 2,
@@ -272,122 +276,189 @@ fn level_inputs(
         p.k,
         p.n,
         p.bytes,
-        (h.capacity_bytes[lc.level] / p.bytes as f64).floor() as u64,
-        lc.to_above_s.to_bits(),
-        if innermost { lc.to_own_s.to_bits() } else { 0 },
-        // One slot per value (none packed), 0 where the level does not read it: the
-        // dataflow's code is at least 1, so the innermost level never shares a key with
-        // another, and a spreading level has at least one bundle.
+        elements(h, p, level),
         if innermost { h.operand_tile.0 } else { 0 },
         if innermost { h.operand_tile.1 } else { 0 },
         if innermost { h.mcu.2 } else { 0 },
         if innermost { dataflow } else { 0 },
-        if lc.spreads { h.bundles } else { 0 },
-        if lc.spreads { lc.rate.to_bits() } else { 0 },
         mins.0,
         mins.1,
         mins.2,
-        floor_s.to_bits(),
     ]
 }
 
-/// The cheapest tile of one level under `lc` (stopping at `floor_s`), and its reload counts.
-fn best_tile(
-    h: &Hierarchy,
-    p: &Problem,
-    lc: &LevelCost,
-    c: &Candidates,
-    floor_s: f64,
-) -> (Tile, [u64; 3]) {
-    let (cand_m, cand_n, mins, qk_min) = (&*c.cand_m, &*c.cand_n, c.mins, c.qk_min);
-    let (mmin, nmin, kmin) = mins;
-    let elements = (h.capacity_bytes[lc.level] / p.bytes as f64).floor() as u64;
-    let mut best: Option<(f64, Tile, [u64; 3])> = None;
-    let mut consider = |t: Tile, q: [u64; 3]| {
-        let incumbent = best.as_ref().map_or(f64::INFINITY, |b| b.0);
-        let cost = lc.cost(h, p, &t, q, incumbent);
-        if cost < incumbent {
-            best = Some((cost, t, q));
+/// Elements of the problem's type that one instance of `level` holds.
+fn elements(h: &Hierarchy, p: &Problem, level: usize) -> u64 {
+    (h.capacity_bytes[level] / p.bytes as f64).floor() as u64
+}
+
+/// A tile a level's search considers, with what its cost reads: its reload counts, the
+/// elements it moves from the level above, Eq. 5's accesses (innermost level only, else 0)
+/// and the units of work it cuts the product into.
+#[derive(Debug, Clone, Copy)]
+struct Considered {
+    tile: Tile,
+    q: [u64; 3],
+    traffic: f64,
+    accesses: f64,
+    units: u64,
+}
+
+/// The tiles one level's search considers, in the order it considers them, listed as far as
+/// a search has needed: none of them depends on the bandwidths, rate or floor that price
+/// them, so one list serves every machine with the level's capacity (and, innermost,
+/// Eq. 5's parameters). Searches stop at the first tile that reaches their floor, so most
+/// read only the head of the list.
+struct Frontier {
+    tiles: Vec<Considered>,
+    candidates: Candidates,
+    /// Elements the level holds.
+    elements: u64,
+    innermost: bool,
+    /// Where the listing goes on: the loop order (0 output stationary, 1 A stationary,
+    /// 2 B stationary, 3 done) and the candidate size within it.
+    order: u8,
+    next: usize,
+}
+
+impl Frontier {
+    fn new(h: &Hierarchy, p: &Problem, level: usize, candidates: Candidates) -> Frontier {
+        Frontier {
+            tiles: Vec::new(),
+            candidates,
+            elements: elements(h, p, level),
+            innermost: level == 0,
+            order: 0,
+            next: 0,
         }
-        cost <= floor_s
-    };
-    'search: {
-        // Output stationary: k at its minimum, the largest n that fits each m.
-        for &(m, qm) in cand_m {
-            let used = kmin * m;
-            if used >= elements {
+    }
+
+    /// Lists the next tile the search considers; false when there is none.
+    fn extend(&mut self, h: &Hierarchy, p: &Problem) -> bool {
+        let Candidates {
+            cand_m,
+            cand_n,
+            mins: (mmin, nmin, kmin),
+            qk_min,
+        } = &self.candidates;
+        let (mmin, nmin, kmin, elements) = (*mmin, *nmin, *kmin, self.elements);
+        while self.order < 3 {
+            let sizes = if self.order == 2 { cand_n } else { cand_m };
+            let Some(&(size, q_size)) = sizes.get(self.next) else {
+                (self.order, self.next) = (self.order + 1, 0);
                 continue;
-            }
-            let n_max = ((elements - used) / (m + kmin)).min(p.n);
-            if n_max < nmin {
-                continue;
-            }
-            let qn = ceil_div(p.n, n_max);
-            let mut try_qn = |qn: u64| {
-                let n = ceil_div(p.n, qn);
-                if n >= nmin && n <= n_max {
-                    let t = Tile {
+            };
+            self.next += 1;
+            let found = match self.order {
+                // Output stationary: k at its minimum, the largest n that fits each m.
+                0 => {
+                    let m = size;
+                    let used = kmin * m;
+                    if used >= elements {
+                        continue;
+                    }
+                    let n_max = ((elements - used) / (m + kmin)).min(p.n);
+                    if n_max < nmin {
+                        continue;
+                    }
+                    let n = ceil_div(p.n, ceil_div(p.n, n_max));
+                    if n < nmin || n > n_max {
+                        continue;
+                    }
+                    let tile = Tile {
                         m,
                         k: kmin,
                         n,
                         order: LoopOrder::OutputStationary,
                     };
-                    consider(t, [qm, ceil_div(p.n, n), qk_min])
-                } else {
-                    false
+                    (tile, [q_size, ceil_div(p.n, n), *qk_min])
+                }
+                // A stationary: an m x k block of A stays, n at its minimum streams.
+                1 => {
+                    let m = size;
+                    let used = m * nmin;
+                    if used >= elements {
+                        continue;
+                    }
+                    let k_max = ((elements - used) / (m + nmin)).min(p.k);
+                    if k_max < kmin {
+                        continue;
+                    }
+                    let qk = ceil_div(p.k, k_max);
+                    let tile = Tile {
+                        m,
+                        k: ceil_div(p.k, qk),
+                        n: nmin,
+                        order: LoopOrder::AStationary,
+                    };
+                    (tile, [q_size, ceil_div(p.n, nmin), qk])
+                }
+                // B stationary: a k x n block of B stays, m at its minimum streams.
+                _ => {
+                    let n = size;
+                    let used = n * mmin;
+                    if used >= elements {
+                        continue;
+                    }
+                    let k_max = ((elements - used) / (n + mmin)).min(p.k);
+                    if k_max < kmin {
+                        continue;
+                    }
+                    let qk = ceil_div(p.k, k_max);
+                    let tile = Tile {
+                        m: mmin,
+                        k: ceil_div(p.k, qk),
+                        n,
+                        order: LoopOrder::BStationary,
+                    };
+                    (tile, [ceil_div(p.m, mmin), q_size, qk])
                 }
             };
-            if try_qn(qn) {
-                break 'search;
-            }
+            let (tile, q) = found;
+            self.tiles.push(Considered {
+                tile,
+                q,
+                traffic: traffic_q(p, tile.order, q[0], q[1], q[2]),
+                accesses: if self.innermost {
+                    eq5_accesses(h, p, &tile)
+                } else {
+                    0.0
+                },
+                units: units_q(p, tile.order, q[0], q[1], q[2]),
+            });
+            return true;
         }
-        // A stationary: an m x k block of A stays, n at its minimum streams.
-        let qn_max = ceil_div(p.n, nmin);
-        for &(m, qm) in cand_m {
-            let used = m * nmin;
-            if used >= elements {
-                continue;
-            }
-            let k_max = ((elements - used) / (m + nmin)).min(p.k);
-            if k_max < kmin {
-                continue;
-            }
-            let qk = ceil_div(p.k, k_max);
-            let t = Tile {
-                m,
-                k: ceil_div(p.k, qk),
-                n: nmin,
-                order: LoopOrder::AStationary,
-            };
-            if consider(t, [qm, qn_max, qk]) {
-                break 'search;
-            }
-        }
-        // B stationary: a k x n block of B stays, m at its minimum streams.
-        let qm_max = ceil_div(p.m, mmin);
-        for &(n, qn) in cand_n {
-            let used = n * mmin;
-            if used >= elements {
-                continue;
-            }
-            let k_max = ((elements - used) / (n + mmin)).min(p.k);
-            if k_max < kmin {
-                continue;
-            }
-            let qk = ceil_div(p.k, k_max);
-            let t = Tile {
-                m: mmin,
-                k: ceil_div(p.k, qk),
-                n,
-                order: LoopOrder::BStationary,
-            };
-            if consider(t, [qm_max, qn, qk]) {
-                break 'search;
-            }
-        }
+        false
     }
-    // A level too small for even the smallest tile streams everything through it.
-    best.map_or_else(|| smallest(p, mins), |(_, t, q)| (t, q))
+
+    /// The cheapest tile under `lc`, stopping at the first that reaches `floor_s`; and its
+    /// reload counts.
+    fn best(
+        &mut self,
+        h: &Hierarchy,
+        p: &Problem,
+        lc: &LevelCost,
+        floor_s: f64,
+    ) -> (Tile, [u64; 3]) {
+        let mut best: Option<(f64, usize)> = None;
+        let mut i = 0;
+        while i < self.tiles.len() || self.extend(h, p) {
+            let incumbent = best.map_or(f64::INFINITY, |b| b.0);
+            let cost = lc.cost(h, p, &self.tiles[i], incumbent);
+            if cost < incumbent {
+                best = Some((cost, i));
+            }
+            if cost <= floor_s {
+                break;
+            }
+            i += 1;
+        }
+        // A level too small for even the smallest tile streams everything through it.
+        best.map_or_else(
+            || smallest(p, self.candidates.mins),
+            |(_, i)| (self.tiles[i].tile, self.tiles[i].q),
+        )
+    }
 }
 
 /// What a tile costs at one level: its traffic from the level above, Eq. 5's accesses at
@@ -417,14 +488,13 @@ impl LevelCost {
     /// The cost of tile `t` with reload counts `q`. The cost is a max: terms stop being
     /// added once it cannot beat `incumbent`.
     #[inline]
-    fn cost(&self, h: &Hierarchy, p: &Problem, t: &Tile, q: [u64; 3], incumbent: f64) -> f64 {
-        let mut cost = traffic_q(p, t.order, q[0], q[1], q[2]) * self.to_above_s;
+    fn cost(&self, h: &Hierarchy, p: &Problem, c: &Considered, incumbent: f64) -> f64 {
+        let mut cost = c.traffic * self.to_above_s;
         if self.level == 0 && cost < incumbent {
-            cost = cost.max(eq5_accesses(h, p, t) * self.to_own_s);
+            cost = cost.max(c.accesses * self.to_own_s);
         }
         if self.spreads && cost < incumbent {
-            let units = units_q(p, t.order, q[0], q[1], q[2]);
-            cost = cost.max(wave_time(p, units, h.bundles, self.rate));
+            cost = cost.max(wave_time(p, c.units, h.bundles, self.rate));
         }
         cost
     }
@@ -492,25 +562,26 @@ pub fn search(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
         h.mcu.1.min(p.n).max(1),
         h.mcu.2.min(p.k).max(1),
     );
-    // Built when a level is not remembered.
-    let mut cands: Option<Candidates> = None;
     let floor_s = floor(h, p, home, flops / rate);
     for level in 0..home {
         let lc = LevelCost::new(h, p, level, rate);
         let spreads = lc.spreads;
-        let inputs = level_inputs(h, p, &lc, mins, floor_s);
-        let known = REMEMBERED_HERE.with(|r| r.borrow().levels.get(&inputs).copied());
-        let (tile, q) = known.unwrap_or_else(|| {
-            let c = cands.get_or_insert_with(|| Candidates::of(p, mins));
-            let found = best_tile(h, p, &lc, c, floor_s);
-            REMEMBERED_HERE.with(|r| {
-                let levels = &mut r.borrow_mut().levels;
-                if levels.len() >= REMEMBERED {
-                    levels.clear();
-                }
-                levels.insert(inputs, found);
-            });
-            found
+        let key = frontier_key(h, p, level, mins);
+        let listed = REMEMBERED_HERE.with(|r| r.borrow().frontiers.contains_key(&key));
+        // Outside the borrow below: the candidates draw on the thread's memo too.
+        let candidates = (!listed).then(|| Candidates::of(p, mins));
+        let (tile, q) = REMEMBERED_HERE.with(|r| {
+            let frontiers = &mut r.borrow_mut().frontiers;
+            if let Some(c) = candidates {
+                remember(
+                    frontiers,
+                    FRONTIERS_REMEMBERED,
+                    key,
+                    Frontier::new(h, p, level, c),
+                );
+            }
+            let frontier = frontiers.get_mut(&key).expect("listed above");
+            frontier.best(h, p, &lc, floor_s)
         });
         level_bytes[level + 1] = batch * traffic_q(p, tile.order, q[0], q[1], q[2]) * b;
         if level == 0 {
@@ -601,6 +672,62 @@ mod tests {
                 proptest::prop_assert_eq!(&warm, &cold(&h, &p, home, rate));
                 // Searched again: now from the memo.
                 proptest::prop_assert_eq!(&search(&h, &p, home, rate), &warm);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// Stopping at the floor never changes a level's verdict: the tile it stops at costs
+        /// no more than the floor (so the level cannot set the kernel time) or is the
+        /// cheapest of the whole frontier; listing the frontier lazily lists it in full.
+        #[test]
+        fn the_floor_stop_keeps_the_kernel_time(
+            dims in proptest::collection::vec(1u64..5000, 4),
+            caps in proptest::collection::vec(1e3f64..1e8, 3),
+            bws in proptest::collection::vec(1e9f64..1e14, 3),
+            rate in 1e12f64..1e16,
+        ) {
+            let mut capacity_bytes = caps.clone();
+            capacity_bytes.push(1e12);
+            let mut bandwidth_bytes_per_s = bws.clone();
+            bandwidth_bytes_per_s.push(1e12);
+            let h = Hierarchy {
+                capacity_bytes,
+                bandwidth_bytes_per_s,
+                bundle_level: Some(1),
+                bundles: 80,
+                mcu: (8, 8, 4),
+                operand_tile: (4, 4),
+                dataflow: Dataflow::Best,
+            };
+            let p = Problem { batch: dims[3] % 5 + 1, m: dims[0], k: dims[1], n: dims[2], bytes: 2 };
+            let mins = (h.mcu.0.min(p.m), h.mcu.1.min(p.n), h.mcu.2.min(p.k));
+            let flops = 2.0 * p.batch as f64 * p.m as f64 * p.k as f64 * p.n as f64;
+            let floor_s = floor(&h, &p, 3, flops / rate);
+            for level in 0..3 {
+                let lc = LevelCost::new(&h, &p, level, rate);
+                let mut lazy = Frontier::new(&h, &p, level, Candidates::of(&p, mins));
+                let stopped = lazy.best(&h, &p, &lc, floor_s);
+                let mut full = Frontier::new(&h, &p, level, Candidates::of(&p, mins));
+                let unstopped = full.best(&h, &p, &lc, f64::NEG_INFINITY);
+                while lazy.extend(&h, &p) {}
+                proptest::prop_assert_eq!(lazy.tiles.len(), full.tiles.len());
+                let cost = |(t, q): (Tile, [u64; 3])| {
+                    let c = Considered {
+                        tile: t,
+                        q,
+                        traffic: traffic_q(&p, t.order, q[0], q[1], q[2]),
+                        accesses: eq5_accesses(&h, &p, &t),
+                        units: units_q(&p, t.order, q[0], q[1], q[2]),
+                    };
+                    lc.cost(&h, &p, &c, f64::INFINITY)
+                };
+                let (at_stop, cheapest) = (cost(stopped), cost(unstopped));
+                proptest::prop_assert!(cheapest <= at_stop);
+                proptest::prop_assert!(at_stop <= floor_s || at_stop == cheapest,
+                    "level {}: stopped at {} above the floor {} and the cheapest {}",
+                    level, at_stop, floor_s, cheapest);
             }
         }
     }
