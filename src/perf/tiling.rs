@@ -91,8 +91,8 @@ fn ceil_div(a: u64, b: u64) -> u64 {
 
 /// Tile sizes worth trying for a dimension of `dim` with smallest tile `min`, each with its
 /// reload count `q = ceil(dim / tile)`: one per distinct `q` on a roughly geometric grid.
-fn sizes(dim: u64, min: u64, out: &mut Vec<(u64, u64)>) {
-    out.clear();
+fn sizes(dim: u64, min: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
     let qmax = ceil_div(dim, min.max(1));
     let mut q = 1u64;
     loop {
@@ -104,7 +104,7 @@ fn sizes(dim: u64, min: u64, out: &mut Vec<(u64, u64)>) {
             out.push((t, q_exact));
         }
         if q_now == qmax {
-            break;
+            break out;
         }
         q = if q < 8 { q + 1 } else { q + q.div_ceil(4) };
     }
@@ -177,12 +177,32 @@ fn eq5_accesses(h: &Hierarchy, p: &Problem, t: &Tile) -> f64 {
 /// Compute time of the product cut into `units` pieces spread over `bundles`: with fewer
 /// units than bundles the rest stand idle; with more, the last wave is assumed balanced
 /// (stream-K style work splitting), so the rate is the full rate.
-fn wave_time(p: &Problem, units: u64, bundles: u64, rate: f64) -> f64 {
-    let flops = 2.0 * p.batch as f64 * p.m as f64 * p.k as f64 * p.n as f64;
-    if units == 0 || units >= bundles {
-        flops / rate
-    } else {
-        flops / rate * bundles as f64 / units as f64
+#[derive(Debug, Clone, Copy)]
+struct Waves {
+    bundles: u64,
+    /// The product at the full rate, and that times the bundles.
+    whole_s: f64,
+    stretched_s: f64,
+}
+
+impl Waves {
+    fn new(p: &Problem, bundles: u64, rate: f64) -> Waves {
+        let flops = 2.0 * p.batch as f64 * p.m as f64 * p.k as f64 * p.n as f64;
+        let whole_s = flops / rate;
+        Waves {
+            bundles,
+            whole_s,
+            stretched_s: whole_s * bundles as f64,
+        }
+    }
+
+    #[inline]
+    fn time(&self, units: u64) -> f64 {
+        if units == 0 || units >= self.bundles {
+            self.whole_s
+        } else {
+            self.stretched_s / units as f64
+        }
     }
 }
 
@@ -215,23 +235,14 @@ impl Candidates {
 /// least 1, so the innermost level never shares a frontier with another.
 type FrontierKey = [u64; 13];
 
-/// What each thread remembers of its searches: tile sizes by (dimension, smallest size),
-/// and each level's frontier by what it reads. A search over budgets moves one share at a
-/// time, so a new machine mostly differs from the last in bandwidths and rates, which price
-/// a frontier but do not change it; the shapes recur on every machine. A pure function's
-/// memo: never changes a result.
-#[derive(Default)]
-struct Remembered {
-    sizes: FxHashMap<(u64, u64), Sizes>,
-    frontiers: FxHashMap<FrontierKey, Frontier>,
-}
-
-/// Inserts into one of [`Remembered`]'s maps, starting it over when full.
-fn remember<K: std::hash::Hash + Eq, V>(map: &mut FxHashMap<K, V>, limit: usize, key: K, value: V) {
-    if map.len() >= limit {
-        map.clear();
-    }
-    map.insert(key, value);
+// What each thread remembers of its searches, in two memos of pure functions (neither
+// changes a result): tile sizes by (dimension, smallest size), and each level's frontier by
+// what it reads. A search over budgets moves one share at a time, so a new machine mostly
+// differs from the last in bandwidths and rates, which price a frontier but do not change
+// it; the shapes recur on every machine.
+thread_local! {
+    static SIZES: RefCell<FxHashMap<(u64, u64), Sizes>> = RefCell::default();
+    static FRONTIERS: RefCell<FxHashMap<FrontierKey, Frontier>> = RefCell::default();
 }
 
 /// Tile-size lists a thread remembers before it starts over.
@@ -242,22 +253,17 @@ const SIZES_REMEMBERED: usize = 4096;
 /// 10^5), 80 bytes each, so at worst about ten megabytes per thread.
 const FRONTIERS_REMEMBERED: usize = 1024;
 
-thread_local! {
-    static REMEMBERED_HERE: RefCell<Remembered> = RefCell::new(Remembered::default());
-}
-
 /// The tile sizes worth trying for a dimension (see [`sizes`]), remembered by the thread.
 fn candidates(dim: u64, min: u64) -> Sizes {
-    REMEMBERED_HERE.with(|r| {
-        let sizes = &mut r.borrow_mut().sizes;
-        if let Some(known) = sizes.get(&(dim, min)) {
-            return known.clone();
+    SIZES.with(|known| {
+        let known = &mut *known.borrow_mut();
+        if known.len() >= SIZES_REMEMBERED && !known.contains_key(&(dim, min)) {
+            known.clear();
         }
-        let mut out = Vec::new();
-        self::sizes(dim, min, &mut out);
-        let out: Sizes = out.into();
-        remember(sizes, SIZES_REMEMBERED, (dim, min), out.clone());
-        out
+        known
+            .entry((dim, min))
+            .or_insert_with(|| sizes(dim, min).into())
+            .clone()
     })
 }
 
@@ -444,7 +450,7 @@ impl Frontier {
         let mut i = 0;
         while i < self.tiles.len() || self.extend(h, p) {
             let incumbent = best.map_or(f64::INFINITY, |b| b.0);
-            let cost = lc.cost(h, p, &self.tiles[i], incumbent);
+            let cost = lc.cost(&self.tiles[i], incumbent);
             if cost < incumbent {
                 best = Some((cost, i));
             }
@@ -468,9 +474,8 @@ struct LevelCost {
     /// Seconds per element moved from the level above, and at this level.
     to_above_s: f64,
     to_own_s: f64,
-    /// The level is per bundle: its tiles spread over the bundles in waves.
-    spreads: bool,
-    rate: f64,
+    /// Where the level is per bundle, its tiles spread over the bundles in waves.
+    waves: Option<Waves>,
 }
 
 impl LevelCost {
@@ -480,21 +485,23 @@ impl LevelCost {
             level,
             to_above_s: per_element / h.bandwidth_bytes_per_s[level + 1],
             to_own_s: per_element / h.bandwidth_bytes_per_s[level],
-            spreads: h.bundle_level == Some(level) && h.bundles > 0,
-            rate,
+            waves: (h.bundle_level == Some(level) && h.bundles > 0)
+                .then(|| Waves::new(p, h.bundles, rate)),
         }
     }
 
     /// The cost of tile `t` with reload counts `q`. The cost is a max: terms stop being
     /// added once it cannot beat `incumbent`.
     #[inline]
-    fn cost(&self, h: &Hierarchy, p: &Problem, c: &Considered, incumbent: f64) -> f64 {
+    fn cost(&self, c: &Considered, incumbent: f64) -> f64 {
         let mut cost = c.traffic * self.to_above_s;
         if self.level == 0 && cost < incumbent {
             cost = cost.max(c.accesses * self.to_own_s);
         }
-        if self.spreads && cost < incumbent {
-            cost = cost.max(wave_time(p, c.units, h.bundles, self.rate));
+        if let Some(waves) = &self.waves {
+            if cost < incumbent {
+                cost = cost.max(waves.time(c.units));
+            }
         }
         cost
     }
@@ -565,30 +572,23 @@ pub fn search(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
     let floor_s = floor(h, p, home, flops / rate);
     for level in 0..home {
         let lc = LevelCost::new(h, p, level, rate);
-        let spreads = lc.spreads;
         let key = frontier_key(h, p, level, mins);
-        let listed = REMEMBERED_HERE.with(|r| r.borrow().frontiers.contains_key(&key));
-        // Outside the borrow below: the candidates draw on the thread's memo too.
-        let candidates = (!listed).then(|| Candidates::of(p, mins));
-        let (tile, q) = REMEMBERED_HERE.with(|r| {
-            let frontiers = &mut r.borrow_mut().frontiers;
-            if let Some(c) = candidates {
-                remember(
-                    frontiers,
-                    FRONTIERS_REMEMBERED,
-                    key,
-                    Frontier::new(h, p, level, c),
-                );
+        let (tile, q) = FRONTIERS.with(|frontiers| {
+            let frontiers = &mut *frontiers.borrow_mut();
+            if frontiers.len() >= FRONTIERS_REMEMBERED && !frontiers.contains_key(&key) {
+                frontiers.clear();
             }
-            let frontier = frontiers.get_mut(&key).expect("listed above");
-            frontier.best(h, p, &lc, floor_s)
+            frontiers
+                .entry(key)
+                .or_insert_with(|| Frontier::new(h, p, level, Candidates::of(p, mins)))
+                .best(h, p, &lc, floor_s)
         });
         level_bytes[level + 1] = batch * traffic_q(p, tile.order, q[0], q[1], q[2]) * b;
         if level == 0 {
             level_bytes[0] = batch * eq5_accesses(h, p, &tile) * b;
         }
-        if spreads {
-            compute_s = wave_time(p, units_q(p, tile.order, q[0], q[1], q[2]), h.bundles, rate);
+        if let Some(waves) = &lc.waves {
+            compute_s = waves.time(units_q(p, tile.order, q[0], q[1], q[2]));
         }
         tiles[level] = Some(tile);
     }
@@ -721,7 +721,7 @@ mod tests {
                         accesses: eq5_accesses(&h, &p, &t),
                         units: units_q(&p, t.order, q[0], q[1], q[2]),
                     };
-                    lc.cost(&h, &p, &c, f64::INFINITY)
+                    lc.cost(&c, f64::INFINITY)
                 };
                 let (at_stop, cheapest) = (cost(stopped), cost(unstopped));
                 proptest::prop_assert!(cheapest <= at_stop);
@@ -764,8 +764,7 @@ mod tests {
 
     #[test]
     fn candidates_cover_every_reload_count_endpoint() {
-        let mut c = Vec::new();
-        sizes(1000, 8, &mut c);
+        let c = sizes(1000, 8);
         assert_eq!(c[0], (1000, 1));
         assert_eq!(*c.last().unwrap(), (8, 125));
         assert!(c.windows(2).all(|w| w[0].0 > w[1].0 && w[0].1 < w[1].1));
