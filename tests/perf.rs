@@ -936,3 +936,91 @@ fn layer_type_parts_add_up_to_the_graph() {
         ]
     );
 }
+
+// ------------------------------------------------------------------ dropout
+
+/// A small decoder-only model, with `extra` keys.
+fn small_transformer(extra: &str) -> Result<Workload, stackflow::config::ConfigError> {
+    Workload::from_yaml(
+        "small.yaml",
+        &format!(
+            "version: 1\nkind: transformer\nhidden: 1024\nlayers: 4\nheads: 16\n\
+             ffn_hidden: 4096\nsequence: 512\nvocab: 32000\nglobal_batch: 8\n\
+             precision: bf16\n{extra}"
+        ),
+    )
+}
+
+/// Bytes every kernel of an iteration moves.
+fn stream_bytes(g: &stackflow::workload::Graph) -> f64 {
+    g.kernels
+        .iter()
+        .map(|k| match k.op {
+            Op::Stream {
+                read_bytes,
+                write_bytes,
+                ..
+            } => (read_bytes + write_bytes) * k.count as f64,
+            _ => 0.0,
+        })
+        .sum()
+}
+
+/// Dropout (Megatron-LM's default 0.1 on the attention probabilities and hidden states) adds
+/// its kernels and masks and nothing else: a dropout kernel over the embeddings and over the
+/// attention probabilities (forward reads and writes the tensor and writes a one-byte mask;
+/// backward reads the gradient and the mask and writes the gradient), the mask of both
+/// residual branches in their fused adds, and the masks kept for backward. Serving has none.
+#[test]
+fn dropout_adds_exactly_its_masks() {
+    let without = small_transformer("").unwrap().graph();
+    let with = small_transformer("dropout: 0.1\n").unwrap().graph();
+    let (l, batch, s, h, heads) = (4.0, 8.0, 512.0, 1024.0, 16.0);
+    let probabilities = l * batch * heads * s * s;
+    let embeddings = batch * s * h;
+    let residuals = 2.0 * l * batch * s * h;
+    // bf16: 2 bytes per element; forward 2 + 2 + 1 (mask), backward 2 + 1 + 2.
+    let kernels = 10.0 * (probabilities + embeddings);
+    let masks_in_adds = 2.0 * residuals;
+    assert_close(
+        "dropout bytes",
+        stream_bytes(&with) - stream_bytes(&without),
+        kernels + masks_in_adds,
+        1e-12,
+    );
+    assert_eq!(with.kernels.len(), without.kernels.len() + 4);
+    assert_close(
+        "dropout masks kept",
+        with.memory.activations_bytes - without.memory.activations_bytes,
+        probabilities + embeddings + residuals,
+        1e-12,
+    );
+    // The same model served (prefill and decode): no dropout.
+    use stackflow::workload::inference::{decode_graph, prefill_graph};
+    let serve = "inference: {batch: 4, prompt_tokens: 256, output_tokens: 16}\n";
+    let served = transformer_dims(&small_transformer(serve).unwrap());
+    let served_with =
+        transformer_dims(&small_transformer(&format!("{serve}dropout: 0.1\n")).unwrap());
+    let spec = served.inference.expect("a serving workload");
+    assert_eq!(
+        stream_bytes(&prefill_graph(&served, &spec)),
+        stream_bytes(&prefill_graph(&served_with, &spec))
+    );
+    assert_eq!(
+        stream_bytes(&decode_graph(&served, &spec, 260)),
+        stream_bytes(&decode_graph(&served_with, &spec, 260))
+    );
+}
+
+#[test]
+fn a_dropout_outside_zero_to_one_is_refused_by_name() {
+    for bad in ["1.0", "-0.1", ".nan"] {
+        let e = small_transformer(&format!("dropout: {bad}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("small.yaml") && e.contains("dropout") && e.contains("[0, 1)"),
+            "{bad}: {e}"
+        );
+    }
+}

@@ -301,6 +301,10 @@ pub struct TransformerRaw {
     /// Input embedding and output logits share one matrix; false when absent.
     #[serde(default)]
     pub tie_embeddings: bool,
+    /// Dropout probability in training (on the embeddings, the attention probabilities and
+    /// both residual branches, as Megatron-LM and GPT-2/3); 0 when absent.
+    #[serde(default)]
+    pub dropout: Option<f64>,
     #[serde(default)]
     pub optimizer: Optimizer,
     /// Serve instead of train: `{batch, prompt_tokens, output_tokens}`.

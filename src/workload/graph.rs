@@ -819,26 +819,55 @@ impl Builder {
         flops_per_element: f64,
         saved: f64,
     ) {
+        self.pointwise_masked(
+            name,
+            class,
+            count,
+            elements,
+            inputs,
+            flops_per_element,
+            saved,
+            0.0,
+        );
+    }
+
+    /// As [`Builder::pointwise`], with dropout applied to the output: a mask of
+    /// `mask_bytes` per element is written, kept for backward and read by it (PyTorch's
+    /// dropout keeps a one-byte mask per element). Full recomputation reruns the kernel and
+    /// regenerates the mask from the saved random state instead.
+    #[allow(clippy::too_many_arguments)]
+    pub fn pointwise_masked(
+        &mut self,
+        name: &str,
+        class: KernelClass,
+        count: u64,
+        elements: f64,
+        inputs: f64,
+        flops_per_element: f64,
+        saved: f64,
+        mask_bytes: f64,
+    ) {
         let b = self.bytes();
+        let mask = mask_bytes * elements;
         self.push(
             name,
             class,
             count,
             Op::Stream {
                 read_bytes: inputs * elements * b,
-                write_bytes: elements * b,
+                write_bytes: elements * b + mask,
                 flops: flops_per_element * elements,
             },
             true,
         );
-        self.save(saved * elements * b, count, false, class);
+        self.save(saved * elements * b + mask, count, false, class);
         self.push_backward(
             format!("{name} backward"),
             class,
             Phase::BackwardInput,
             count,
             Op::Stream {
-                read_bytes: (saved + 1.0) * elements * b,
+                read_bytes: (saved + 1.0) * elements * b + mask,
                 write_bytes: inputs * elements * b,
                 flops: 2.0 * flops_per_element * elements,
             },

@@ -25,6 +25,9 @@ pub struct Transformer {
     pub precision: Precision,
     pub recompute: Recompute,
     pub tie_embeddings: bool,
+    /// Dropout probability in training (0: none). Its cost does not depend on the value:
+    /// the masks are written, kept and read whatever it is.
+    pub dropout: f64,
     pub optimizer: Optimizer,
     /// Inference instead of training.
     pub inference: Option<inference::InferenceSpec>,
@@ -35,8 +38,9 @@ pub struct Transformer {
 }
 
 impl Transformer {
-    fn layer_shape(&self) -> LayerShape {
+    fn layer_shape(&self, training: bool) -> LayerShape {
         LayerShape {
+            dropout: training && self.dropout > 0.0,
             hidden: self.hidden,
             heads: self.heads,
             kv_heads: self.kv_heads,
@@ -64,6 +68,9 @@ pub(super) struct LayerShape {
     pub(super) ffn_hidden: u64,
     pub(super) gated_ffn: bool,
     pub(super) moe: Option<Moe>,
+    /// Dropout on the attention probabilities and on both residual branches (fused into
+    /// the residual adds, as Megatron-LM's bias-dropout-add).
+    pub(super) dropout: bool,
 }
 
 pub(super) fn transformer(
@@ -95,6 +102,18 @@ pub(super) fn transformer(
         precision: raw.precision,
         recompute: raw.recompute,
         tie_embeddings: raw.tie_embeddings,
+        dropout: match raw.dropout {
+            None => 0.0,
+            Some(p) if (0.0..1.0).contains(&p) => p,
+            Some(p) => {
+                return Err(ConfigError::invalid(
+                    check.file,
+                    "dropout",
+                    p,
+                    "a probability in [0, 1)",
+                ))
+            }
+        },
         optimizer: raw.optimizer,
         trainable_layers: match raw.fine_tuning {
             None => None,
@@ -257,12 +276,25 @@ pub(super) fn transformer_pass(
         storage,
     );
     g.dense_parameters(w.vocab as f64 * h as f64);
-    g.set_in_layer(true);
+    let shape = w.layer_shape(training);
     g.split = Split::Replicated;
+    if shape.dropout {
+        g.pointwise_masked(
+            "embedding dropout",
+            KernelClass::Pointwise,
+            1,
+            t * h as f64,
+            1.0,
+            2.0,
+            0.0,
+            DROPOUT_MASK_BYTES,
+        );
+    }
+    g.set_in_layer(true);
     // Full recomputation keeps each layer's input: the attention's, which opens the layer.
     g.layer = LayerType::Attention;
     g.layer_input(t * h as f64 * bytes, l);
-    transformer_layers(&mut g, &w.layer_shape(), l, batch, s, keys, bytes);
+    transformer_layers(&mut g, &shape, l, batch, s, keys, bytes);
     // The final norm, logits and loss go with the (vocabulary-parallel) embedding.
     g.layer = LayerType::Embedding;
     // One final norm.
@@ -342,15 +374,7 @@ pub(super) fn transformer_layers(
         Some(moe) => moe_feed_forward(g, w, &moe, l, tokens),
     }
     g.split = Split::Replicated;
-    g.pointwise(
-        "residual add (mlp)",
-        KernelClass::Pointwise,
-        l,
-        t * h as f64,
-        2.0,
-        1.0,
-        0.0,
-    );
+    residual_add(g, "residual add (mlp)", w.dropout, l, t * h as f64);
     // Two norm scales (and shifts) per layer: the attention's, then the feed-forward's.
     let feed_forward = g.layer;
     tag(g, LayerType::Attention);
@@ -406,6 +430,18 @@ fn attention(g: &mut Builder, w: &LayerShape, l: u64, batch: u64, s: u64, keys: 
         5.0,
         1.0,
     );
+    if w.dropout {
+        g.pointwise_masked(
+            "attention dropout",
+            KernelClass::Attention,
+            l,
+            scores,
+            1.0,
+            2.0,
+            0.0,
+            DROPOUT_MASK_BYTES,
+        );
+    }
     g.batched(
         "attention context",
         KernelClass::Attention,
@@ -428,15 +464,7 @@ fn attention(g: &mut Builder, w: &LayerShape, l: u64, batch: u64, s: u64, keys: 
         true,
     );
     g.split = Split::Replicated;
-    g.pointwise(
-        "residual add (attention)",
-        KernelClass::Pointwise,
-        l,
-        t * h as f64,
-        2.0,
-        1.0,
-        0.0,
-    );
+    residual_add(g, "residual add (attention)", w.dropout, l, t * h as f64);
 }
 
 /// A mixture-of-experts feed-forward layer, `l` times: the router scores every token
@@ -473,6 +501,25 @@ fn moe_feed_forward(g: &mut Builder, w: &LayerShape, moe: &Moe, l: u64, tokens: 
     let e = moe.experts;
     let per_expert = ((t * moe.top_k as f64 * moe.capacity_factor) / e as f64).ceil() as u64;
     feed_forward(g, w, "expert", l * e, per_expert.max(1), [Split::Expert; 3]);
+}
+
+/// Bytes of a dropout mask per element (PyTorch keeps one boolean per element).
+const DROPOUT_MASK_BYTES: f64 = 1.0;
+
+/// A residual add over `elements`, `count` times; with `dropout`, Megatron-LM's fused
+/// bias-dropout-add, which also writes the branch's mask.
+fn residual_add(g: &mut Builder, name: &str, dropout: bool, count: u64, elements: f64) {
+    let mask = if dropout { DROPOUT_MASK_BYTES } else { 0.0 };
+    g.pointwise_masked(
+        name,
+        KernelClass::Pointwise,
+        count,
+        elements,
+        2.0,
+        1.0,
+        0.0,
+        mask,
+    );
 }
 
 /// A layer norm over `elements`, `count` times (statistics, scale and shift: ~8 FLOPs per
