@@ -494,12 +494,13 @@ pub struct MegatronRow {
 }
 
 /// Narayanan's GPT at a row's size: 4h FFN, GELU, vocabulary 51200, sequence 2048, full
-/// recomputation.
+/// recomputation, and the dropout of Megatron-LM's defaults (0.1 on the attention
+/// probabilities and hidden states; `--attention-dropout`, `--hidden-dropout`).
 pub fn megatron_gpt(r: &MegatronRow) -> Result<Workload, ConfigError> {
     let text = format!(
         "version: 1\nkind: transformer\nname: gpt-{}b\nhidden: {}\nlayers: {}\nheads: {}\n\
          ffn_hidden: {}\nsequence: 2048\nvocab: 51200\nglobal_batch: {}\nprecision: bf16\n\
-         recompute: full\n",
+         recompute: full\ndropout: 0.1\n",
         r.params_b,
         r.hidden,
         r.layers,
@@ -511,7 +512,10 @@ pub fn megatron_gpt(r: &MegatronRow) -> Result<Workload, ConfigError> {
 }
 
 /// The row's (t, p), data parallelism over the rest, micro-batch 1, two interleaved chunks
-/// where the layers and micro-batches allow.
+/// where the layers and micro-batches allow; communication as Megatron-LM ran it then: its
+/// local DDP all-reduced the gradients after the forward-backward pass (`grad=after`), and
+/// its pipeline stages waited on their sends and receives before computing on
+/// (`send=blocking`).
 pub fn megatron_strategy(r: &MegatronRow) -> Strategy {
     let d = r.gpus / (r.t * r.p);
     let mut s = Strategy {
@@ -519,6 +523,8 @@ pub fn megatron_strategy(r: &MegatronRow) -> Strategy {
         tensor: r.t,
         pipeline: r.p,
         micro_batch: 1,
+        grad_overlap: false,
+        send_overlap: r.p == 1,
         ..Strategy::default()
     };
     if r.p > 1 && (r.layers / r.p) % 2 == 0 && (r.batch / d) % r.p == 0 {

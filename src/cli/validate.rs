@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 use stackflow::config::Source;
-use stackflow::validate::{run as replay, Report, DEFAULT};
+use stackflow::validate::{run as replay, CaseResult, Report, DEFAULT};
 
 pub fn run(file: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
     let (source, path) = match file {
@@ -27,9 +27,16 @@ pub fn run(file: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
 
 fn render(r: &Report) -> String {
     let mut s = String::new();
+    let name = |c: &CaseResult| format!("{} ({})", c.name, c.unit);
+    let width = r
+        .cases
+        .iter()
+        .map(|c| name(c).chars().count())
+        .max()
+        .unwrap_or(0);
     let _ = writeln!(
         s,
-        "{:<6} {:<62} {:>11} {:>11} {:>9} {:>16}  status",
+        "{:<6} {:<width$} {:>11} {:>11} {:>9} {:>16}  status",
         "case", "", "measured", "predicted", "error", "tolerance"
     );
     for c in &r.cases {
@@ -41,9 +48,9 @@ fn render(r: &Report) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<6} {:<62} {:>11.3} {:>11.3} {:>+8.1}{unit} {:>16}  {status}",
+            "{:<6} {:<width$} {:>11.3} {:>11.3} {:>+8.1}{unit} {:>16}  {status}",
             c.id,
-            format!("{} ({})", c.name, c.unit),
+            name(c),
             c.measured,
             c.predicted,
             c.error,
