@@ -49,6 +49,10 @@ pub struct Compute {
     /// runs. `None` where no figure is published; the generated design's SRAM leakage is
     /// the floor then.
     pub idle_power_w: Option<f64>,
+    /// Share of the compute units a collective holds while it runs beside compute (NCCL's
+    /// and userbuffers' kernels run on SMs): the products beside it run that much slower.
+    /// `None` where no figure is published; `tp=overlap` cannot be priced then.
+    pub collective_compute_share: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -121,6 +125,18 @@ impl Template {
                     .idle_power_w
                     .map(|w| check.positive("compute.idle_power_w", w))
                     .transpose()?,
+                collective_compute_share: match raw.compute.collective_compute_share {
+                    None => None,
+                    Some(f) if (0.0..1.0).contains(&f) => Some(f),
+                    Some(f) => {
+                        return Err(ConfigError::invalid(
+                            file,
+                            "compute.collective_compute_share",
+                            f,
+                            "a share in [0, 1)",
+                        ))
+                    }
+                },
             },
             memory: raw
                 .memory

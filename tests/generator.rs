@@ -783,3 +783,30 @@ fn bad_input_in_a_template_names_its_field_path() {
     );
     assert!(err.contains("> 0"), "{err}");
 }
+
+#[test]
+fn a_collective_compute_share_outside_zero_to_one_is_refused_by_name() {
+    let scratch = Scratch::new("bad-share");
+    let template = std::fs::read_to_string(root().join("templates/gpu-h100.yaml"))
+        .unwrap()
+        .replacen(
+            "collective_compute_share: 0.08",
+            "collective_compute_share: 1.5",
+            1,
+        );
+    assert!(template.contains("collective_compute_share: 1.5"));
+    let path = scratch.write("gpu-h100.yaml", &template);
+    let (code, _, err) = stackflow(&[
+        "generate",
+        "--budget",
+        "budgets/h100.yaml",
+        "--template",
+        &path,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("{path}: compute.collective_compute_share = 1.5")),
+        "{err}"
+    );
+    assert!(err.contains("[0, 1)"), "{err}");
+}

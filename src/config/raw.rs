@@ -138,6 +138,10 @@ pub struct ComputeRaw {
     /// The chip's measured idle power (die and memory), W; absent where none is published.
     #[serde(default)]
     pub idle_power_w: Option<f64>,
+    /// Share of the compute units a collective holds while it runs beside compute (`tp=overlap`);
+    /// absent where none is published.
+    #[serde(default)]
+    pub collective_compute_share: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize)]
@@ -442,6 +446,9 @@ pub struct StrategyRaw {
     pub gradient_overlap: Option<bool>,
     /// Pipeline sends beside compute (true, the default) or blocking.
     pub send_overlap: Option<bool>,
+    /// Tensor-parallel collectives beside the linear layers (true) or blocking (false, the
+    /// default).
+    pub tensor_overlap: Option<bool>,
 }
 
 // ---------------------------------------------------------------- systems

@@ -59,6 +59,18 @@ impl Fitted {
         net: &Network,
         s: &Strategy,
     ) -> Result<Fitted, FitError> {
+        if s.tp_overlap && arch.core.collective_compute_share.is_none() {
+            return Err(FitError {
+                strategy: s.to_string(),
+                workload: fit.graph.name.clone(),
+                message: format!(
+                    "tp=overlap runs the tensor-parallel collectives on the compute units \
+                     beside the linear layers, and {} gives no compute.collective_compute_share \
+                     (the share they hold) to price it with",
+                    arch.template
+                ),
+            });
+        }
         let weights = stages_weights(&fit.graph, s);
         let memory = memory::footprint(&fit, s, &weights, net.devices);
         let violations = memory::violations(arch, &memory, net.devices);
@@ -96,6 +108,7 @@ impl Fitted {
             gpipe: false,
             grad_overlap: true,
             send_overlap: true,
+            tp_overlap: false,
             placement: None,
             micro_batch: 0,
             ..self.strategy
@@ -181,6 +194,7 @@ impl Fitted {
             peak_flops_per_s: arch.peak_flops_per_s,
             throughput_by_precision: arch.core.throughput_by_precision.clone(),
             memory_capacity_bytes: arch.memory_capacity_bytes,
+            collective_compute_share: arch.core.collective_compute_share.unwrap_or(0.0),
         }
     }
 }
@@ -214,6 +228,8 @@ pub struct Plan {
     /// Dense throughput per precision relative to `peak_flops_per_s`.
     throughput_by_precision: BTreeMap<Precision, f64>,
     memory_capacity_bytes: f64,
+    /// Share of the compute units a collective holds beside compute (`tp=overlap`).
+    collective_compute_share: f64,
 }
 
 impl Plan {
@@ -354,6 +370,7 @@ impl Plan {
             bytes: self.memory.bytes_per_weight,
             free_end: self.free_end_s,
             listing: true,
+            collective_compute_share: self.collective_compute_share,
         }
     }
 

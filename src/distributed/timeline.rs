@@ -232,6 +232,8 @@ pub(super) struct Inputs<'a> {
     /// either way. Without the list an [`Eval`]'s `comms` are incomplete: its time is
     /// right, its energy and exposed fraction are not, so it is never reported.
     pub(super) listing: bool,
+    /// Share of the compute units a collective holds while it runs beside compute.
+    pub(super) collective_compute_share: f64,
 }
 
 /// Every stage's step under one mapping, before the pipeline schedule: what a lower bound
@@ -529,6 +531,8 @@ pub(super) fn finish_parts(
 fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) -> (f64, f64, f64) {
     // The report lists the first stage's collectives, for all micro-batches.
     let report = (inputs.listing && i == 0).then_some(inputs.m as f64);
+    // Tensor-parallel collectives run beside the linear layers under `tp=overlap`.
+    let beside_linear = |n: &Need| inputs.s.tp_overlap && n.axis == Axis::Tensor;
     let mut blocking = |needs: &[(f64, Need)]| -> f64 {
         needs
             .iter()
@@ -538,17 +542,45 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
                     Some(_) => format!("{} {}", n.axis.name(), n.collective.name()),
                     None => String::new(),
                 };
-                ledger.charge(&label, n, *count, true, report)
+                ledger.charge(&label, n, *count, !beside_linear(n), report)
             })
             .sum()
     };
-    let fwd_comm = blocking(&st.forward_needs);
-    let bwd_comm = blocking(&st.backward_needs);
-    let (fwd, bwd) = (st.forward_s + fwd_comm, st.backward_s + bwd_comm);
+    let (fwd, bwd) = if inputs.s.tp_overlap {
+        // Tensor-parallel collectives beside the step's linear layers, the rest blocking.
+        let mut step = |compute: f64, linear: f64, needs: &[(f64, Need)]| {
+            let (tensor, rest): (Vec<_>, Vec<_>) =
+                needs.iter().cloned().partition(|n| beside_linear(&n.1));
+            let (tensor, rest) = (blocking(&tensor), blocking(&rest));
+            compute - linear + beside(linear, tensor, inputs.collective_compute_share) + rest
+        };
+        (
+            step(st.forward_s, st.forward_linear_s, &st.forward_needs),
+            step(st.backward_s, st.backward_linear_s, &st.backward_needs),
+        )
+    } else {
+        let fwd_comm = blocking(&st.forward_needs);
+        let bwd_comm = blocking(&st.backward_needs);
+        (st.forward_s + fwd_comm, st.backward_s + bwd_comm)
+    };
     if inputs.s.zero >= 3 {
         zero3_step(inputs, ledger, report, st, fwd, bwd)
     } else {
         (fwd, bwd, 0.0)
+    }
+}
+
+/// Linear layers taking `linear_s` alone, with collectives taking `comm_s` alone run beside
+/// them, decomposed and pipelined with the products (Wang et al., ASPLOS 2023; Transformer
+/// Engine's userbuffers): while the collectives run they hold `share` of the compute units,
+/// so the products run that much slower; the products left when they end run at full rate,
+/// and collectives longer than the products set the time. Never longer than the two one
+/// after the other (`linear_s + comm_s`) nor shorter than either.
+pub(super) fn beside(linear_s: f64, comm_s: f64, share: f64) -> f64 {
+    if comm_s * (1.0 - share) <= linear_s {
+        linear_s + comm_s * share
+    } else {
+        comm_s
     }
 }
 
@@ -1049,6 +1081,27 @@ impl StageTimes {
             backward_s: st.backward_s,
             update_s: st.update_s,
             sparse_s: st.sparse_s,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::beside;
+
+    proptest::proptest! {
+        /// Collectives beside linear layers take no less than the longer of the two and no
+        /// more than both one after the other; with no compute units held, the longer.
+        #[test]
+        fn beside_lies_between_the_longer_and_the_sum(
+            linear in 0.0f64..1.0,
+            comm in 0.0f64..1.0,
+            share in 0.0f64..0.99,
+        ) {
+            let t = beside(linear, comm, share);
+            proptest::prop_assert!(t >= linear.max(comm) * (1.0 - 1e-12));
+            proptest::prop_assert!(t <= (linear + comm) * (1.0 + 1e-12));
+            proptest::prop_assert_eq!(beside(linear, comm, 0.0), linear.max(comm));
         }
     }
 }

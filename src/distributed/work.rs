@@ -50,6 +50,10 @@ impl StageWork {
 pub(super) struct StageWork {
     pub(super) forward_s: f64,
     pub(super) backward_s: f64,
+    /// The linear layers' part of `forward_s` and `backward_s` (what tensor-parallel
+    /// collectives can run beside).
+    pub(super) forward_linear_s: f64,
+    pub(super) backward_linear_s: f64,
     /// Blocking collectives, (kernel count x need).
     pub(super) forward_needs: Vec<(f64, Need)>,
     pub(super) backward_needs: Vec<(f64, Need)>,
@@ -583,10 +587,17 @@ impl StageWork {
         needs: Vec<Need>,
     ) {
         let forward = matches!(k.phase, Phase::Forward);
+        let linear = if k.class == KernelClass::Gemm {
+            time
+        } else {
+            0.0
+        };
         if forward {
             self.forward_s += time;
+            self.forward_linear_s += linear;
         } else {
             self.backward_s += time;
+            self.backward_linear_s += linear;
         }
         self.by_class.push((k.class, time, bound));
         if graph.layers == 0 {

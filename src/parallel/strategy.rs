@@ -81,6 +81,11 @@ pub struct Strategy {
     /// Whether a pipeline stage sends its activations (and gradients) to the next beside
     /// its compute (asynchronous send/receive; the default) or blocks until the send is done.
     pub send_overlap: bool,
+    /// Whether tensor-parallel collectives run beside the linear layers next to them,
+    /// decomposed and pipelined with the products (Megatron-LM's `--tp-comm-overlap` with
+    /// Transformer Engine's userbuffers), or block them (the default, as Megatron-LM's own
+    /// default).
+    pub tp_overlap: bool,
     /// A pinned placement of the parallel dimensions, innermost (nearest devices) first;
     /// `None` tries every ordering and keeps the best.
     pub placement: Option<Placement>,
@@ -137,6 +142,7 @@ impl Default for Strategy {
             prefetch: true,
             grad_overlap: true,
             send_overlap: true,
+            tp_overlap: false,
             placement: None,
         }
     }
@@ -325,6 +331,15 @@ impl Strategy {
                     })
                     .map_err(fail)?
                 }
+                "tp=" => {
+                    s.tp_overlap = switch(value, ("overlap", "blocking"), || {
+                        format!(
+                            "tp={value}: tensor-parallel collectives run beside the linear \
+                             layers (tp=overlap) or block them (tp=blocking)"
+                        )
+                    })
+                    .map_err(fail)?
+                }
                 "gpipe" if value.is_empty() => s.gpipe = true,
                 "rc=" => {
                     s.recompute = Some(match value {
@@ -349,7 +364,8 @@ impl Strategy {
 
     /// Reads a strategy file (keys `data`, `tensor`, `pipeline`, `kernel`, `micro_batch`,
     /// `interleave`, `schedule`, `sequence_parallel`, `recompute`, `zero`, `expert`,
-    /// `weight_prefetch`, `shard_group`, `gradient_overlap`, `send_overlap`).
+    /// `weight_prefetch`, `shard_group`, `gradient_overlap`, `send_overlap`,
+    /// `tensor_overlap`).
     pub fn from_yaml(file: &str, text: &str) -> Result<Strategy, ConfigError> {
         let raw: StrategyRaw = parse_yaml(file, text)?;
         let check = Checker { file };
@@ -428,6 +444,7 @@ impl Strategy {
             prefetch: raw.weight_prefetch.unwrap_or(true),
             grad_overlap: raw.gradient_overlap.unwrap_or(true),
             send_overlap: raw.send_overlap.unwrap_or(true),
+            tp_overlap: raw.tensor_overlap.unwrap_or(false),
             placement: None,
         };
         s.structure()
@@ -591,6 +608,21 @@ impl Strategy {
                 "send=blocking concerns the sends between pipeline stages; it needs p > 1",
             );
         }
+        if self.tp_overlap && self.tensor <= 1 {
+            return bad(
+                "tensor_overlap",
+                &true,
+                "tp=overlap concerns the tensor-parallel collectives; it needs t > 1",
+            );
+        }
+        if self.tp_overlap && !self.sequence_parallel {
+            return bad(
+                "tensor_overlap",
+                &true,
+                "tp=overlap overlaps the all-gathers and reduce-scatters of sequence-parallel \
+                 layers (as Megatron-LM's --tp-comm-overlap); it needs sp",
+            );
+        }
         if !self.prefetch && self.zero < 3 {
             return bad(
                 "weight_prefetch",
@@ -659,7 +691,7 @@ fn switch(value: &str, (on, off): (&str, &str), why: impl Fn() -> String) -> Res
 
 /// `mb4` -> ("mb", "4"), `rc=full` -> ("rc=", "full"), `sp` -> ("sp", "").
 fn split_key(token: &str) -> (&str, &str) {
-    for key in ["rc=", "prefetch=", "grad=", "send=", "order="] {
+    for key in ["rc=", "prefetch=", "grad=", "send=", "tp=", "order="] {
         if let Some(rest) = token.strip_prefix(key) {
             return (key, rest);
         }
@@ -718,6 +750,9 @@ impl fmt::Display for Strategy {
         }
         if !self.send_overlap {
             parts.push("send=blocking".into());
+        }
+        if self.tp_overlap {
+            parts.push("tp=overlap".into());
         }
         if let Some(order) = &self.placement {
             let letters: Vec<&str> = order.axes().iter().map(|a| a.letter()).collect();

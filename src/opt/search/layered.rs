@@ -96,6 +96,7 @@ pub fn alternatives(
                         expert,
                         // Without data parallelism there is nothing to overlap.
                         grad_overlap: base.grad_overlap || d == 1,
+                        tp_overlap: base.tp_overlap && t > 1 && sp,
                         ..*base
                     });
                 }

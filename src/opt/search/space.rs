@@ -169,6 +169,7 @@ pub fn enumerate(shape: &Shape, base: &Strategy) -> Result<Vec<Strategy>, TooLar
         gpipe: base.gpipe,
         grad_overlap: base.grad_overlap,
         send_overlap: base.send_overlap,
+        tp_overlap: base.tp_overlap,
         ..Strategy::default()
     };
     let mut partial = vec![start];
@@ -186,10 +187,12 @@ pub fn enumerate(shape: &Shape, base: &Strategy) -> Result<Vec<Strategy>, TooLar
         partial = next;
     }
     // Without data parallelism there is no gradient synchronisation to overlap, without
-    // pipeline parallelism no send.
+    // pipeline parallelism no send, without tensor and sequence parallelism no tensor
+    // collective to run beside the linear layers.
     for s in partial.iter_mut() {
         s.grad_overlap |= s.weight_replicas() <= 1;
         s.send_overlap |= s.pipeline <= 1;
+        s.tp_overlap &= s.tensor > 1 && s.sequence_parallel;
     }
     Ok(partial)
 }
