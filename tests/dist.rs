@@ -1577,6 +1577,27 @@ fn tensor_collectives_beside_linear_layers_never_slow_a_step() {
         let e = Strategy::parse(bad).unwrap_err().to_string();
         assert!(e.contains(says), "{bad}: {e}");
     }
+    // Serving, and a workload without repeated layers, are refused by name (exit 2).
+    for (workload, says) in [
+        (
+            "workloads/llama2-70b-decode.yaml",
+            "priced for training steps",
+        ),
+        ("workloads/dlrm-a.yaml", "no repeated layers"),
+    ] {
+        let (code, _, err) = common::stackflow(&[
+            "predict",
+            "--system",
+            "templates/dgx-h100.yaml",
+            "--workload",
+            workload,
+            "--devices",
+            "8",
+            "--strategy",
+            "t8-sp-tp=overlap",
+        ]);
+        assert!(code == 2 && err.contains(says), "{workload}: {err}");
+    }
     let s = Strategy::parse("t8-d8-sp-tp=overlap").unwrap();
     assert_eq!(Strategy::parse(&s.to_string()).unwrap(), s);
     let y = Strategy::from_yaml(

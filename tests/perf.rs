@@ -989,10 +989,11 @@ fn dropout_adds_exactly_its_masks() {
         1e-12,
     );
     assert_eq!(with.kernels.len(), without.kernels.len() + 4);
+    // The masks, and the dropped probabilities the attention context's backward reads.
     assert_close(
         "dropout masks kept",
         with.memory.activations_bytes - without.memory.activations_bytes,
-        probabilities + embeddings + residuals,
+        probabilities + embeddings + residuals + 2.0 * probabilities,
         1e-12,
     );
     // The same model served (prefill and decode): no dropout.

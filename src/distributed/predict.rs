@@ -59,6 +59,15 @@ impl Fitted {
         net: &Network,
         s: &Strategy,
     ) -> Result<Fitted, FitError> {
+        if s.tp_overlap && fit.graph.layers == 0 {
+            return Err(FitError {
+                strategy: s.to_string(),
+                workload: fit.graph.name.clone(),
+                message: "tp=overlap runs the tensor-parallel collectives of repeated layers \
+                          beside their linear layers; this workload has no repeated layers"
+                    .into(),
+            });
+        }
         if s.tp_overlap && arch.core.collective_compute_share.is_none() {
             return Err(FitError {
                 strategy: s.to_string(),

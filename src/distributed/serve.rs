@@ -80,6 +80,13 @@ fn check(w: &Transformer, s: &Strategy, devices: u64) -> Result<(), FitError> {
                 .into(),
         ));
     }
+    if s.tp_overlap {
+        return Err(fail(
+            "tp=overlap is priced for training steps; serving runs its tensor-parallel \
+             collectives blocking"
+                .into(),
+        ));
+    }
     if w.layers % s.pipeline != 0 {
         return Err(fail(format!(
             "{} layers do not split evenly into {} stages",

@@ -531,8 +531,7 @@ pub(super) fn finish_parts(
 fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) -> (f64, f64, f64) {
     // The report lists the first stage's collectives, for all micro-batches.
     let report = (inputs.listing && i == 0).then_some(inputs.m as f64);
-    // Tensor-parallel collectives run beside the linear layers under `tp=overlap`.
-    let beside_linear = |n: &Need| inputs.s.tp_overlap && n.axis == Axis::Tensor;
+    let beside_linear = |n: &Need| !blocks_compute(inputs.s, n);
     let mut blocking = |needs: &[(f64, Need)]| -> f64 {
         needs
             .iter()
@@ -568,6 +567,18 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
     } else {
         (fwd, bwd, 0.0)
     }
+}
+
+/// Whether a collective of a step stops the compute while it runs: all do, but the
+/// tensor-parallel all-gathers and reduce-scatters of sequence-parallel layers under
+/// `tp=overlap`, which run beside the linear layers ([`beside`]).
+fn blocks_compute(s: &Strategy, n: &Need) -> bool {
+    !(s.tp_overlap
+        && n.axis == Axis::Tensor
+        && matches!(
+            n.collective,
+            Collective::AllGather | Collective::ReduceScatter
+        ))
 }
 
 /// Linear layers taking `linear_s` alone, with collectives taking `comm_s` alone run beside
@@ -854,6 +865,7 @@ fn joint_layer_sync(
                 blocking: st
                     .backward_needs
                     .iter()
+                    .filter(|(_, n)| blocks_compute(p.inputs.s, n))
                     .flat_map(|(count, n)| need_phases(map, n, count / (vf * l)))
                     .collect(),
                 bucket: if bytes > 0.0 {
@@ -1005,9 +1017,11 @@ fn layer_buckets(
     let layers = layers_per_chunk(inputs);
     let l = layers as f64;
     let sync_axes = &sync.expert_axes;
+    // Collectives beside the linear layers (`tp=overlap`) are inside the compute here.
     let per_layer: Vec<(usize, f64)> = st
         .backward_needs
         .iter()
+        .filter(|(_, n)| blocks_compute(inputs.s, n))
         .flat_map(|(count, n)| need_phases(map, n, count / (vf * l)))
         .collect();
     let bucket = sync.stage_bytes / (vf * l);

@@ -874,6 +874,12 @@ impl Builder {
         );
     }
 
+    /// Keeps `bytes` (per instance, `count` instances) of a kernel's output for a later
+    /// kernel's backward, as recomputation allows.
+    pub fn keep(&mut self, bytes: f64, count: u64, class: KernelClass) {
+        self.save(bytes, count, false, class);
+    }
+
     /// Records a layer input kept under full recomputation.
     pub fn layer_input(&mut self, bytes: f64, count: u64) {
         if self.recompute == Recompute::Full {

@@ -441,6 +441,9 @@ fn attention(g: &mut Builder, w: &LayerShape, l: u64, batch: u64, s: u64, keys: 
             0.0,
             DROPOUT_MASK_BYTES,
         );
+        // The context's backward reads the dropped probabilities (Korthikanti et al.
+        // 2022: softmax output, mask and dropout output are kept).
+        g.keep(scores * bytes, l, KernelClass::Attention);
     }
     g.batched(
         "attention context",
