@@ -418,7 +418,7 @@ impl Plan {
                 None => compute.push(ComputeReport {
                     class: *class,
                     time_s: t * m,
-                    bound: bound.clone(),
+                    bound: bound.clone().unwrap_or_default(),
                 }),
             }
         }

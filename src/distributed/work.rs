@@ -57,7 +57,9 @@ pub(super) struct StageWork {
     /// Blocking collectives, (kernel count x need).
     pub(super) forward_needs: Vec<(f64, Need)>,
     pub(super) backward_needs: Vec<(f64, Need)>,
-    pub(super) by_class: Vec<(KernelClass, f64, String)>,
+    /// Time per kernel (class, seconds), with what bounds it named on each class's first
+    /// kernel only: the report names a class's bound by its first kernel.
+    pub(super) by_class: Vec<(KernelClass, f64, Option<String>)>,
     /// Dense parameters held (before model-parallel sharding).
     pub(super) parameters: f64,
     pub(super) update_s: f64,
@@ -517,7 +519,7 @@ pub(super) fn stage_work(
         let (c, m) = rates.kernel_j(t);
         w.step_j += (c + m.iter().sum::<f64>()) * count as f64;
         let time = t.time_s * count as f64;
-        let bound = t.bound.to_string();
+        let bound = (!w.by_class.iter().any(|c| c.0 == k.class)).then(|| t.bound.to_string());
         if sparse_cores && k.split == Split::Table {
             // SparseCores: the lookup (or its update) and the pooled all-to-all leave the
             // dense step.
@@ -583,7 +585,7 @@ impl StageWork {
         s: &Strategy,
         time: f64,
         count: u64,
-        bound: String,
+        bound: Option<String>,
         needs: Vec<Need>,
     ) {
         let forward = matches!(k.phase, Phase::Forward);

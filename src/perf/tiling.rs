@@ -330,7 +330,8 @@ struct Frontier {
 impl Frontier {
     fn new(h: &Hierarchy, p: &Problem, level: usize, candidates: Candidates) -> Frontier {
         Frontier {
-            tiles: Vec::new(),
+            // At most one tile per candidate size and loop order.
+            tiles: Vec::with_capacity(2 * candidates.cand_m.len() + candidates.cand_n.len()),
             candidates,
             elements: elements(h, p, level),
             innermost: level == 0,
