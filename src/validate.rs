@@ -136,7 +136,44 @@ pub struct Report {
     pub max_abs_error_pct: f64,
     /// Groups that require a count of cases (Megatron: 6 of 10).
     pub groups: Vec<(String, usize, usize, usize, bool)>,
+    /// Per family (case id) of three or more counted cases: their number and mean signed
+    /// error (% or points): a bias a mean of magnitudes hides.
+    pub families: Vec<Family>,
     pub passed: bool,
+}
+
+/// One family's mean signed error.
+#[derive(Debug, Clone, Serialize)]
+pub struct Family {
+    pub id: String,
+    pub cases: usize,
+    pub mean_signed_error: f64,
+    /// "%" for relative errors, "pts" for differences of percentages.
+    pub unit: &'static str,
+}
+
+/// The families of three or more counted cases, in order of first appearance.
+fn families(cases: &[CaseResult]) -> Vec<Family> {
+    let mut out: Vec<Family> = Vec::new();
+    for c in cases.iter().filter(|c| c.known_gap.is_none()) {
+        if out.iter().any(|f| f.id == c.id) {
+            continue;
+        }
+        let errors: Vec<f64> = cases
+            .iter()
+            .filter(|d| d.id == c.id && d.known_gap.is_none())
+            .map(|d| d.error)
+            .collect();
+        if errors.len() >= 3 {
+            out.push(Family {
+                id: c.id.clone(),
+                cases: errors.len(),
+                mean_signed_error: errors.iter().sum::<f64>() / errors.len() as f64,
+                unit: if c.unit == "%" { "pts" } else { "%" },
+            });
+        }
+    }
+    out
 }
 
 struct Ctx {
@@ -466,6 +503,7 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
         .all(|c| c.within)
         && groups.iter().all(|g| g.4);
     Ok(Report {
+        families: families(&cases),
         cases,
         mean_abs_error_pct: mean,
         max_abs_error_pct: max,

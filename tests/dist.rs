@@ -501,6 +501,39 @@ fn stackflow_validate_replays_the_published_measurements() {
     for id in ["V1", "V2", "V3", "V4/V5", "V6", "V7", "GEMM"] {
         assert!(ids.contains(&id), "{id} missing");
     }
+    // Families of three or more cases carry their mean signed error.
+    let megatron: Vec<f64> = v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["id"] == "V3")
+        .map(|c| c["error"].as_f64().unwrap())
+        .collect();
+    let family = v["families"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "V3")
+        .expect("the Megatron family");
+    assert_eq!(family["cases"], 10);
+    assert_close(
+        "Megatron mean signed error",
+        family["mean_signed_error"].as_f64().unwrap(),
+        megatron.iter().sum::<f64>() / 10.0,
+        1e-12,
+    );
+    assert!(
+        !v["families"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == "V2" || f["id"] == "V1"),
+        "families of fewer than three cases are not summarised"
+    );
+    assert!(
+        out.contains("V3: mean signed error +3.7% over 10 cases"),
+        "{out}"
+    );
     // A case outside its tolerance fails the run. The index refers to ../templates and
     // its siblings, so the stricter copy sits beside it.
     let text = std::fs::read_to_string(root().join("validation/cases.yaml"))

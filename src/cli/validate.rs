@@ -64,6 +64,13 @@ fn render(r: &Report) -> String {
             if *ok { "ok" } else { "FAILED" }
         );
     }
+    for f in &r.families {
+        let _ = writeln!(
+            s,
+            "{}: mean signed error {:+.1}{} over {} cases",
+            f.id, f.mean_signed_error, f.unit, f.cases
+        );
+    }
     for c in r.cases.iter().filter(|c| c.known_gap.is_some()) {
         let _ = writeln!(
             s,
