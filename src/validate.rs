@@ -134,7 +134,7 @@ pub struct Report {
     pub cases: Vec<CaseResult>,
     pub mean_abs_error_pct: f64,
     pub max_abs_error_pct: f64,
-    /// Groups that require a count of cases (Megatron: 6 of 10).
+    /// Groups that require a count of cases (Megatron: all 10 within 10%).
     pub groups: Vec<(String, usize, usize, usize, bool)>,
     /// Per family (case id) of three or more counted cases: their number and mean signed
     /// error (% or points): a bias a mean of magnitudes hides.
