@@ -490,6 +490,10 @@ pub struct FabricRaw {
     /// Pinned values override the derived ones.
     pub bandwidth_gb_per_s: Option<f64>,
     pub latency_us: Option<f64>,
+    /// Fixed cost of one collective on this fabric (launch and synchronisation), beside
+    /// its per-hop latency; 0 when absent.
+    #[serde(default)]
+    pub collective_latency_us: Option<f64>,
     /// Slices are composed of whole blocks of this shape (TPU v4: 4x4x4 blocks joined by
     /// optical circuit switches into any 4i x 4j x 4k torus).
     #[serde(default)]

@@ -61,6 +61,8 @@ pub struct GroupLink {
     /// Hierarchical decomposition (inner group inside a node, outer group across nodes),
     /// when the group spans fabrics.
     pub hierarchy: Option<(Box<GroupLink>, Box<GroupLink>)>,
+    /// Fixed cost of one collective (launch and synchronisation), s: the outermost fabric's.
+    pub launch_s: f64,
 }
 
 impl GroupLink {
@@ -77,12 +79,22 @@ impl GroupLink {
             next_bytes_per_s: f64::INFINITY,
             next_s: 0.0,
             hierarchy: None,
+            launch_s: 0.0,
         }
     }
 
     /// Time of `collective` on a message of `m` bytes: the best of the ring, all-pairs
     /// (direct), tree and hierarchical algorithms the group supports.
+    /// Every collective also pays the group's fixed cost once ([`GroupLink::launch_s`]).
     pub fn time(&self, collective: Collective, m: f64) -> f64 {
+        if self.p <= 1 || m <= 0.0 {
+            return 0.0;
+        }
+        self.transfer_s(collective, m) + self.launch_s
+    }
+
+    /// [`GroupLink::time`] without the fixed cost: the hops and the bytes.
+    fn transfer_s(&self, collective: Collective, m: f64) -> f64 {
         if self.p <= 1 || m <= 0.0 {
             return 0.0;
         }
@@ -110,23 +122,23 @@ impl GroupLink {
         match (&self.hierarchy, collective) {
             (Some((inner, outer)), Collective::AllReduce) => {
                 let pi = inner.p as f64;
-                let h = inner.time(Collective::ReduceScatter, m)
-                    + outer.time(Collective::AllReduce, m / pi)
-                    + inner.time(Collective::AllGather, m);
+                let h = inner.transfer_s(Collective::ReduceScatter, m)
+                    + outer.transfer_s(Collective::AllReduce, m / pi)
+                    + inner.transfer_s(Collective::AllGather, m);
                 flat.min(h)
             }
             (Some((inner, outer)), Collective::ReduceScatter) => {
                 let pi = inner.p as f64;
                 flat.min(
-                    inner.time(Collective::ReduceScatter, m)
-                        + outer.time(Collective::ReduceScatter, m / pi),
+                    inner.transfer_s(Collective::ReduceScatter, m)
+                        + outer.transfer_s(Collective::ReduceScatter, m / pi),
                 )
             }
             (Some((inner, outer)), Collective::AllGather) => {
                 let pi = inner.p as f64;
                 flat.min(
-                    outer.time(Collective::AllGather, m / pi)
-                        + inner.time(Collective::AllGather, m),
+                    outer.transfer_s(Collective::AllGather, m / pi)
+                        + inner.transfer_s(Collective::AllGather, m),
                 )
             }
             _ => flat,
@@ -141,11 +153,16 @@ impl GroupLink {
     pub fn phases(&self, collective: Collective, m: f64) -> Vec<(usize, f64)> {
         let mut out = Vec::new();
         self.push_phases(collective, m, &mut out);
+        // The fixed cost, on the group's outermost fabric.
+        if !out.is_empty() && self.launch_s > 0.0 {
+            out.push((self.level, self.launch_s));
+        }
         out
     }
 
+    /// The phases of the hops and bytes ([`GroupLink::transfer_s`]).
     fn push_phases(&self, collective: Collective, m: f64, out: &mut Vec<(usize, f64)>) {
-        let total = self.time(collective, m);
+        let total = self.transfer_s(collective, m);
         if total <= 0.0 {
             return;
         }
@@ -167,7 +184,7 @@ impl GroupLink {
                 ],
                 _ => &[],
             };
-            let h: f64 = steps.iter().map(|(l, c, b)| l.time(*c, *b)).sum();
+            let h: f64 = steps.iter().map(|(l, c, b)| l.transfer_s(*c, *b)).sum();
             // `time` took the hierarchical algorithm exactly when it is no slower.
             if !steps.is_empty() && h <= total {
                 for (l, c, b) in steps {
@@ -199,6 +216,7 @@ mod tests {
             next_bytes_per_s: b / 2.0,
             next_s: alpha,
             hierarchy: None,
+            launch_s: 0.0,
         };
         let fc = GroupLink {
             pair_bytes_per_s: b / 7.0,

@@ -47,6 +47,9 @@ pub struct Fabric {
     pub egress_bytes_per_s: f64,
     /// Latency of one link (or one switch stage), s.
     pub hop_s: f64,
+    /// Fixed cost of one collective on this fabric (launch and synchronisation), s: what
+    /// a collective whose outermost fabric this is costs beside its hops and bytes.
+    pub collective_latency_s: f64,
 }
 
 impl Fabric {
@@ -59,6 +62,7 @@ impl Fabric {
             size,
             egress_bytes_per_s,
             hop_s,
+            collective_latency_s,
         } = self;
         out.extend([
             rustc_hash::FxBuildHasher.hash_one(name),
@@ -66,6 +70,7 @@ impl Fabric {
             *size,
             egress_bytes_per_s.to_bits(),
             hop_s.to_bits(),
+            collective_latency_s.to_bits(),
         ]);
     }
 
@@ -102,6 +107,15 @@ impl Fabric {
             size,
             egress_bytes_per_s: egress,
             hop_s,
+            collective_latency_s: 0.0,
+        }
+    }
+
+    /// The fabric with a fixed cost of `seconds` per collective.
+    pub fn with_collective_latency(self, seconds: f64) -> Fabric {
+        Fabric {
+            collective_latency_s: seconds,
+            ..self
         }
     }
 

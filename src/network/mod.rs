@@ -351,6 +351,7 @@ impl Network {
                 .hierarchy
                 .as_ref()
                 .map(|h| (Box::new(self.link_of(&h.0)), Box::new(self.link_of(&h.1)))),
+            launch_s: self.fabrics[shape.level].collective_latency_s,
         }
     }
 

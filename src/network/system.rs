@@ -51,6 +51,8 @@ pub struct FabricSpec {
     pub source: LinkSource,
     pub bandwidth_bytes_per_s: Option<f64>,
     pub latency_s: Option<f64>,
+    /// Fixed cost of one collective on the fabric, s (0: none given).
+    pub collective_latency_s: f64,
     /// Block shape slices are composed of, if any.
     pub block: Option<Vec<u64>>,
 }
@@ -203,6 +205,15 @@ impl System {
                 .latency_us
                 .map(|l| check.non_negative(&path("latency_us"), l).map(|l| l * 1e-6))
                 .transpose()?;
+            let collective_latency = f
+                .collective_latency_us
+                .map(|l| {
+                    check
+                        .non_negative(&path("collective_latency_us"), l)
+                        .map(|l| l * 1e-6)
+                })
+                .transpose()?
+                .unwrap_or(0.0);
             if source == LinkSource::Pinned && (bandwidth.is_none() || latency.is_none()) {
                 return Err(ConfigError::invalid(
                     file,
@@ -221,6 +232,7 @@ impl System {
                 source,
                 bandwidth_bytes_per_s: bandwidth,
                 latency_s: latency,
+                collective_latency_s: collective_latency,
                 block: f.block,
             });
         }
@@ -427,7 +439,10 @@ impl System {
             };
             let egress = f.bandwidth_bytes_per_s.unwrap_or(egress);
             let hop = f.latency_s.unwrap_or(hop);
-            fabrics.push(Fabric::new(&f.name, &f.topology, size, egress, hop));
+            fabrics.push(
+                Fabric::new(&f.name, &f.topology, size, egress, hop)
+                    .with_collective_latency(f.collective_latency_s),
+            );
         }
         Ok(fabrics)
     }
