@@ -1669,3 +1669,65 @@ fn a_measured_idle_power_is_the_floor_of_a_run() {
         1e-9,
     );
 }
+
+/// A fabric's fixed cost per collective (`collective_latency_us`; Calculon's system files
+/// give 10 us on NVLink, 20 us on InfiniBand) is paid once per collective, the outermost
+/// fabric's, whatever the algorithm; the phases add up to the time. A negative value is
+/// refused by name.
+#[test]
+fn a_collective_pays_its_outermost_fabrics_fixed_cost_once() {
+    let fabrics = |nvlink: f64, ib: f64| {
+        Network::new(vec![
+            Fabric::new("nvlink", &Topology::Switch, 8, 300e9, 1e-6)
+                .with_collective_latency(nvlink),
+            Fabric::new("ib", &Topology::FatTree { levels: 2 }, 4, 25e9, 5e-6)
+                .with_collective_latency(ib),
+        ])
+    };
+    let (bare, costly) = (fabrics(0.0, 0.0), fabrics(10e-6, 20e-6));
+    let inside: Vec<Vec<u64>> = (0..4).map(|n| (8 * n..8 * n + 8).collect()).collect();
+    let across: Vec<Vec<u64>> = (0..8)
+        .map(|i| (0..4).map(|n| 8 * n + i).collect())
+        .collect();
+    let everyone = vec![(0..32).collect::<Vec<u64>>()];
+    for (groups, fixed) in [(&inside, 10e-6), (&across, 20e-6), (&everyone, 20e-6)] {
+        let (a, b) = (bare.group_link(groups), costly.group_link(groups));
+        for c in [
+            Collective::AllReduce,
+            Collective::ReduceScatter,
+            Collective::AllGather,
+            Collective::AllToAll,
+            Collective::PointToPoint,
+        ] {
+            for m in [4e3, 64e6] {
+                assert_close("fixed cost", b.time(c, m) - a.time(c, m), fixed, 1e-6);
+                let phases: f64 = b.phases(c, m).iter().map(|p| p.1).sum();
+                assert_close("phases", phases, b.time(c, m), 1e-12);
+            }
+            assert_eq!(b.time(c, 0.0), 0.0);
+        }
+    }
+    let text = std::fs::read_to_string(root().join("templates/dgx-a100.yaml"))
+        .unwrap()
+        .replacen(
+            "  - name: infiniband\n",
+            "  - name: infiniband\n    collective_latency_us: -20\n",
+            1,
+        );
+    assert!(text.contains("collective_latency_us: -20"));
+    let beside = root().join("templates/negative-latency.tmp.yaml");
+    std::fs::write(&beside, text).unwrap();
+    let (code, _, err) = common::stackflow(&[
+        "predict",
+        "--system",
+        &beside.display().to_string(),
+        "--devices",
+        "16",
+    ]);
+    let _ = std::fs::remove_file(&beside);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("fabrics[1].collective_latency_us = -20"),
+        "{err}"
+    );
+}
