@@ -38,6 +38,7 @@ impl Ledger<'_> {
                 collective,
                 axis,
                 bytes: bytes * f,
+                of_linear: false,
             };
             t += if axis == Axis::ExpertReplica && report.is_some() {
                 self.charge(&format!("expert {name}"), &need, calls, blocking, report)
@@ -570,15 +571,11 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
 }
 
 /// Whether a collective of a step stops the compute while it runs: all do, but the
-/// tensor-parallel all-gathers and reduce-scatters of sequence-parallel layers under
-/// `tp=overlap`, which run beside the linear layers ([`beside`]).
+/// all-gathers and reduce-scatters of sequence-parallel linear layers under `tp=overlap`,
+/// which run beside the products ([`beside`]); not the vocabulary-parallel embedding's
+/// reduce-scatter nor the expert layers' all-reduce.
 fn blocks_compute(s: &Strategy, n: &Need) -> bool {
-    !(s.tp_overlap
-        && n.axis == Axis::Tensor
-        && matches!(
-            n.collective,
-            Collective::AllGather | Collective::ReduceScatter
-        ))
+    !(s.tp_overlap && n.of_linear)
 }
 
 /// Linear layers taking `linear_s` alone, with collectives taking `comm_s` alone run beside
@@ -704,6 +701,7 @@ fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
             collective: Collective::PointToPoint,
             axis: Axis::Pipeline,
             bytes: boundary,
+            of_linear: false,
         };
         let blocking = !s.send_overlap;
         ledger.charge("pipeline activations", &need, calls, blocking, Some(1.0));

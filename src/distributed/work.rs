@@ -17,6 +17,9 @@ pub(super) struct Need {
     pub(super) collective: Collective,
     pub(super) axis: Axis,
     pub(super) bytes: f64,
+    /// A tensor-parallel linear layer's all-gather or reduce-scatter (sequence
+    /// parallelism): what `tp=overlap` runs beside the products.
+    pub(super) of_linear: bool,
 }
 
 /// What a graph without repeated layers does next in its backward step.
@@ -164,6 +167,7 @@ fn need(needs: &mut Vec<Need>, collective: Collective, axis: Axis, bytes: f64) {
         collective,
         axis,
         bytes,
+        of_linear: false,
     })
 }
 
@@ -309,6 +313,17 @@ fn split_cr(k: &mut Kernel, kp1: u64, needs: &mut Vec<Need>) {
     }
 }
 
+/// A tensor-parallel linear layer's collective: under sequence parallelism an all-gather
+/// or reduce-scatter next to the product, which `tp=overlap` can run beside it.
+fn linear_need(needs: &mut Vec<Need>, collective: Collective, bytes: f64, sp: bool) {
+    needs.push(Need {
+        collective,
+        axis: Axis::Tensor,
+        bytes,
+        of_linear: sp,
+    });
+}
+
 /// Megatron tensor parallelism over `t` devices (column then row layers, an all-reduce
 /// after the row layer), with sequence parallelism's reduce-scatter and all-gather
 /// (Korthikanti et al. 2022) when `sp`.
@@ -325,16 +340,11 @@ fn split_tensor(k: &mut Kernel, t: u64, sp: bool, needs: &mut Vec<Need>) {
             Phase::BackwardWeight => div(n, t),
             Phase::BackwardInput => {
                 div(kk, t);
-                need(needs, reduce, Axis::Tensor, (*m * *n) as f64 * b);
+                linear_need(needs, reduce, (*m * *n) as f64 * b, sp);
             }
             _ => {
                 if sp {
-                    need(
-                        needs,
-                        Collective::AllGather,
-                        Axis::Tensor,
-                        (*m * *kk) as f64 * b,
-                    );
+                    linear_need(needs, Collective::AllGather, (*m * *kk) as f64 * b, sp);
                 }
                 div(n, t);
             }
@@ -343,18 +353,13 @@ fn split_tensor(k: &mut Kernel, t: u64, sp: bool, needs: &mut Vec<Need>) {
             Phase::BackwardWeight => div(m, t),
             Phase::BackwardInput => {
                 if sp {
-                    need(
-                        needs,
-                        Collective::AllGather,
-                        Axis::Tensor,
-                        (*m * *kk) as f64 * b,
-                    );
+                    linear_need(needs, Collective::AllGather, (*m * *kk) as f64 * b, sp);
                 }
                 div(n, t);
             }
             _ => {
                 div(kk, t);
-                need(needs, reduce, Axis::Tensor, (*m * *n) as f64 * b);
+                linear_need(needs, reduce, (*m * *n) as f64 * b, sp);
             }
         },
         (Split::Sharded, op) => divide_stream(op, t as f64),
