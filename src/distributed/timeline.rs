@@ -39,6 +39,7 @@ impl Ledger<'_> {
                 axis,
                 bytes: bytes * f,
                 of_linear: false,
+                product_s: 0.0,
             };
             t += if axis == Axis::ExpertReplica && report.is_some() {
                 self.charge(&format!("expert {name}"), &need, calls, blocking, report)
@@ -539,6 +540,9 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
             .map(|(count, n)| {
                 // Only listed collectives need their name.
                 let label = match report {
+                    Some(_) if beside_linear(n) => {
+                        format!("{} {} beside products", n.axis.name(), n.collective.name())
+                    }
                     Some(_) => format!("{} {}", n.axis.name(), n.collective.name()),
                     None => String::new(),
                 };
@@ -547,16 +551,25 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
             .sum()
     };
     let (fwd, bwd) = if inputs.s.tp_overlap {
-        // Tensor-parallel collectives beside the step's linear layers, the rest blocking.
-        let mut step = |compute: f64, linear: f64, needs: &[(f64, Need)]| {
-            let (tensor, rest): (Vec<_>, Vec<_>) =
-                needs.iter().cloned().partition(|n| beside_linear(&n.1));
-            let (tensor, rest) = (blocking(&tensor), blocking(&rest));
-            compute - linear + beside(linear, tensor, inputs.collective_compute_share) + rest
+        // Each linear layer's collective beside its own product, the rest blocking.
+        let share = inputs.collective_compute_share;
+        let mut step = |compute: f64, needs: &[(f64, Need)]| {
+            let mut t = compute;
+            for one in needs {
+                let comm = blocking(std::slice::from_ref(one));
+                let (count, n) = one;
+                t += if beside_linear(n) {
+                    let product = n.product_s * count;
+                    beside(product, comm, share) - product
+                } else {
+                    comm
+                };
+            }
+            t
         };
         (
-            step(st.forward_s, st.forward_linear_s, &st.forward_needs),
-            step(st.backward_s, st.backward_linear_s, &st.backward_needs),
+            step(st.forward_s, &st.forward_needs),
+            step(st.backward_s, &st.backward_needs),
         )
     } else {
         let fwd_comm = blocking(&st.forward_needs);
@@ -702,6 +715,7 @@ fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
             axis: Axis::Pipeline,
             bytes: boundary,
             of_linear: false,
+            product_s: 0.0,
         };
         let blocking = !s.send_overlap;
         ledger.charge("pipeline activations", &need, calls, blocking, Some(1.0));

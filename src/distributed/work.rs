@@ -20,6 +20,9 @@ pub(super) struct Need {
     /// A tensor-parallel linear layer's all-gather or reduce-scatter (sequence
     /// parallelism): what `tp=overlap` runs beside the products.
     pub(super) of_linear: bool,
+    /// For such a collective, the time of one instance of the product it comes with (its
+    /// own kernel's: the all-gather feeds it, the reduce-scatter drains it), s; else 0.
+    pub(super) product_s: f64,
 }
 
 /// What a graph without repeated layers does next in its backward step.
@@ -53,10 +56,6 @@ impl StageWork {
 pub(super) struct StageWork {
     pub(super) forward_s: f64,
     pub(super) backward_s: f64,
-    /// The linear layers' part of `forward_s` and `backward_s` (what tensor-parallel
-    /// collectives can run beside).
-    pub(super) forward_linear_s: f64,
-    pub(super) backward_linear_s: f64,
     /// Blocking collectives, (kernel count x need).
     pub(super) forward_needs: Vec<(f64, Need)>,
     pub(super) backward_needs: Vec<(f64, Need)>,
@@ -168,6 +167,7 @@ fn need(needs: &mut Vec<Need>, collective: Collective, axis: Axis, bytes: f64) {
         axis,
         bytes,
         of_linear: false,
+        product_s: 0.0,
     })
 }
 
@@ -321,6 +321,7 @@ fn linear_need(needs: &mut Vec<Need>, collective: Collective, bytes: f64, sp: bo
         axis: Axis::Tensor,
         bytes,
         of_linear: sp,
+        product_s: 0.0,
     });
 }
 
@@ -521,6 +522,10 @@ pub(super) fn stage_work(
         let (needs, fewer) = split_kernel(&mut k, s);
         let count = count / fewer.max(1);
         let t = evaluator.kernel_ref(&k);
+        let mut needs = needs;
+        for n in needs.iter_mut().filter(|n| n.of_linear) {
+            n.product_s = t.time_s;
+        }
         let (c, m) = rates.kernel_j(t);
         w.step_j += (c + m.iter().sum::<f64>()) * count as f64;
         let time = t.time_s * count as f64;
@@ -594,17 +599,10 @@ impl StageWork {
         needs: Vec<Need>,
     ) {
         let forward = matches!(k.phase, Phase::Forward);
-        let linear = if k.class == KernelClass::Gemm {
-            time
-        } else {
-            0.0
-        };
         if forward {
             self.forward_s += time;
-            self.forward_linear_s += linear;
         } else {
             self.backward_s += time;
-            self.backward_linear_s += linear;
         }
         self.by_class.push((k.class, time, bound));
         if graph.layers == 0 {
