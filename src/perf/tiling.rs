@@ -298,16 +298,32 @@ fn elements(h: &Hierarchy, p: &Problem, level: usize) -> u64 {
     (h.capacity_bytes[level] / p.bytes as f64).floor() as u64
 }
 
-/// A tile a level's search considers, with what its cost reads: its reload counts, the
-/// elements it moves from the level above, Eq. 5's accesses (innermost level only, else 0)
-/// and the units of work it cuts the product into.
+/// A tile a level's search considers, with what its cost reads (from its reload counts):
+/// the elements it moves from the level above, Eq. 5's accesses (innermost level only,
+/// else 0) and the units of work it cuts the product into.
 #[derive(Debug, Clone, Copy)]
 struct Considered {
     tile: Tile,
-    q: [u64; 3],
     traffic: f64,
     accesses: f64,
     units: u64,
+}
+
+impl Considered {
+    /// Tile `tile` with reload counts `q`, and what its cost reads (Eq. 5's accesses
+    /// where `innermost`).
+    fn of(h: &Hierarchy, p: &Problem, innermost: bool, tile: Tile, q: [u64; 3]) -> Considered {
+        Considered {
+            tile,
+            traffic: traffic_q(p, tile.order, q[0], q[1], q[2]),
+            accesses: if innermost {
+                eq5_accesses(h, p, &tile)
+            } else {
+                0.0
+            },
+            units: units_q(p, tile.order, q[0], q[1], q[2]),
+        }
+    }
 }
 
 /// The tiles one level's search considers, in the order it considers them, listed as far as
@@ -422,31 +438,16 @@ impl Frontier {
                 }
             };
             let (tile, q) = found;
-            self.tiles.push(Considered {
-                tile,
-                q,
-                traffic: traffic_q(p, tile.order, q[0], q[1], q[2]),
-                accesses: if self.innermost {
-                    eq5_accesses(h, p, &tile)
-                } else {
-                    0.0
-                },
-                units: units_q(p, tile.order, q[0], q[1], q[2]),
-            });
+            self.tiles
+                .push(Considered::of(h, p, self.innermost, tile, q));
             return true;
         }
         false
     }
 
-    /// The cheapest tile under `lc`, stopping at the first that reaches `floor_s`; and its
-    /// reload counts.
-    fn best(
-        &mut self,
-        h: &Hierarchy,
-        p: &Problem,
-        lc: &LevelCost,
-        floor_s: f64,
-    ) -> (Tile, [u64; 3]) {
+    /// The cheapest tile under `lc`, stopping at the first that reaches `floor_s`, with its
+    /// reload counts and what its cost read.
+    fn best(&mut self, h: &Hierarchy, p: &Problem, lc: &LevelCost, floor_s: f64) -> Considered {
         let mut best: Option<(f64, usize)> = None;
         let mut i = 0;
         while i < self.tiles.len() || self.extend(h, p) {
@@ -461,10 +462,13 @@ impl Frontier {
             i += 1;
         }
         // A level too small for even the smallest tile streams everything through it.
-        best.map_or_else(
-            || smallest(p, self.candidates.mins),
-            |(_, i)| (self.tiles[i].tile, self.tiles[i].q),
-        )
+        match best {
+            Some((_, i)) => self.tiles[i],
+            None => {
+                let (tile, q) = smallest(p, self.candidates.mins);
+                Considered::of(h, p, self.innermost, tile, q)
+            }
+        }
     }
 }
 
@@ -574,7 +578,7 @@ pub fn search(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
     for level in 0..home {
         let lc = LevelCost::new(h, p, level, rate);
         let key = frontier_key(h, p, level, mins);
-        let (tile, q) = FRONTIERS.with(|frontiers| {
+        let chosen = FRONTIERS.with(|frontiers| {
             let frontiers = &mut *frontiers.borrow_mut();
             if frontiers.len() >= FRONTIERS_REMEMBERED && !frontiers.contains_key(&key) {
                 frontiers.clear();
@@ -584,14 +588,15 @@ pub fn search(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
                 .or_insert_with(|| Frontier::new(h, p, level, Candidates::of(p, mins)))
                 .best(h, p, &lc, floor_s)
         });
-        level_bytes[level + 1] = batch * traffic_q(p, tile.order, q[0], q[1], q[2]) * b;
+        // What the search priced the chosen tile with (Eq. 5's accesses at the innermost).
+        level_bytes[level + 1] = batch * chosen.traffic * b;
         if level == 0 {
-            level_bytes[0] = batch * eq5_accesses(h, p, &tile) * b;
+            level_bytes[0] = batch * chosen.accesses * b;
         }
         if let Some(waves) = &lc.waves {
-            compute_s = waves.time(units_q(p, tile.order, q[0], q[1], q[2]));
+            compute_s = waves.time(chosen.units);
         }
-        tiles[level] = Some(tile);
+        tiles[level] = Some(chosen.tile);
     }
     GemmCost {
         level_bytes,
@@ -714,16 +719,7 @@ mod tests {
                 let unstopped = full.best(&h, &p, &lc, f64::NEG_INFINITY);
                 while lazy.extend(&h, &p) {}
                 proptest::prop_assert_eq!(lazy.tiles.len(), full.tiles.len());
-                let cost = |(t, q): (Tile, [u64; 3])| {
-                    let c = Considered {
-                        tile: t,
-                        q,
-                        traffic: traffic_q(&p, t.order, q[0], q[1], q[2]),
-                        accesses: eq5_accesses(&h, &p, &t),
-                        units: units_q(&p, t.order, q[0], q[1], q[2]),
-                    };
-                    lc.cost(&c, f64::INFINITY)
-                };
+                let cost = |c: Considered| lc.cost(&c, f64::INFINITY);
                 let (at_stop, cheapest) = (cost(stopped), cost(unstopped));
                 proptest::prop_assert!(cheapest <= at_stop);
                 proptest::prop_assert!(at_stop <= floor_s || at_stop == cheapest,
