@@ -95,6 +95,79 @@ impl Precision {
     }
 }
 
+/// The number format of each role a training step's tensors play. A workload states them
+/// with `precision` (the defaults below) and overrides any under `precisions:`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Precisions {
+    /// Inputs of the linear layers' matrix products (activations, weights and output
+    /// gradients are cast to it when they are stored otherwise); their outputs are
+    /// `activations`. The output layer (and a router) keep `activations`.
+    pub gemm_inputs: Precision,
+    /// What every other kernel reads, writes and computes in, and what is kept for the
+    /// backward pass.
+    pub activations: Precision,
+    /// Activations and their gradients sent between devices (tensor, sequence, expert and
+    /// pipeline parallelism).
+    pub communication: Precision,
+    /// The working copy of the weights every replica holds (gathered under ZeRO-3).
+    pub weights: Precision,
+    /// Weight gradients: held, reduced over data parallelism and read by the optimizer.
+    pub gradients: Precision,
+    /// Optimizer moments, and the master copy of the weights when `weights` is narrower.
+    pub optimizer_state: Precision,
+}
+
+impl Precisions {
+    /// Every role in `precision`, the optimizer state in FP32 (mixed precision: FP32 master
+    /// weights and moments beside 16-bit working weights).
+    pub fn uniform(precision: Precision) -> Self {
+        Precisions {
+            gemm_inputs: precision,
+            activations: precision,
+            communication: precision,
+            weights: precision,
+            gradients: precision,
+            optimizer_state: Precision::Fp32,
+        }
+    }
+
+    /// What a training workload's `precision` means: [`Precisions::uniform`], except FP8
+    /// the Transformer Engine way (FP8 GEMM inputs; BF16 activations, messages, weights and
+    /// gradients; FP32 master weights and moments).
+    pub fn training(precision: Precision) -> Self {
+        match precision {
+            Precision::Fp8 => Precisions {
+                gemm_inputs: Precision::Fp8,
+                ..Precisions::uniform(Precision::Bf16)
+            },
+            other => Precisions::uniform(other),
+        }
+    }
+
+    /// The roles by their workload-file names.
+    pub fn roles(&self) -> [(&'static str, Precision); 6] {
+        [
+            ("gemm_inputs", self.gemm_inputs),
+            ("activations", self.activations),
+            ("communication", self.communication),
+            ("weights", self.weights),
+            ("gradients", self.gradients),
+            ("optimizer_state", self.optimizer_state),
+        ]
+    }
+
+    /// Bytes per parameter of the master copy the optimizer keeps (0 when the working
+    /// weights are as wide as the optimizer state).
+    pub fn master_bytes(&self) -> f64 {
+        let state = self.optimizer_state.bytes();
+        if self.weights.bytes() < state {
+            state
+        } else {
+            0.0
+        }
+    }
+}
+
 /// Shape of the minimal compute unit.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]

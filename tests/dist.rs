@@ -1744,3 +1744,115 @@ fn a_collective_pays_its_outermost_fabrics_fixed_cost_once() {
         "{err}"
     );
 }
+
+/// Precision per tensor role (`precisions:`): `precision: fp8` is exactly BF16 with FP8 GEMM
+/// inputs, and each other role moves its own tensors only: messages, gradients (held and
+/// reduced), weights (held, with a copy cast for the products) and optimizer state.
+#[test]
+fn each_precision_role_moves_only_its_own_tensors() {
+    let (system, arch) = system("templates/dgx-h100.yaml");
+    let net = system.network(&arch, 256).unwrap();
+    let s = Strategy::parse("t8-p8-d4-mb1-i4-sp-z1-rc=selective").unwrap();
+    let text = std::fs::read_to_string(root().join("workloads/gpt3-175b.yaml")).unwrap();
+    assert!(text.contains("precision: bf16\n"));
+    let run = |replace: &str| {
+        let w = Workload::from_yaml("w.yaml", &text.replace("precision: bf16\n", replace)).unwrap();
+        predict(&w, &arch, &net, &s).unwrap()
+    };
+    let comm = |p: &stackflow::distributed::DistPrediction, prefix: &str| -> f64 {
+        p.communication
+            .iter()
+            .filter(|c| c.name.starts_with(prefix))
+            .map(|c| c.bytes)
+            .sum()
+    };
+    let bf16 = run("precision: bf16\n");
+    let fp8 = run("precision: fp8\n");
+    let roles = run("precision: bf16\nprecisions: {gemm_inputs: fp8}\n");
+    assert_eq!(
+        serde_json::to_string(&fp8).unwrap(),
+        serde_json::to_string(&roles).unwrap()
+    );
+
+    let wire = run("precision: bf16\nprecisions: {communication: fp8}\n");
+    assert!(comm(&bf16, "tensor") > 0.0 && comm(&bf16, "pipeline") > 0.0);
+    assert_close(
+        "tensor bytes",
+        comm(&wire, "tensor"),
+        comm(&bf16, "tensor") / 2.0,
+        1e-12,
+    );
+    assert_close(
+        "pipeline bytes",
+        comm(&wire, "pipeline"),
+        comm(&bf16, "pipeline") / 2.0,
+        1e-12,
+    );
+    assert_eq!(comm(&wire, "gradient"), comm(&bf16, "gradient"));
+    assert_eq!(comm(&wire, "updated"), comm(&bf16, "updated"));
+    assert_eq!(wire.compute_s, bf16.compute_s);
+    assert_eq!(wire.weights_bytes, bf16.weights_bytes);
+    assert_eq!(wire.activations_bytes, bf16.activations_bytes);
+    assert!(wire.time_per_iteration_s < bf16.time_per_iteration_s);
+
+    let grads = run("precision: bf16\nprecisions: {gradients: fp32}\n");
+    assert!(comm(&bf16, "gradient") > 0.0 && comm(&bf16, "updated") > 0.0);
+    assert_close(
+        "gradients",
+        grads.gradients_bytes,
+        2.0 * bf16.gradients_bytes,
+        1e-12,
+    );
+    let sync = |p| comm(p, "gradient");
+    assert_close("gradient sync", sync(&grads), 2.0 * sync(&bf16), 1e-12);
+    assert_eq!(comm(&grads, "updated"), comm(&bf16, "updated"));
+    assert_eq!(comm(&grads, "tensor"), comm(&bf16, "tensor"));
+    assert_eq!(grads.weights_bytes, bf16.weights_bytes);
+    assert_eq!(grads.optimizer_state_bytes, bf16.optimizer_state_bytes);
+
+    // Adam in BF16 beside BF16 weights: two 2-byte moments, no master copy (4 bytes per
+    // parameter against mixed precision's 12).
+    let state = run("precision: bf16\nprecisions: {optimizer_state: bf16}\n");
+    assert_close(
+        "optimizer state",
+        state.optimizer_state_bytes,
+        bf16.optimizer_state_bytes * 4.0 / 12.0,
+        1e-12,
+    );
+    assert_eq!(state.gradients_bytes, bf16.gradients_bytes);
+
+    // FP32 weights are their own master copy (8 bytes of moments per parameter), and the
+    // BF16 products read BF16 copies of them, written once per iteration.
+    let weights = run("precision: bf16\nprecisions: {weights: fp32}\n");
+    assert_close(
+        "weights",
+        weights.weights_bytes,
+        2.0 * bf16.weights_bytes,
+        1e-12,
+    );
+    let gather = |p| comm(p, "updated");
+    assert_close(
+        "weight gather",
+        gather(&weights),
+        2.0 * gather(&bf16),
+        1e-12,
+    );
+    assert_eq!(comm(&weights, "gradient"), comm(&bf16, "gradient"));
+    assert_close(
+        "optimizer state",
+        weights.optimizer_state_bytes,
+        bf16.optimizer_state_bytes * 8.0 / 12.0,
+        1e-12,
+    );
+    assert!(weights.compute_s > bf16.compute_s);
+    let copies = |replace: &str, name: &str| {
+        let w = Workload::from_yaml("w.yaml", &text.replace("precision: bf16\n", replace)).unwrap();
+        w.graph().kernels.iter().any(|k| k.name == name)
+    };
+    assert!(copies(
+        "precision: bf16\nprecisions: {weights: fp32}\n",
+        "bf16 weight copies"
+    ));
+    assert!(!copies("precision: bf16\n", "bf16 weight copies"));
+    assert!(copies("precision: fp8\n", "fp8 weight copies"));
+}

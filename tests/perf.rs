@@ -189,6 +189,7 @@ fn a_pointwise_kernel_over_1_gb_runs_at_dram_bandwidth() {
         phase: Phase::Forward,
         precision: Precision::Bf16,
         math: Precision::Bf16,
+        wire: Precision::Bf16,
         count: 1,
         op: Op::Stream {
             read_bytes: 0.5e9,
@@ -1024,4 +1025,43 @@ fn a_dropout_outside_zero_to_one_is_refused_by_name() {
             "{bad}: {e}"
         );
     }
+}
+
+#[test]
+fn bad_workload_precision_role_the_chip_lacks() {
+    rejects_workload(
+        "wl-role-chip",
+        &shipped("workloads/llama-65b.yaml").replace(
+            "precision: bf16\n",
+            "precision: bf16\nprecisions: {gemm_inputs: fp8}\n",
+        ),
+        "budgets/a100.yaml",
+        &["precisions.gemm_inputs = fp8", "supports only"],
+    );
+}
+
+#[test]
+fn bad_workload_unknown_precision_role() {
+    rejects_workload(
+        "wl-role-unknown",
+        &shipped("workloads/llama-65b.yaml").replace(
+            "precision: bf16\n",
+            "precision: bf16\nprecisions: {master_weights: fp32}\n",
+        ),
+        "budgets/h100.yaml",
+        &["precisions", "master_weights"],
+    );
+}
+
+#[test]
+fn bad_workload_precision_roles_in_serving() {
+    rejects_workload(
+        "wl-role-serving",
+        &shipped("workloads/llama2-70b-decode.yaml").replace(
+            "precision: fp8 ",
+            "precisions: {activations: bf16}\nprecision: fp8 ",
+        ),
+        "budgets/h100.yaml",
+        &["precisions", "inference"],
+    );
 }

@@ -280,6 +280,13 @@ pub fn render(p: &DistPrediction, peak: f64) -> String {
         p.gemm_precision.name(),
         si(p.achieved_flops_per_s_per_device, "FLOP/s")
     );
+    let roles: Vec<String> = p
+        .precisions
+        .roles()
+        .iter()
+        .map(|(role, precision)| format!("{} {}", role.replace('_', " "), precision.name()))
+        .collect();
+    let _ = writeln!(s, "precisions        {}", roles.join(", "));
     let _ = writeln!(
         s,
         "breakdown         compute {}, exposed communication {}, pipeline bubble {}",

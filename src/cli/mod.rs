@@ -411,11 +411,16 @@ pub(crate) fn check_precision(
 ) -> anyhow::Result<()> {
     let machine = Evaluator::new(arch).machine;
     if let Some((precision, supported)) = unsupported(&machine, &workload.graph()) {
+        // The key that asked for it (a role's, when `precisions:` set it).
+        let roles = workload.precisions();
+        let key = roles
+            .iter()
+            .find(|(_, p)| *p == precision)
+            .map_or("precision", |(key, _)| key.as_str());
         bail!(
-            "{}: {} = {}: the template {} supports only {supported} \
+            "{}: {key} = {}: the template {} supports only {supported} \
              (compute.throughput_by_precision)",
             file.display(),
-            workload.precisions()[0].0,
             precision.name(),
             arch.template
         );

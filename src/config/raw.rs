@@ -271,8 +271,24 @@ pub struct LstmRaw {
     #[serde(default)]
     pub projection: Option<u64>,
     pub precision: Precision,
+    /// Precision per tensor role, overriding what `precision` implies.
+    #[serde(default)]
+    pub precisions: Option<PrecisionsRaw>,
     #[serde(default)]
     pub optimizer: Optimizer,
+}
+
+/// A training workload's precision per tensor role (`precisions:`); each absent role keeps
+/// what the workload's `precision` implies (see [`crate::domain::Precisions`]).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrecisionsRaw {
+    pub gemm_inputs: Option<Precision>,
+    pub activations: Option<Precision>,
+    pub communication: Option<Precision>,
+    pub weights: Option<Precision>,
+    pub gradients: Option<Precision>,
+    pub optimizer_state: Option<Precision>,
 }
 
 /// Decoder-only transformer language model.
@@ -300,6 +316,9 @@ pub struct TransformerRaw {
     /// Sequences per iteration.
     pub global_batch: u64,
     pub precision: Precision,
+    /// Precision per tensor role in training, overriding what `precision` implies.
+    #[serde(default)]
+    pub precisions: Option<PrecisionsRaw>,
     #[serde(default)]
     pub recompute: Recompute,
     /// Input embedding and output logits share one matrix; false when absent.
@@ -361,6 +380,9 @@ pub struct DlrmRaw {
     pub interaction: Interaction,
     /// Precision of the dense layers.
     pub precision: Precision,
+    /// Precision per tensor role of the dense layers, overriding what `precision` implies.
+    #[serde(default)]
+    pub precisions: Option<PrecisionsRaw>,
     /// Precision of the embedding tables.
     pub embedding_precision: Precision,
     /// Precision of the pooled embeddings exchanged between devices (quantized

@@ -19,8 +19,9 @@ pub(super) struct Footprint {
     pub(super) stage_parameters: f64,
     /// The experts' part of `stage_parameters`.
     pub(super) expert_parameters: f64,
-    /// Bytes per weight.
+    /// Bytes per weight, and per weight gradient.
     pub(super) bytes_per_weight: f64,
+    pub(super) bytes_per_gradient: f64,
     /// Embedding tables over all devices, and their optimizer state.
     pub(super) tables_bytes: f64,
     pub(super) table_state_bytes: f64,
@@ -64,7 +65,10 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
     let model_shard = s.weight_shards() as f64;
     // ZeRO shards over the shard group (hybrid sharding) or every replica.
     let weight_replicas = (s.weight_replicas() / (s.data / s.shard_group())) as f64;
-    let bytes = graph.kernels.first().map_or(2.0, |k| k.precision.bytes());
+    let (bytes, gradient_bytes) = (
+        graph.precisions.weights.bytes(),
+        graph.precisions.gradients.bytes(),
+    );
     let (opt_state, optimizer) = (graph.optimizer_state_per_parameter_bytes, graph.trains);
     // Experts are split over the expert-parallel group, not the model-parallel one.
     let expert_stage = graph.expert_parameters / p as f64;
@@ -95,7 +99,7 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
             .fold(0.0, f64::max)
     };
     let gradients_bytes = if optimizer {
-        max_trained(2) * bytes
+        max_trained(2) * gradient_bytes
     } else {
         0.0
     };
@@ -110,6 +114,7 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
         stage_parameters: max_params,
         expert_parameters: expert_params,
         bytes_per_weight: bytes,
+        bytes_per_gradient: gradient_bytes,
         tables_bytes: tables,
         table_state_bytes: graph.table_state_bytes,
     }

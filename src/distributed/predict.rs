@@ -376,7 +376,8 @@ impl Plan {
             f_tok: self.fit.f_tok,
             stage_param_bytes: self.memory.stage_parameters * self.memory.bytes_per_weight,
             expert_param_share: self.memory.expert_share(&self.strategy),
-            bytes: self.memory.bytes_per_weight,
+            gradient_bytes: self.memory.bytes_per_gradient,
+            weight_bytes: self.memory.bytes_per_weight,
             free_end: self.free_end_s,
             listing: true,
             collective_compute_share: self.collective_compute_share,
@@ -493,6 +494,7 @@ impl Plan {
             gemm_precision,
             model_flops_utilization_at_precision: model_flops
                 / (time * devices * self.peak_flops_per_s * at_precision),
+            precisions: graph.precisions,
             achieved_flops_per_s_per_device: graph.flops() / (time * devices),
             compute_s,
             compute: self.compute_report(busiest),

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::domain::Precision;
+use crate::domain::{Precision, Precisions};
 use crate::network::collective::Collective;
 use crate::parallel::{Axis, Mapping};
 use crate::violation::Violation;
@@ -53,6 +53,8 @@ pub struct DistPrediction {
     /// half the 16-bit one).
     pub gemm_precision: Precision,
     pub model_flops_utilization_at_precision: f64,
+    /// Each tensor role's precision.
+    pub precisions: Precisions,
     /// FLOPs actually executed (with recomputation) per device per second.
     pub achieved_flops_per_s_per_device: f64,
     pub compute_s: f64,

@@ -225,8 +225,9 @@ pub(super) struct Inputs<'a> {
     pub(super) stage_param_bytes: f64,
     /// The experts' share of those weights.
     pub(super) expert_param_share: f64,
-    /// Bytes per weight.
-    pub(super) bytes: f64,
+    /// Bytes per weight gradient (what data parallelism reduces), and per weight.
+    pub(super) gradient_bytes: f64,
+    pub(super) weight_bytes: f64,
     /// End of the schedule with free communication.
     pub(super) free_end: f64,
     /// List the first stage's collectives for a report (a search reading only the time
@@ -623,7 +624,7 @@ fn zero3_step(
     // Experts travel among their replicas.
     let (gather_bytes, scatter_bytes) = (
         inputs.stage_param_bytes / v as f64,
-        st.trained * inputs.bytes / v as f64,
+        st.trained * inputs.gradient_bytes / v as f64,
     );
     let axis = s.shard_axis();
     let gather_parts = sync_parts(&[axis], inputs.expert_param_share);
@@ -813,7 +814,7 @@ fn sync_of<'a>(
         axes: data_axes,
         expert_axes: sync_parts(data_axes, st.expert_share()),
         collective: *collective,
-        stage_bytes: st.trained * inputs.bytes * (s.weight_replicas() / s.data) as f64
+        stage_bytes: st.trained * inputs.gradient_bytes * (s.weight_replicas() / s.data) as f64
             / held as f64,
         report: (inputs.listing && i == 0).then_some(1.0),
     }
@@ -826,7 +827,9 @@ fn after_of(inputs: &Inputs, ledger: &mut Ledger, st: &StageWork, sync: &Sync) -
     let mut after = st.update_s;
     if s.zero >= 1 && s.zero < 3 {
         let parts = sync_parts(&[Axis::Data], st.expert_share());
-        let need = (Collective::AllGather, sync.stage_bytes);
+        // The updated weights, in their own precision (the gradients' may differ).
+        let bytes = sync.stage_bytes / inputs.gradient_bytes * inputs.weight_bytes;
+        let need = (Collective::AllGather, bytes);
         after += ledger.charge_parts("updated weights", &parts, need, 1.0, false, sync.report);
     }
     after

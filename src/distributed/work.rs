@@ -182,7 +182,7 @@ fn weight_gemm(k: &Kernel) -> bool {
 /// each expert's feed-forward width as Megatron splits a dense one: partial sums over the
 /// width are all-reduced.
 fn split_expert(k: &mut Kernel, s: &Strategy, needs: &mut Vec<Need>) {
-    let b = k.precision.bytes();
+    let b = k.wire.bytes();
     let (e, t) = (s.expert, s.tensor);
     let Op::Gemm { m, k: kk, n, .. } = &mut k.op else {
         // The device's expert slots take the tokens of the e devices; a tensor every
@@ -248,7 +248,7 @@ fn split_table(k: &mut Kernel, s: &Strategy, needs: &mut Vec<Need>) {
 /// DeepFlow's RC (Sec. 3.3): weight products split over kp1 rows and kp2 columns; other
 /// kernels over the rows (sharded ones over both).
 fn split_rc(k: &mut Kernel, kp1: u64, kp2: u64, needs: &mut Vec<Need>) {
-    let b = k.precision.bytes();
+    let b = k.wire.bytes();
     if let (true, Op::Gemm { m, k: kk, n, .. }) = (weight_gemm(k), &mut k.op) {
         match k.phase {
             Phase::BackwardWeight => {
@@ -287,7 +287,7 @@ fn split_rc(k: &mut Kernel, kp1: u64, kp2: u64, needs: &mut Vec<Need>) {
 
 /// DeepFlow's CR (Sec. 3.3): weight products split over their shared dimension.
 fn split_cr(k: &mut Kernel, kp1: u64, needs: &mut Vec<Need>) {
-    let b = k.precision.bytes();
+    let b = k.wire.bytes();
     if let (true, Op::Gemm { m, k: kk, n, .. }) = (weight_gemm(k), &mut k.op) {
         match k.phase {
             Phase::BackwardWeight => div(m, kp1),
@@ -329,7 +329,7 @@ fn linear_need(needs: &mut Vec<Need>, collective: Collective, bytes: f64, sp: bo
 /// after the row layer), with sequence parallelism's reduce-scatter and all-gather
 /// (Korthikanti et al. 2022) when `sp`.
 fn split_tensor(k: &mut Kernel, t: u64, sp: bool, needs: &mut Vec<Need>) {
-    let b = k.precision.bytes();
+    let b = k.wire.bytes();
     let forward = matches!(k.phase, Phase::Forward | Phase::Recompute);
     let reduce = if sp {
         Collective::ReduceScatter
@@ -367,7 +367,8 @@ fn split_tensor(k: &mut Kernel, t: u64, sp: bool, needs: &mut Vec<Need>) {
         (Split::Embedding, op) => {
             if forward {
                 if let Op::Gather { write_bytes, .. } = op {
-                    need(needs, reduce, Axis::Tensor, *write_bytes);
+                    let sent = *write_bytes * k.wire.bytes() / k.precision.bytes();
+                    need(needs, reduce, Axis::Tensor, sent);
                 }
             }
             divide_stream(op, t as f64);

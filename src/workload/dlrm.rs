@@ -9,7 +9,7 @@ use super::transformer::{hidden_and_heads, moe, transformer_layers, LayerShape, 
 use super::Workload;
 use crate::config::raw::{DlrmRaw, FeatureTransformerRaw, TableGroupRaw};
 use crate::config::{Checker, ConfigError};
-use crate::domain::{EmbeddingOptimizer, Interaction, Optimizer, Precision, Recompute};
+use crate::domain::{EmbeddingOptimizer, Interaction, Optimizer, Precision, Precisions, Recompute};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Dlrm {
@@ -21,6 +21,9 @@ pub struct Dlrm {
     pub embeddings: Vec<TableGroup>,
     pub interaction: Interaction,
     pub precision: Precision,
+    /// Each tensor role's precision in the dense layers (what `precision` implies unless
+    /// `precisions:` says).
+    pub precisions: Precisions,
     pub embedding_precision: Precision,
     /// Precision of the pooled embeddings as they are exchanged.
     pub pooled_precision: Precision,
@@ -185,6 +188,7 @@ pub(super) fn dlrm(check: &Checker, raw: DlrmRaw, stem: String) -> Result<Worklo
         embeddings,
         interaction: raw.interaction,
         precision: raw.precision,
+        precisions: super::roles(raw.precision, raw.precisions),
         embedding_precision: raw.embedding_precision,
         pooled_precision: raw.pooled_precision.unwrap_or(raw.embedding_precision),
         optimizer: raw.optimizer,
@@ -433,7 +437,7 @@ fn expert_top_mlp(g: &mut Builder, w: &Dlrm, moe: &Moe, top_in: u64) -> u64 {
 }
 
 pub(super) fn dlrm_graph(w: &Dlrm) -> Graph {
-    let mut g = Builder::training(w.precision, Recompute::None);
+    let mut g = Builder::with_roles(w.precisions, Recompute::None);
     let b = w.batch;
     let dim = mlp(&mut g, "bottom", b, w.dense_features, &w.bottom_mlp);
     let (features, table_bytes, table_state) = embeddings(&mut g, w);

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::graph::{Footprint, Graph, Kernel, KernelClass, LayerType, Op, Phase, Position, Split};
-use crate::domain::Precision;
+use crate::domain::{Precision, Precisions};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Gemm {
@@ -25,6 +25,7 @@ pub(super) fn gemm_graph(g: &Gemm) -> Graph {
             phase: Phase::Forward,
             precision: g.precision,
             math: g.precision,
+            wire: g.precision,
             count: 1,
             op: Op::Gemm {
                 batch: 1,
@@ -53,6 +54,7 @@ pub(super) fn gemm_graph(g: &Gemm) -> Graph {
         trainable_layers: 0,
         trains: false,
         optimizer_state_per_parameter_bytes: 0.0,
+        precisions: Precisions::uniform(g.precision),
         experts: 1,
         layer_parts: Vec::new(),
         part_of: None,

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::domain::{Optimizer, Precision, Recompute};
+use crate::domain::{Optimizer, Precision, Precisions, Recompute};
 
 /// What a kernel is, for the breakdown table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -176,9 +176,12 @@ pub struct Kernel {
     pub phase: Phase,
     /// The precision its tensors are stored and sent in.
     pub precision: Precision,
-    /// The precision its matrix products run in: `precision`, except FP8 training's linear
-    /// layers (Transformer Engine: FP8 inputs, BF16 outputs, activations and messages).
+    /// The precision its matrix products run in: `precision`, except the linear layers of
+    /// a training whose GEMM inputs are stored otherwise (FP8 the Transformer Engine way:
+    /// FP8 inputs, BF16 outputs, activations and messages).
     pub math: Precision,
+    /// The precision its tensors are sent between devices in.
+    pub wire: Precision,
     /// Identical instances per iteration.
     pub count: u64,
     pub op: Op,
@@ -197,6 +200,7 @@ impl Kernel {
             phase: self.phase,
             precision: self.precision,
             math: self.math,
+            wire: self.wire,
             count: self.count,
             op: self.op,
             split: self.split,
@@ -297,6 +301,8 @@ pub struct Graph {
     /// Optimizer state per trained dense parameter, bytes (mixed-precision master copy and
     /// moments).
     pub optimizer_state_per_parameter_bytes: f64,
+    /// Each tensor role's precision (a lone product and serving: all in one).
+    pub precisions: Precisions,
     /// Mixture-of-experts experts per expert layer (1 without experts).
     pub experts: u64,
     /// What each layer type present holds of the totals above (training graphs built by
@@ -391,7 +397,10 @@ impl Graph {
                 kernels.push(k.clone());
             }
         }
-        let b = kernels.first().map_or(2.0, |k| k.precision.bytes());
+        let (weight_b, gradient_b) = (
+            self.precisions.weights.bytes(),
+            self.precisions.gradients.bytes(),
+        );
         let table_state = if layer == LayerType::Embedding {
             self.table_state_bytes
         } else {
@@ -403,8 +412,8 @@ impl Graph {
             kernels,
             parameters: part.parameters,
             memory: Footprint {
-                weights_bytes: p * b + part.sparse_weight_bytes,
-                gradients_bytes: p * b,
+                weights_bytes: p * weight_b + part.sparse_weight_bytes,
+                gradients_bytes: p * gradient_b,
                 optimizer_state_bytes: p * self.optimizer_state_per_parameter_bytes + table_state,
                 activations_bytes: part.activations_bytes,
                 replicated_activations_bytes: part.replicated_activations_bytes,
@@ -436,6 +445,7 @@ impl Graph {
             table_state_bytes: self.table_state_bytes,
             trains: self.trains,
             optimizer_state_per_parameter_bytes: self.optimizer_state_per_parameter_bytes,
+            precisions: self.precisions,
             experts: self.experts,
             layer_parts: Vec::new(),
             part_of: None,
@@ -446,7 +456,10 @@ impl Graph {
 /// Builds a training graph from forward layers: each forward kernel brings its backward
 /// kernels, its saved activations and (with recomputation) its rerun.
 pub(crate) struct Builder {
+    /// The precision activations are stored in (`precisions.activations`).
     precision: Precision,
+    /// Each tensor role's precision.
+    precisions: Precisions,
     recompute: Recompute,
     kernels: Vec<Kernel>,
     backward: Vec<Kernel>,
@@ -467,14 +480,14 @@ pub(crate) struct Builder {
     pub layer: LayerType,
     /// Each layer type's share of the totals, by `LayerType as usize`.
     parts: [LayerPart; 5],
-    /// The precision the linear layers' products run in (`precision` but for FP8 training).
+    /// The precision the linear layers' products run in (`precisions.gemm_inputs`, or the
+    /// activations' for an output layer or a router).
     linear_math: Precision,
     /// The precision the kernels being added run in.
     math: Precision,
-    /// Weights of the linear layers whose products run in `linear_math` (FP8 training).
-    fp8_weights: f64,
-    /// FP8 training (Transformer Engine).
-    fp8_training: bool,
+    /// Weights of the linear layers whose products take them in another precision than
+    /// they are kept in: copied to it once per iteration.
+    cast_weights: f64,
     /// Whether the step clips the gradients by their global norm (language models).
     pub clips_gradients: bool,
 }
@@ -483,12 +496,23 @@ impl Builder {
     /// A graph whose every kernel runs and stores its tensors in `precision` (inference:
     /// FP8 weights and caches are FP8).
     pub fn new(precision: Precision, recompute: Recompute) -> Self {
+        Builder::with_roles(Precisions::uniform(precision), recompute)
+    }
+
+    /// A training graph with each tensor role in its precision: the linear layers' products
+    /// run in `gemm_inputs` on copies of their inputs, weights and output gradients cast to
+    /// it (casts with their scaling priced as streams) where those are kept otherwise; every
+    /// other kernel, the saved activations and the outputs in `activations`; messages in
+    /// `communication`; the optimizer's update over `weights`, `gradients` and
+    /// `optimizer_state`. FP8 the Transformer Engine way is [`Precisions::training`]`(Fp8)`.
+    pub fn with_roles(precisions: Precisions, recompute: Recompute) -> Self {
+        let precision = precisions.activations;
         Builder {
             precision,
-            linear_math: precision,
+            precisions,
+            linear_math: precisions.gemm_inputs,
             math: precision,
-            fp8_weights: 0.0,
-            fp8_training: false,
+            cast_weights: 0.0,
             clips_gradients: false,
             recompute,
             kernels: Vec::new(),
@@ -510,33 +534,24 @@ impl Builder {
         }
     }
 
-    /// A training graph in `precision`; FP8 the Transformer Engine way: the linear layers'
-    /// products run in FP8 on FP8 copies of their inputs, weights and output gradients
-    /// (casts with their scaling priced as streams), every other kernel, the activations,
-    /// the messages and the weights in BF16, with FP32 master weights in the optimizer.
-    pub fn training(precision: Precision, recompute: Recompute) -> Self {
-        match precision {
-            Precision::Fp8 => Builder {
-                linear_math: Precision::Fp8,
-                fp8_training: true,
-                ..Builder::new(Precision::Bf16, recompute)
-            },
-            _ => Builder::new(precision, recompute),
-        }
-    }
-
-    /// The precision tensors are stored and sent in.
+    /// The precision activations are stored in.
     pub fn storage(&self) -> Precision {
         self.precision
     }
 
-    /// Runs the linear layers added next in their storage precision (`false`: an output
-    /// layer or a router, which FP8 training keeps in BF16) or again in the training's
+    /// Each tensor role's precision.
+    pub fn precisions(&self) -> Precisions {
+        self.precisions
+    }
+
+    /// Runs the linear layers added next in the activations' precision (`false`: an output
+    /// layer or a router, which FP8 training keeps in BF16) or again in the GEMM inputs'
     /// (`true`).
     pub fn fp8_linears(&mut self, on: bool) {
-        self.linear_math = match (on, self.precision) {
-            (true, Precision::Bf16) if self.fp8_training => Precision::Fp8,
-            _ => self.precision,
+        self.linear_math = if on {
+            self.precisions.gemm_inputs
+        } else {
+            self.precision
         };
     }
 
@@ -593,6 +608,7 @@ impl Builder {
             phase: Phase::Forward,
             precision: self.precision,
             math: self.math,
+            wire: self.precisions.communication,
             count,
             op,
             split: self.split,
@@ -623,6 +639,7 @@ impl Builder {
             phase,
             precision: self.precision,
             math: self.math,
+            wire: self.precisions.communication,
             count,
             op,
             split: self.split,
@@ -667,10 +684,12 @@ impl Builder {
         weight_instances: u64,
         recomputable: bool,
     ) {
-        let fp8 = self.linear_math != self.precision;
+        // Inputs and output gradients are cast when the product takes them in another
+        // precision than activations are kept in; weights when they are kept otherwise.
+        let cast = self.linear_math != self.precision;
         let split = self.split;
-        if fp8 {
-            self.fp8_weights += (k * n * weight_instances) as f64;
+        if self.linear_math != self.precisions.weights {
+            self.cast_weights += (k * n * weight_instances) as f64;
         }
         // The input is split by features for a row-parallel layer, the output for a
         // column-parallel one; the weight always is a shard.
@@ -684,10 +703,12 @@ impl Builder {
             Split::Expert => (Split::Expert, Split::ExpertWhole),
             other => (other, other),
         };
-        if fp8 {
-            // Casts to FP8 with their scaling (the amax over the tensor, the scale, the
-            // conversion): read BF16, write FP8. The weights' FP8 copies are written once
-            // per iteration by the optimizer step (see `finish`).
+        let to_name = self.linear_math.name();
+        if cast {
+            // Casts with their scaling (the amax over the tensor, the scale, the
+            // conversion): read the activation, write the product's input (FP8 training:
+            // BF16 to FP8). The weights' copies are written once per iteration by the
+            // optimizer step (see `finish`).
             let (from, to) = (self.bytes(), self.linear_math.bytes());
             let cast = move |elements: f64| Op::Stream {
                 read_bytes: elements * from,
@@ -697,7 +718,7 @@ impl Builder {
             let x = m as f64 * k as f64;
             self.split = input_split;
             self.push(
-                &format!("{name} fp8 cast (input)"),
+                &format!("{name} {to_name} cast (input)"),
                 KernelClass::Pointwise,
                 count,
                 cast(x),
@@ -739,13 +760,13 @@ impl Builder {
                 n,
             },
         );
-        if fp8 {
+        if cast {
             // Backward runs last-pushed first: the output gradient's cast precedes both.
             self.math = self.precision;
             self.split = output_split;
             let elements = m as f64 * n as f64;
             self.push_backward(
-                format!("{name} fp8 cast (output gradient)"),
+                format!("{name} {to_name} cast (output gradient)"),
                 KernelClass::Pointwise,
                 Phase::BackwardInput,
                 count,
@@ -911,6 +932,7 @@ impl Builder {
             phase: Phase::Forward,
             precision,
             math: precision,
+            wire: self.precisions.communication,
             count: 1,
             op: Op::Gather {
                 read_bytes: read,
@@ -927,6 +949,7 @@ impl Builder {
             phase: Phase::BackwardWeight,
             precision,
             math: precision,
+            wire: self.precisions.communication,
             count: 1,
             op: Op::Gather {
                 read_bytes: out_bytes + read,
@@ -980,16 +1003,18 @@ impl Builder {
         boundary_bytes: f64,
     ) -> Graph {
         let p = self.dense_parameters;
-        let b = self.bytes();
-        let state = optimizer_state_bytes(optimizer, self.precision);
-        // Update traffic per parameter: read the gradient, the fp32 weight (the master copy,
-        // or the weight itself in fp32) and the moments; write the fp32 weight and moments,
-        // and the working-precision copy when training in a narrower format.
-        let moment_bytes = state - if b < 4.0 { 4.0 } else { 0.0 };
-        // Only FP8 training has FP8 weight copies (`fp8_weights > 0`).
-        let fp8_copy_bytes = Precision::Fp8.bytes();
-        let per_param_read = b + 4.0 + moment_bytes;
-        let per_param_write = 4.0 + moment_bytes + if b < 4.0 { b } else { 0.0 };
+        let roles = self.precisions;
+        let (weight_b, gradient_b) = (roles.weights.bytes(), roles.gradients.bytes());
+        let state = optimizer_state_bytes(optimizer, roles);
+        // Update traffic per parameter: read the gradient, the master copy (or the weight
+        // itself when none is kept) and the moments; write the master copy and moments, and
+        // the working weights when a master copy is kept.
+        let master = roles.master_bytes();
+        let moment_bytes = state - master;
+        let value_bytes = if master > 0.0 { master } else { weight_b };
+        let per_param_read = gradient_b + value_bytes + moment_bytes;
+        let per_param_write =
+            value_bytes + moment_bytes + if master > 0.0 { weight_b } else { 0.0 };
         let moments = match optimizer {
             Optimizer::Adam => 2.0,
             Optimizer::Sgd => 1.0,
@@ -1005,6 +1030,7 @@ impl Builder {
             phase: Phase::Update,
             precision,
             math: precision,
+            wire: precision,
             count: 1,
             op: Op::Stream {
                 read_bytes,
@@ -1023,16 +1049,18 @@ impl Builder {
                 p * per_param_write,
                 p * (4.0 + 4.0 * moments),
             ));
-            if self.fp8_weights > 0.0 {
-                // FP8 training: the linear layers' FP8 weight copies with their scaling,
-                // written once per iteration after the update (Transformer Engine's cached
-                // FP8 weights): every weight a device holds (a `Pointwise` update).
+            if self.cast_weights > 0.0 {
+                // The linear layers' weight copies in their products' precision with their
+                // scaling, written once per iteration after the update (FP8 training:
+                // Transformer Engine's cached FP8 weights): every such weight a device
+                // holds (a `Pointwise` update).
+                let to = roles.gemm_inputs;
                 kernels.push(update(
-                    "fp8 weight copies".into(),
+                    format!("{} weight copies", to.name()),
                     KernelClass::Pointwise,
-                    self.fp8_weights * b,
-                    self.fp8_weights * fp8_copy_bytes,
-                    3.0 * self.fp8_weights,
+                    self.cast_weights * weight_b,
+                    self.cast_weights * to.bytes(),
+                    3.0 * self.cast_weights,
                 ));
             }
             if self.clips_gradients {
@@ -1041,7 +1069,7 @@ impl Builder {
                 kernels.push(update(
                     "gradient norm".into(),
                     KernelClass::Optimizer,
-                    p * b,
+                    p * gradient_b,
                     0.0,
                     2.0 * p,
                 ));
@@ -1066,8 +1094,8 @@ impl Builder {
             samples,
             tokens,
             memory: Footprint {
-                weights_bytes: p * b + sparse_weight_bytes,
-                gradients_bytes: p * b,
+                weights_bytes: p * weight_b + sparse_weight_bytes,
+                gradients_bytes: p * gradient_b,
                 optimizer_state_bytes: p * state,
                 activations_bytes: self.saved_bytes,
                 replicated_activations_bytes: self.replicated_saved_bytes,
@@ -1081,6 +1109,7 @@ impl Builder {
             table_state_bytes: 0.0,
             trains: true,
             optimizer_state_per_parameter_bytes: state,
+            precisions: roles,
             experts: 1,
             layer_parts,
             part_of: None,
@@ -1095,13 +1124,12 @@ fn optimizer_name(optimizer: Optimizer) -> &'static str {
     }
 }
 
-/// Optimizer state per parameter: fp32 moments, plus an fp32 master copy when training in a
-/// narrower format (mixed precision, Micikevicius et al. 2018).
-pub fn optimizer_state_bytes(optimizer: Optimizer, precision: Precision) -> f64 {
+/// Optimizer state per parameter: the moments in `optimizer_state`, plus a master copy in
+/// it when the working weights are narrower (mixed precision, Micikevicius et al. 2018).
+pub fn optimizer_state_bytes(optimizer: Optimizer, roles: Precisions) -> f64 {
     let moments = match optimizer {
-        Optimizer::Adam => 8.0,
-        Optimizer::Sgd => 4.0,
+        Optimizer::Adam => 2.0,
+        Optimizer::Sgd => 1.0,
     };
-    let master = if precision.bytes() < 4.0 { 4.0 } else { 0.0 };
-    moments + master
+    moments * roles.optimizer_state.bytes() + roles.master_bytes()
 }

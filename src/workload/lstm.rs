@@ -7,7 +7,7 @@ use super::graph::{Builder, Graph, KernelClass};
 use super::Workload;
 use crate::config::raw::LstmRaw;
 use crate::config::{Checker, ConfigError};
-use crate::domain::{Optimizer, Precision, Recompute};
+use crate::domain::{Optimizer, Precision, Precisions, Recompute};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Lstm {
@@ -20,6 +20,8 @@ pub struct Lstm {
     pub gates: u64,
     pub projection: Option<u64>,
     pub precision: Precision,
+    /// Each tensor role's precision (what `precision` implies unless `precisions:` says).
+    pub precisions: Precisions,
     pub optimizer: Optimizer,
 }
 
@@ -37,6 +39,7 @@ pub(super) fn lstm(check: &Checker, raw: LstmRaw, stem: String) -> Result<Worklo
             .map(|p| check.positive_count("projection", p))
             .transpose()?,
         precision: raw.precision,
+        precisions: super::roles(raw.precision, raw.precisions),
         optimizer: raw.optimizer,
     }))
 }
@@ -45,9 +48,10 @@ pub(super) fn lstm(check: &Checker, raw: LstmRaw, stem: String) -> Result<Worklo
 /// steps (one GEMM of [x_t, h_{t-1}] against all gates per step, then the cell's
 /// element-wise work), and a softmax classifier over the vocabulary for every token.
 pub(super) fn lstm_graph(w: &Lstm) -> Graph {
-    let mut g = Builder::training(w.precision, Recompute::None);
+    let mut g = Builder::with_roles(w.precisions, Recompute::None);
     let storage = g.storage();
     let bytes = storage.bytes();
+    let roles = w.precisions;
     // Width of the recurrent state fed back and to the next layer.
     let state = w.projection.unwrap_or(w.hidden);
     let tokens = w.batch * w.sequence;
@@ -56,9 +60,9 @@ pub(super) fn lstm_graph(w: &Lstm) -> Graph {
     g.embedding(
         "embedding lookup",
         tokens as f64,
-        state as f64 * bytes,
+        state as f64 * roles.weights.bytes(),
         tokens as f64 * state as f64 * bytes,
-        w.vocab as f64 * state as f64 * bytes,
+        w.vocab as f64 * state as f64 * roles.weights.bytes(),
         0.0,
         storage,
     );
@@ -120,7 +124,7 @@ pub(super) fn lstm_graph(w: &Lstm) -> Graph {
         5.0,
         1.0,
     );
-    let boundary = tokens as f64 * state as f64 * bytes;
+    let boundary = tokens as f64 * state as f64 * roles.communication.bytes();
     g.finish(
         w.name.clone(),
         w.optimizer,

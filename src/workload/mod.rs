@@ -34,9 +34,9 @@ pub use graph::{
     Position, Split,
 };
 
-use crate::config::raw::{GemmRaw, WorkloadHeader};
+use crate::config::raw::{GemmRaw, PrecisionsRaw, WorkloadHeader};
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
-use crate::domain::{Precision, Recompute};
+use crate::domain::{Precision, Precisions, Recompute};
 pub use dlrm::{Dlrm, FeatureTransformer, TableGroup};
 pub use gemm::Gemm;
 pub use lstm::Lstm;
@@ -106,14 +106,33 @@ impl Workload {
         }
     }
 
-    /// Every precision the workload computes in (the architecture must support each).
-    pub fn precisions(&self) -> Vec<(&'static str, Precision)> {
-        match self {
-            Workload::Gemm(g) => vec![("precision", g.precision)],
-            Workload::LstmLm(w) => vec![("precision", w.precision)],
-            Workload::Transformer(w) => vec![("precision", w.precision)],
-            Workload::Dlrm(w) => vec![("precision", w.precision)],
-        }
+    /// Every precision the workload's matrix products compute in, by the key that set it
+    /// (the architecture must support each): the GEMM inputs' and the activations' (which
+    /// attention's products and an output layer use), named `precisions.<role>` where that
+    /// overrides what `precision` implies.
+    pub fn precisions(&self) -> Vec<(String, Precision)> {
+        let (precision, roles) = match self {
+            Workload::Gemm(g) => return vec![("precision".into(), g.precision)],
+            Workload::LstmLm(w) => (w.precision, w.precisions),
+            Workload::Transformer(w) if w.inference.is_some() => {
+                return vec![("precision".into(), w.precision)]
+            }
+            Workload::Transformer(w) => (w.precision, w.precisions),
+            Workload::Dlrm(w) => (w.precision, w.precisions),
+        };
+        let implied = Precisions::training(precision).roles();
+        roles.roles()[..2]
+            .iter()
+            .zip(implied)
+            .map(|(&(role, p), (_, default))| {
+                let key = if p == default {
+                    "precision".to_string()
+                } else {
+                    format!("precisions.{role}")
+                };
+                (key, p)
+            })
+            .collect()
     }
 
     /// The served model and its batch, for a transformer with an `inference:` section.
@@ -145,5 +164,22 @@ impl Workload {
             Workload::Transformer(w) => transformer_graph(w),
             Workload::Dlrm(w) => dlrm_graph(w),
         }
+    }
+}
+
+/// A training workload's precision per role: what `precision` implies
+/// ([`Precisions::training`]), each role `precisions:` names overridden.
+pub(super) fn roles(precision: Precision, raw: Option<PrecisionsRaw>) -> Precisions {
+    let implied = Precisions::training(precision);
+    let Some(r) = raw else {
+        return implied;
+    };
+    Precisions {
+        gemm_inputs: r.gemm_inputs.unwrap_or(implied.gemm_inputs),
+        activations: r.activations.unwrap_or(implied.activations),
+        communication: r.communication.unwrap_or(implied.communication),
+        weights: r.weights.unwrap_or(implied.weights),
+        gradients: r.gradients.unwrap_or(implied.gradients),
+        optimizer_state: r.optimizer_state.unwrap_or(implied.optimizer_state),
     }
 }

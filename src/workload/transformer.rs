@@ -8,7 +8,7 @@ use super::graph::{Builder, Graph, KernelClass, LayerType, Op, Phase, Position, 
 use super::{inference, Workload};
 use crate::config::raw::{MoeRaw, TransformerRaw};
 use crate::config::{Checker, ConfigError};
-use crate::domain::{Optimizer, Precision, Recompute};
+use crate::domain::{Optimizer, Precision, Precisions, Recompute};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Transformer {
@@ -23,6 +23,9 @@ pub struct Transformer {
     pub vocab: u64,
     pub global_batch: u64,
     pub precision: Precision,
+    /// Each tensor role's precision in training (what `precision` implies unless
+    /// `precisions:` says); serving keeps every tensor in `precision`.
+    pub precisions: Precisions,
     pub recompute: Recompute,
     pub tie_embeddings: bool,
     /// Dropout probability in training (0: none). Its cost does not depend on the value:
@@ -88,6 +91,15 @@ pub(super) fn transformer(
             format!("a divisor of heads ({heads})"),
         ));
     }
+    if raw.precisions.is_some() && raw.inference.is_some() {
+        return Err(ConfigError::invalid(
+            check.file,
+            "precisions",
+            "a precision per role",
+            "no `precisions:` beside `inference:` (serving keeps weights, caches and \
+             activations in `precision`)",
+        ));
+    }
     Ok(Workload::Transformer(Transformer {
         name: raw.name.unwrap_or(stem),
         hidden,
@@ -100,6 +112,7 @@ pub(super) fn transformer(
         vocab: check.positive_count("vocab", raw.vocab)?,
         global_batch: check.positive_count("global_batch", raw.global_batch)?,
         precision: raw.precision,
+        precisions: super::roles(raw.precision, raw.precisions),
         recompute: raw.recompute,
         tie_embeddings: raw.tie_embeddings,
         dropout: match raw.dropout {
@@ -242,8 +255,8 @@ pub(super) fn fine_tune(mut g: Graph, layers: u64, trainable: u64) -> Graph {
 /// The transformer's kernels for `batch` sequences of `queries` new tokens each attending
 /// to `keys` positions: a training step (queries = keys = sequence), a prefill (the
 /// prompt), or one decode step (one query against the KV cache).
-/// `training`: a training step (FP8 the Transformer Engine way, [`Builder::training`]), else
-/// inference (an FP8 model's weights and caches in FP8).
+/// `training`: a training step (each tensor role in its precision, [`Builder::with_roles`]),
+/// else inference (an FP8 model's weights and caches in FP8).
 pub(super) fn transformer_pass(
     w: &Transformer,
     batch: u64,
@@ -252,7 +265,7 @@ pub(super) fn transformer_pass(
     training: bool,
 ) -> Graph {
     let mut g = if training {
-        Builder::training(w.precision, w.recompute)
+        Builder::with_roles(w.precisions, w.recompute)
     } else {
         Builder::new(w.precision, w.recompute)
     };
@@ -260,18 +273,21 @@ pub(super) fn transformer_pass(
     g.clips_gradients = training;
     let storage = g.storage();
     let bytes = storage.bytes();
+    let roles = g.precisions();
     let (s, h, l) = (queries, w.hidden, w.layers);
     let tokens = batch * s;
     let t = tokens as f64;
 
     g.layer = LayerType::Embedding;
     g.split = Split::Embedding;
+    // Rows of the table are read in the weights' precision, written as activations.
+    let row_bytes = h as f64 * roles.weights.bytes();
     g.embedding(
         "token embedding",
         t,
-        h as f64 * bytes,
+        row_bytes,
         t * h as f64 * bytes,
-        w.vocab as f64 * h as f64 * bytes,
+        w.vocab as f64 * row_bytes,
         0.0,
         storage,
     );
@@ -327,7 +343,7 @@ pub(super) fn transformer_pass(
         t,
         0.0,
         l,
-        t * h as f64 * bytes,
+        t * h as f64 * roles.communication.bytes(),
     )
 }
 
