@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::budget::Budget;
 use crate::config::{ConfigError, Source};
-use crate::domain::{Component, Scope, Topology};
+use crate::domain::{Component, Scope, Topology, UtilizationCaps};
 use crate::tech::{ComputeTech, DramTech, LinkTech, SramTech, TechLibrary};
 use crate::template::{Compute, Template};
 
@@ -80,6 +80,8 @@ pub struct Design {
     pub inter_package: Option<NetworkDesign>,
     pub accelerators_per_package: u64,
     pub packages: u64,
+    /// What a software stack achieves over whole steps (the template's `stack:`).
+    pub stack: UtilizationCaps,
 }
 
 /// Which files to read. `template` and `tech` override the budget's own references.
@@ -178,6 +180,7 @@ impl Design {
             inter_package,
             accelerators_per_package: template.package.accelerators,
             packages: template.system.packages,
+            stack: template.stack,
         })
     }
 }

@@ -168,6 +168,26 @@ impl Precisions {
     }
 }
 
+/// What a software stack achieves on an accelerator over whole steps of training or serving
+/// (MAD Max Sec. 4.2): the share of the sustained matrix rate and of main memory's bandwidth
+/// that runs reach, as caps (the matrix rate is the lesser of this and the template's
+/// microbenchmark ceiling). A template's `stack:` section; a lone kernel measured alone
+/// runs without them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UtilizationCaps {
+    #[serde(default)]
+    pub compute_utilization: Option<f64>,
+    #[serde(default)]
+    pub memory_utilization: Option<f64>,
+}
+
+impl UtilizationCaps {
+    pub fn is_none(&self) -> bool {
+        self.compute_utilization.is_none() && self.memory_utilization.is_none()
+    }
+}
+
 /// Shape of the minimal compute unit.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::config::raw::{self, OperandTile, TemplateFile};
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
-use crate::domain::{Component, Dataflow, McuShape, Precision, Scope, Topology};
+use crate::domain::{Component, Dataflow, McuShape, Precision, Scope, Topology, UtilizationCaps};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Template {
@@ -23,6 +23,8 @@ pub struct Template {
     pub memory: Vec<MemoryLevel>,
     pub package: Package,
     pub system: System,
+    /// What a software stack achieves over whole steps on this accelerator.
+    pub stack: UtilizationCaps,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -106,7 +108,17 @@ impl Template {
             .inter_package
             .map(|n| network(&check, "system.inter_package", n))
             .transpose()?;
+        let stack = raw.stack.unwrap_or_default();
+        let share = |key: &str, u: Option<f64>| {
+            u.map(|u| check.within(&format!("stack.{key}"), u, 1e-3, 1.0))
+                .transpose()
+        };
+        let stack = UtilizationCaps {
+            compute_utilization: share("compute_utilization", stack.compute_utilization)?,
+            memory_utilization: share("memory_utilization", stack.memory_utilization)?,
+        };
         Ok(Template {
+            stack,
             file: file.to_string(),
             name: raw.name,
             description: raw.description,

@@ -438,16 +438,15 @@ impl Ctx {
                 tech: None,
             })?;
             let arch = generate(&design);
-            let kernel = Workload::Gemm(Gemm {
+            let graph = Workload::Gemm(Gemm {
                 m: g.m,
                 k: g.k,
                 n: g.n,
                 precision: g.precision,
             })
-            .graph()
-            .kernels[0]
-                .clone();
-            let t = Evaluator::new(&arch).kernel(&kernel);
+            .graph();
+            let kernel = &graph.kernels[0];
+            let t = Evaluator::new(&crate::perf::as_run(&arch, &graph)).kernel(kernel);
             let tflops = kernel.flops() / t.time_s / 1e12;
             points.push(
                 Point::relative(g.measured_tflops, tflops, "TFLOP/s", g.tolerance)

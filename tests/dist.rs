@@ -1279,40 +1279,47 @@ fn predict_is_the_best_of_evaluating_every_mapping() {
     assert!(times.iter().any(|&t| t > fastest * 1.01), "{times:?}");
 }
 
+/// The stack's caps are the accelerator's (its template's `stack:`): the architecture keeps
+/// its derived numbers and carries them; the machine model applies them; a lone kernel
+/// measured alone runs without them.
 #[test]
-fn utilization_caps_apply_in_the_machine_model_not_to_the_architecture() {
+fn stack_caps_apply_in_the_machine_model_and_not_to_a_lone_kernel() {
     let (s, capped) = system("templates/dgx-a100.yaml");
-    let generated = stackflow::generate(&s.design().unwrap());
-    // The architecture keeps its derived numbers and carries the system's caps.
+    let alone = capped.alone();
+    assert!(alone.caps.is_none());
     assert_eq!(
         capped.main_memory.bandwidth_bytes_per_s,
-        generated.main_memory.bandwidth_bytes_per_s
+        alone.main_memory.bandwidth_bytes_per_s
     );
-    assert_eq!(capped.core.max_utilization, generated.core.max_utilization);
-    let memory = s.memory_utilization.expect("dgx-a100 caps memory");
+    assert_eq!(capped.core.max_utilization, alone.core.max_utilization);
+    let template = s.design().unwrap().stack;
+    let memory = template.memory_utilization.expect("gpu-a100 caps memory");
+    assert_eq!(capped.caps, template);
     assert_eq!(
         capped.achieved_memory_bandwidth(),
-        generated.main_memory.bandwidth_bytes_per_s * memory
+        alone.main_memory.bandwidth_bytes_per_s * memory
     );
-    let compute = s.compute_utilization.expect("dgx-a100 caps compute");
+    let compute = template.compute_utilization.expect("gpu-a100 caps compute");
     assert_eq!(
         capped.achieved_utilization(),
-        generated.core.max_utilization.min(compute)
+        alone.core.max_utilization.min(compute)
     );
-    // The machine model sees the caps: a memory-bound kernel runs slower capped.
+    // A memory-bound kernel runs slower capped; as a lone kernel it runs uncapped.
     let w = Workload::from_yaml(
         "stream.yaml",
         "version: 1\nkind: gemm\nm: 8192\nk: 8\nn: 8192\nprecision: bf16\n",
     )
     .unwrap();
-    let kernel = &w.graph().kernels[0];
+    let graph = w.graph();
+    let kernel = &graph.kernels[0];
     let t = |a: &Architecture| stackflow::perf::Evaluator::new(a).kernel(kernel).time_s;
     assert!(
-        t(&capped) > t(&generated) * 1.05,
+        t(&capped) > t(&alone) * 1.05,
         "{} vs {}",
         t(&capped),
-        t(&generated)
+        t(&alone)
     );
+    assert_eq!(t(&stackflow::perf::as_run(&capped, &graph)), t(&alone));
 }
 
 /// Activations in flight on the first stage (Narayanan et al. 2021): 1F1B holds p

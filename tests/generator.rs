@@ -810,3 +810,25 @@ fn a_collective_compute_share_outside_zero_to_one_is_refused_by_name() {
     );
     assert!(err.contains("[0, 1)"), "{err}");
 }
+
+#[test]
+fn a_stack_utilization_outside_zero_to_one_is_refused_by_name() {
+    let scratch = Scratch::new("bad-stack");
+    let template = std::fs::read_to_string(root().join("templates/gpu-h100.yaml"))
+        .unwrap()
+        .replacen("memory_utilization: 0.80", "memory_utilization: 1.3", 1);
+    assert!(template.contains("memory_utilization: 1.3"));
+    let path = scratch.write("gpu-h100.yaml", &template);
+    let (code, _, err) = stackflow(&[
+        "generate",
+        "--budget",
+        "budgets/h100.yaml",
+        "--template",
+        &path,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("{path}: stack.memory_utilization = 1.3")),
+        "{err}"
+    );
+}

@@ -22,7 +22,7 @@ fn evaluations_and_optimizer_steps_read_no_file() {
     let strategy = Strategy::parse("t8-p8-d16-mb1-i2-sp-rc=selective").unwrap();
     let set = feasible_set(&layout(&design), None).unwrap();
     let before = reads();
-    let arch = system.apply_caps(stackflow::generate(&design));
+    let arch = stackflow::generate(&design);
     let net = system.network(&arch, 1024).unwrap();
     let p = predict(&gpt3, &arch, &net, &strategy).unwrap();
     assert!(p.time_per_iteration_s > 0.0);

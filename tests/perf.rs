@@ -1065,3 +1065,79 @@ fn bad_workload_precision_roles_in_serving() {
         &["precisions", "inference"],
     );
 }
+
+/// One device, one answer: a training step on one H100 takes the same time through
+/// `--budget` (the accelerator alone) and through a one-device system of it, the stack's
+/// caps applying on both paths (they are the template's); a system file that still sets
+/// them is refused, naming where they moved.
+#[test]
+fn one_device_gives_one_answer_alone_and_in_a_system() {
+    let scratch = Scratch::new("one-device");
+    let workload = scratch.write(
+        "gpt.yaml",
+        &shipped("workloads/gpt-1.7b.yaml").replace("global_batch: 4 ", "global_batch: 2 "),
+    );
+    let budget = root().join("budgets/h100.yaml").display().to_string();
+    let one = format!(
+        "version: 1\nname: one-h100\naccelerator: {budget}\ndevices: 1\nfabrics:\n  \
+         - {{name: nvlink, topology: {{kind: switch}}, size: 1, network: inter_package}}\n"
+    );
+    let system = scratch.write("one.yaml", &one);
+    let time = |args: &[&str]| -> f64 {
+        let (code, out, err) = stackflow(args);
+        assert_eq!(code, 0, "{err}");
+        let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+        json["time_per_iteration_s"].as_f64().unwrap()
+    };
+    let alone = time(&[
+        "predict",
+        "--budget",
+        "budgets/h100.yaml",
+        "--workload",
+        &workload,
+        "--json",
+    ]);
+    let in_system = time(&[
+        "predict",
+        "--system",
+        &system,
+        "--devices",
+        "1",
+        "--workload",
+        &workload,
+        "--json",
+    ]);
+    assert_close("one H100", in_system, alone, 1e-12);
+    // The caps bind on both: without them the step is faster.
+    let uncapped = scratch.write(
+        "gpu-h100.yaml",
+        shipped("templates/gpu-h100.yaml")
+            .split("\nstack:")
+            .next()
+            .unwrap(),
+    );
+    let faster = time(&[
+        "predict",
+        "--budget",
+        "budgets/h100.yaml",
+        "--template",
+        &uncapped,
+        "--workload",
+        &workload,
+        "--json",
+    ]);
+    assert!(faster < alone * 0.95, "{faster} vs {alone}");
+    let old = scratch.write(
+        "old.yaml",
+        &one.replace("devices: 1\n", "devices: 1\ncompute_utilization: 0.7\n"),
+    );
+    let (code, _, err) = stackflow(&["predict", "--system", &old, "--workload", &workload]);
+    assert_eq!(code, 2, "{err}");
+    for piece in [
+        old.as_str(),
+        "compute_utilization = 0.7",
+        "stack.compute_utilization",
+    ] {
+        assert!(err.contains(piece), "expected {piece:?} in: {err}");
+    }
+}

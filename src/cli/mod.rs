@@ -341,6 +341,7 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
     let wl = Workload::load(source, &workload_file)?;
     let (architecture, described) = load_architecture(&a)?;
     let graph = wl.graph();
+    let architecture = stackflow::perf::as_run(&architecture, &graph);
     let mut evaluator = Evaluator::new(&architecture);
     check_precision(&workload_file, &wl, &architecture)?;
     if let Some((t, spec)) = wl.serving() {

@@ -178,7 +178,7 @@ fn baseline_strategy(
     Ok(match (&args.strategy, search) {
         (None, true) => {
             // Pure data parallelism, or the first strategy that runs when it does not.
-            let arch = system.apply_caps(stackflow::generator::generate(design));
+            let arch = stackflow::generator::generate(design);
             let net = system.network(&arch, devices)?;
             stackflow::opt::search::baseline(workload, &arch, &net, devices).ok_or_else(|| {
                 anyhow::anyhow!(

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::domain::{
     Dataflow, EmbeddingOptimizer, InferenceSpec, Interaction, KernelSplitKind, McuShape, Optimizer,
-    Precision, Recompute, Scope, Topology,
+    Precision, Recompute, Scope, Topology, UtilizationCaps,
 };
 
 // ---------------------------------------------------------------- technology library
@@ -113,6 +113,10 @@ pub struct TemplateFile {
     pub memory: Vec<MemoryLevelRaw>,
     pub package: PackageRaw,
     pub system: SystemRaw,
+    /// What a software stack achieves over whole steps on this accelerator; no caps when
+    /// absent.
+    #[serde(default)]
+    pub stack: Option<UtilizationCaps>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -486,9 +490,11 @@ pub struct SystemFile {
     pub accelerator: String,
     /// Device count used when the command line gives none.
     pub devices: Option<u64>,
-    /// Fraction of peak compute training kernels reach in this software stack (caps the
-    /// template's microbenchmark ceiling), and of main-memory bandwidth.
+    /// Moved to the accelerator template's `stack:` section (one device, one answer): read
+    /// only to say so.
+    #[serde(default)]
     pub compute_utilization: Option<f64>,
+    #[serde(default)]
     pub memory_utilization: Option<f64>,
     /// Fabrics from the innermost (inside a node) to the outermost (between nodes).
     pub fabrics: Vec<FabricRaw>,

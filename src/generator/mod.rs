@@ -37,6 +37,7 @@ use std::collections::BTreeMap;
 
 use crate::config::raw::OperandTile;
 use crate::design::{Design, LevelTech, NetworkDesign};
+pub use crate::domain::UtilizationCaps;
 use crate::domain::{Component, Dataflow, McuShape, Precision, Scope, Topology};
 use crate::tech::{DramTech, SramTech};
 use crate::violation::Violation;
@@ -165,23 +166,6 @@ pub struct NetworkReport {
     pub bounds: Vec<Bound>,
 }
 
-/// Achieved-utilization caps a system puts on its accelerator for the software stack (MAD
-/// Max Sec. 4.2): the share of the sustained matrix rate and of main memory's bandwidth
-/// that runs achieve. The architecture keeps its derived numbers; the machine model and the
-/// energy rates apply the caps when they are built.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UtilizationCaps {
-    pub compute_utilization: Option<f64>,
-    pub memory_utilization: Option<f64>,
-}
-
-impl UtilizationCaps {
-    fn is_none(&self) -> bool {
-        self.compute_utilization.is_none() && self.memory_utilization.is_none()
-    }
-}
-
 /// The derived accelerator: what the performance model consumes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Architecture {
@@ -208,13 +192,14 @@ pub struct Architecture {
     /// Why the design is not usable (empty when it is). An over-budget component is listed
     /// here rather than panicking, though the generator is built never to produce one.
     pub violations: Vec<Violation>,
-    /// The system's achieved-utilization caps (none for a lone accelerator).
+    /// What the software stack achieves over whole steps (the template's `stack:`; none
+    /// where it gives none).
     #[serde(default, skip_serializing_if = "UtilizationCaps::is_none")]
     pub caps: UtilizationCaps,
 }
 
 impl Architecture {
-    /// The sustained share of the matrix peak, under the system's cap.
+    /// The sustained share of the matrix peak, under the stack's cap.
     pub fn achieved_utilization(&self) -> f64 {
         match self.caps.compute_utilization {
             Some(u) => self.core.max_utilization.min(u),
@@ -222,11 +207,21 @@ impl Architecture {
         }
     }
 
-    /// Main memory's bandwidth under the system's cap, B/s.
+    /// Main memory's bandwidth under the stack's cap, B/s.
     pub fn achieved_memory_bandwidth(&self) -> f64 {
         match self.caps.memory_utilization {
             Some(u) => self.main_memory.bandwidth_bytes_per_s * u,
             None => self.main_memory.bandwidth_bytes_per_s,
+        }
+    }
+
+    /// The accelerator as a lone kernel measured alone sees it (a `gemm` workload, a GEMM
+    /// microbenchmark): at the template's ceiling and full bandwidth, without the caps a
+    /// stack achieves over whole steps.
+    pub fn alone(&self) -> Architecture {
+        Architecture {
+            caps: UtilizationCaps::default(),
+            ..self.clone()
         }
     }
 
@@ -477,7 +472,7 @@ pub fn generate(design: &Design) -> Architecture {
         power_w,
         perimeter_mm,
         violations,
-        caps: UtilizationCaps::default(),
+        caps: design.stack,
     }
 }
 

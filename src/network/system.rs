@@ -14,7 +14,7 @@ use crate::config::raw::SystemFile;
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
 use crate::design::{Design, DesignFiles};
 use crate::domain::{Component, Topology};
-use crate::generator::{Architecture, UtilizationCaps};
+use crate::generator::Architecture;
 use crate::tech::TechLibrary;
 use crate::template::check_topology;
 
@@ -64,8 +64,6 @@ pub struct System {
     pub description: Option<String>,
     pub accelerator: PathBuf,
     pub devices: Option<u64>,
-    pub compute_utilization: Option<f64>,
-    pub memory_utilization: Option<f64>,
     pub fabrics: Vec<FabricSpec>,
     #[serde(skip)]
     source: Source,
@@ -128,6 +126,24 @@ impl System {
         let raw: SystemFile = parse_yaml(file, text)?;
         let check = Checker { file };
         check.version(raw.version)?;
+        // The stack's caps belong to the accelerator, so that one device gives one answer
+        // alone (`--budget`) and in any system.
+        for (key, value) in [
+            ("compute_utilization", raw.compute_utilization),
+            ("memory_utilization", raw.memory_utilization),
+        ] {
+            if let Some(u) = value {
+                return Err(ConfigError::invalid(
+                    file,
+                    key,
+                    u,
+                    format!(
+                        "no {key} here: it moved to the accelerator template's `stack:` \
+                         section (stack.{key}), which every path reads"
+                    ),
+                ));
+            }
+        }
         if raw.fabrics.is_empty() {
             return Err(ConfigError::invalid(
                 file,
@@ -242,14 +258,6 @@ impl System {
             description: raw.description,
             accelerator: PathBuf::from(raw.accelerator),
             devices: raw.devices,
-            compute_utilization: raw
-                .compute_utilization
-                .map(|u| check.within("compute_utilization", u, 1e-3, 1.0))
-                .transpose()?,
-            memory_utilization: raw
-                .memory_utilization
-                .map(|u| check.within("memory_utilization", u, 1e-3, 1.0))
-                .transpose()?,
             fabrics,
             source: Source::Disk,
         })
@@ -321,19 +329,10 @@ impl System {
         })
     }
 
-    /// Generates the accelerator and applies the system's achieved-utilization caps.
+    /// Generates the accelerator (with its template's stack caps: one device gives one
+    /// answer, alone or in any system).
     pub fn accelerator(&self) -> Result<Architecture, ConfigError> {
-        Ok(self.apply_caps(crate::generator::generate(&self.design()?)))
-    }
-
-    /// Records the system's achieved-utilization caps on a generated accelerator; the
-    /// machine model and the energy rates apply them when they are built.
-    pub fn apply_caps(&self, mut arch: Architecture) -> Architecture {
-        arch.caps = UtilizationCaps {
-            compute_utilization: self.compute_utilization,
-            memory_utilization: self.memory_utilization,
-        };
-        arch
+        Ok(crate::generator::generate(&self.design()?))
     }
 
     /// The device count to use when none is asked for: the file's `devices`, else every

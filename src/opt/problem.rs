@@ -393,7 +393,7 @@ impl BudgetProblem {
         set: Simplices,
     ) -> Result<BudgetProblem, ModelError> {
         let layout = layout(&design);
-        let arch = system.apply_caps(generate(&design));
+        let arch = generate(&design);
         let base_network = system.network(&arch, devices)?;
         strategy.check_devices(devices)?;
         predict(&workload, &arch, &base_network, &strategy)?;
@@ -455,7 +455,7 @@ impl BudgetProblem {
 
     /// Evaluates any variant of the problem's design (other totals, other shares).
     pub fn evaluate_design(&self, design: &Design, strategy: &Strategy) -> Evaluation {
-        let arch = self.system.apply_caps(generate(design));
+        let arch = generate(design);
         let prediction = self
             .system
             .network_like(&arch, self.devices, &self.base_network)
@@ -500,7 +500,7 @@ impl BudgetProblem {
             for (s, &v) in self.layout.iter().zip(w) {
                 *share_mut(design, s) = v;
             }
-            self.system.apply_caps(generate(design))
+            generate(design)
         });
         let Ok(fabrics) = self.system.fabrics_for(&arch, self.devices) else {
             return f64::INFINITY;
@@ -541,9 +541,7 @@ impl BudgetProblem {
 
     /// The accelerator and network at shares `w`, for a strategy search on that design.
     pub fn machine(&self, w: &[f64]) -> Result<(Architecture, Network), ModelError> {
-        let arch = self
-            .system
-            .apply_caps(generate(&with_shares(&self.design, &self.layout, w)));
+        let arch = generate(&with_shares(&self.design, &self.layout, w));
         let net = self
             .system
             .network_like(&arch, self.devices, &self.base_network)?;

@@ -255,6 +255,18 @@ pub struct Evaluator {
     streams: FxHashMap<[u64; 4], KernelTime>,
 }
 
+/// `arch` as `graph` runs on it: a lone kernel that does not train (a `gemm` workload, as a
+/// GEMM microbenchmark measures it) at the template's ceiling and full bandwidth
+/// ([`Architecture::alone`]); a whole step under the stack's caps. Time and energy both
+/// read the result.
+pub fn as_run(arch: &Architecture, graph: &Graph) -> Architecture {
+    if graph.is_lone_kernel() {
+        arch.alone()
+    } else {
+        arch.clone()
+    }
+}
+
 impl Evaluator {
     pub fn new(arch: &Architecture) -> Self {
         Evaluator {

@@ -318,7 +318,7 @@ impl Study {
         let strategy = match &self.strategy {
             Some(s) => Strategy::parse(s)?,
             None => {
-                let arch = system.apply_caps(crate::generator::generate(&design));
+                let arch = crate::generator::generate(&design);
                 let net = system.network(&arch, devices)?;
                 search::baseline(&workload, &arch, &net, devices).ok_or_else(|| {
                     ModelError::NoStrategy {

@@ -329,6 +329,12 @@ pub struct LayerPart {
 }
 
 impl Graph {
+    /// One kernel that does not train (a `gemm` workload): measured alone, as a
+    /// microbenchmark runs it, not as a step of a software stack.
+    pub fn is_lone_kernel(&self) -> bool {
+        !self.trains && self.kernels.len() == 1
+    }
+
     /// Total FLOPs of one iteration.
     pub fn flops(&self) -> f64 {
         self.kernels
