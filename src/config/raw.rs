@@ -518,6 +518,10 @@ pub struct FabricRaw {
     /// Pinned values override the derived ones.
     pub bandwidth_gb_per_s: Option<f64>,
     pub latency_us: Option<f64>,
+    /// Share of the link bandwidth that transfers achieve on this fabric (protocol,
+    /// synchronisation and scheduling losses of the collective library); 1 when absent.
+    #[serde(default)]
+    pub bandwidth_efficiency: Option<f64>,
     /// Fixed cost of one collective on this fabric (launch and synchronisation), beside
     /// its per-hop latency; 0 when absent.
     #[serde(default)]

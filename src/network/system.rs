@@ -51,6 +51,8 @@ pub struct FabricSpec {
     pub source: LinkSource,
     pub bandwidth_bytes_per_s: Option<f64>,
     pub latency_s: Option<f64>,
+    /// Share of the link bandwidth transfers achieve (1: none given).
+    pub bandwidth_efficiency: f64,
     /// Fixed cost of one collective on the fabric, s (0: none given).
     pub collective_latency_s: f64,
     /// Block shape slices are composed of, if any.
@@ -230,6 +232,11 @@ impl System {
                 })
                 .transpose()?
                 .unwrap_or(0.0);
+            let bandwidth_efficiency = f
+                .bandwidth_efficiency
+                .map(|e| check.within(&path("bandwidth_efficiency"), e, 1e-3, 1.0))
+                .transpose()?
+                .unwrap_or(1.0);
             if source == LinkSource::Pinned && (bandwidth.is_none() || latency.is_none()) {
                 return Err(ConfigError::invalid(
                     file,
@@ -248,6 +255,7 @@ impl System {
                 source,
                 bandwidth_bytes_per_s: bandwidth,
                 latency_s: latency,
+                bandwidth_efficiency,
                 collective_latency_s: collective_latency,
                 block: f.block,
             });
@@ -436,7 +444,7 @@ impl System {
                 }
                 LinkSource::Pinned => (0.0, 0.0),
             };
-            let egress = f.bandwidth_bytes_per_s.unwrap_or(egress);
+            let egress = f.bandwidth_bytes_per_s.unwrap_or(egress) * f.bandwidth_efficiency;
             let hop = f.latency_s.unwrap_or(hop);
             fabrics.push(
                 Fabric::new(&f.name, &f.topology, size, egress, hop)
