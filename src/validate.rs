@@ -516,8 +516,10 @@ struct MegatronRows {
     rows: Vec<MegatronRow>,
 }
 
-/// One row of Narayanan et al. Table 1 (validation/megatron.yaml).
+/// One row of Narayanan et al. Table 1 (validation/megatron.yaml), with how it ran (the
+/// paper's launch script).
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MegatronRow {
     pub params_b: f64,
     pub heads: u64,
@@ -527,7 +529,23 @@ pub struct MegatronRow {
     pub p: u64,
     pub gpus: u64,
     pub batch: u64,
+    /// `--micro-batch-size`.
+    pub micro_batch: u64,
+    /// Interleaved chunks per stage (1: none).
+    pub interleave: u64,
+    /// `--DDP-impl`.
+    pub ddp: MegatronDdp,
     pub tflops: f64,
+}
+
+/// Megatron-LM's data-parallel implementations (`--DDP-impl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MegatronDdp {
+    /// PyTorch's DistributedDataParallel: bucketed all-reduces beside the backward pass.
+    Torch,
+    /// Megatron-LM's own: the gradients all-reduced after the forward-backward pass.
+    Local,
 }
 
 /// Narayanan's GPT at a row's size: 4h FFN, GELU, vocabulary 51200, sequence 2048, full
@@ -537,7 +555,7 @@ pub fn megatron_gpt(r: &MegatronRow) -> Result<Workload, ConfigError> {
     let text = format!(
         "version: 1\nkind: transformer\nname: gpt-{}b\nhidden: {}\nlayers: {}\nheads: {}\n\
          ffn_hidden: {}\nsequence: 2048\nvocab: 51200\nglobal_batch: {}\nprecision: bf16\n\
-         recompute: full\ndropout: 0.1\n",
+         recompute: full\ndropout: 0.1\ntie_embeddings: true\n",
         r.params_b,
         r.hidden,
         r.layers,
@@ -548,26 +566,21 @@ pub fn megatron_gpt(r: &MegatronRow) -> Result<Workload, ConfigError> {
     Workload::from_yaml("validation/megatron.yaml", &text)
 }
 
-/// The row's (t, p), data parallelism over the rest, micro-batch 1, two interleaved chunks
-/// where the layers and micro-batches allow; communication as Megatron-LM ran it then: its
-/// local DDP all-reduced the gradients after the forward-backward pass (`grad=after`), and
-/// its pipeline stages waited on their sends and receives before computing on
-/// (`send=blocking`).
+/// The row's (t, p), data parallelism over the rest, its micro-batch and interleaving; the
+/// gradients all-reduced beside the backward pass (PyTorch DDP) or after the
+/// forward-backward pass (Megatron-LM's local DDP, `grad=after`); pipeline stages waiting on
+/// their sends and receives before computing on (`send=blocking`).
 pub fn megatron_strategy(r: &MegatronRow) -> Strategy {
-    let d = r.gpus / (r.t * r.p);
-    let mut s = Strategy {
-        data: d,
+    Strategy {
+        data: r.gpus / (r.t * r.p),
         tensor: r.t,
         pipeline: r.p,
-        micro_batch: 1,
-        grad_overlap: false,
+        micro_batch: r.micro_batch,
+        interleave: r.interleave,
+        grad_overlap: r.ddp == MegatronDdp::Torch,
         send_overlap: r.p == 1,
         ..Strategy::default()
-    };
-    if r.p > 1 && (r.layers / r.p) % 2 == 0 && (r.batch / d) % r.p == 0 {
-        s.interleave = 2;
     }
-    s
 }
 
 /// Narayanan Eq. 3: FLOPs per iteration with full recomputation.
