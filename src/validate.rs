@@ -86,6 +86,21 @@ enum Run {
         low: f64,
         high: f64,
     },
+    /// Mean power per chip over the run (idle floor plus activity), W.
+    MeanPowerW {
+        #[serde(flatten)]
+        run: Training,
+        measured: f64,
+        tolerance: f64,
+    },
+    /// Performance per watt of `fast` over `slow`: the throughput ratio times the ratio of
+    /// their mean power per chip.
+    PerfPerWatt {
+        fast: Training,
+        slow: Training,
+        measured: f64,
+        tolerance: f64,
+    },
     /// Megatron weak scaling rows (`file`): per-GPU TFLOP/s by Narayanan Eq. 3, each within
     /// `tolerance`, and at least `min_within` of them.
     Megatron {
@@ -317,6 +332,27 @@ impl Ctx {
                     within: (*low..=*high).contains(&x),
                     suffix: String::new(),
                 })
+            }
+            Run::MeanPowerW {
+                run,
+                measured,
+                tolerance,
+            } => {
+                let p = self.train(run)?;
+                let w = p.average_power_w / p.devices as f64;
+                one(Point::relative(*measured, w, "W", *tolerance))
+            }
+            Run::PerfPerWatt {
+                fast,
+                slow,
+                measured,
+                tolerance,
+            } => {
+                let (a, b) = (self.train(fast)?, self.train(slow)?);
+                let chip_w = |p: &DistPrediction| p.average_power_w / p.devices as f64;
+                let x =
+                    (b.time_per_iteration_s / a.time_per_iteration_s) * (chip_w(&b) / chip_w(&a));
+                one(Point::relative(*measured, x, "x", *tolerance))
             }
             Run::Megatron {
                 file,

@@ -535,6 +535,29 @@ fn stackflow_validate_replays_the_published_measurements() {
         megatron.iter().sum::<f64>() / 10.0
     );
     assert!(out.contains(&printed), "{printed} in {out}");
+    // Mean power per chip sits above the idle floor (Table 4: 90 W v4, 123 W v3), and
+    // performance per watt is the speedup times the power ratio of the same runs.
+    let case = |name: &str| -> f64 {
+        v["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"].as_str().unwrap().starts_with(name))
+            .unwrap_or_else(|| panic!("{name} missing"))["predicted"]
+            .as_f64()
+            .unwrap()
+    };
+    let (v4_w, v3_w) = (
+        case("TPU v4 mean power per chip"),
+        case("TPU v3 mean power per chip"),
+    );
+    assert!(v4_w > 90.0 && v3_w > 123.0, "{v4_w} {v3_w}");
+    assert_close(
+        "perf/W",
+        case("TPU v4 over v3 performance per watt"),
+        case("TPU v4 over TPU v3, GPT-3") * v3_w / v4_w,
+        1e-9,
+    );
     // A case outside its tolerance fails the run. The index refers to ../templates and
     // its siblings, so the stricter copy sits beside it.
     let text = std::fs::read_to_string(root().join("validation/cases.yaml"))

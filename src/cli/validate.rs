@@ -34,9 +34,16 @@ fn render(r: &Report) -> String {
         .map(|c| name(c).chars().count())
         .max()
         .unwrap_or(0);
+    let id_width = r
+        .cases
+        .iter()
+        .map(|c| c.id.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(4);
     let _ = writeln!(
         s,
-        "{:<6} {:<width$} {:>11} {:>11} {:>9} {:>16}  status",
+        "{:<id_width$} {:<width$} {:>11} {:>11} {:>9} {:>16}  status",
         "case", "", "measured", "predicted", "error", "tolerance"
     );
     for c in &r.cases {
@@ -48,7 +55,7 @@ fn render(r: &Report) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<6} {:<width$} {:>11.3} {:>11.3} {:>+8.1}{unit} {:>16}  {status}",
+            "{:<id_width$} {:<width$} {:>11.3} {:>11.3} {:>+8.1}{unit} {:>16}  {status}",
             c.id,
             name(c),
             c.measured,
