@@ -39,6 +39,10 @@ struct CaseRaw {
     /// Reported but not counted: a known disagreement and why.
     #[serde(default)]
     known_gap: Option<String>,
+    /// The model constants this case's measurements set (e.g. a template's
+    /// `compute.max_utilization`): a calibration case, judged apart from the held-out ones.
+    #[serde(default)]
+    calibrates: Option<String>,
 }
 
 /// A distributed run: a system, a device count, a workload and a strategy.
@@ -141,6 +145,8 @@ pub struct CaseResult {
     pub within: bool,
     /// A known disagreement: reported, not counted.
     pub known_gap: Option<String>,
+    /// The constants this case's measurement set (a calibration case); `None`: held out.
+    pub calibrates: Option<String>,
 }
 
 /// All results and the verdict.
@@ -154,7 +160,28 @@ pub struct Report {
     /// Per family (case id) of three or more counted cases: their number and mean signed
     /// error (% or points): a bias a mean of magnitudes hides.
     pub families: Vec<Family>,
+    /// Counted relative-error cases that set a model constant, and those held out from
+    /// every fit: their number and mean |error| (%).
+    pub calibration: Split,
+    pub held_out: Split,
     pub passed: bool,
+}
+
+/// A set of counted cases' size and mean |relative error|, %.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Split {
+    pub cases: usize,
+    pub mean_abs_error_pct: f64,
+}
+
+impl Split {
+    fn of<'a>(cases: impl Iterator<Item = &'a CaseResult>) -> Split {
+        let errors: Vec<f64> = cases.map(|c| c.error.abs()).collect();
+        Split {
+            cases: errors.len(),
+            mean_abs_error_pct: errors.iter().sum::<f64>() / errors.len().max(1) as f64,
+        }
+    }
 }
 
 /// One family's mean signed error.
@@ -518,6 +545,7 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
                 tolerance: p.tolerance,
                 within: p.within,
                 known_gap: c.known_gap.clone(),
+                calibrates: c.calibrates.clone(),
             });
         }
         if let Some((within, n, min_within)) = group {
@@ -531,6 +559,8 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
     let errors: Vec<f64> = counted.iter().map(|c| c.error.abs()).collect();
     let mean = errors.iter().sum::<f64>() / errors.len().max(1) as f64;
     let max = errors.iter().copied().fold(0.0, f64::max);
+    let calibration = Split::of(counted.iter().copied().filter(|c| c.calibrates.is_some()));
+    let held_out = Split::of(counted.iter().copied().filter(|c| c.calibrates.is_none()));
     let in_groups = |id: &str| groups.iter().any(|g| g.0 == id);
     let passed = cases
         .iter()
@@ -542,6 +572,8 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
         cases,
         mean_abs_error_pct: mean,
         max_abs_error_pct: max,
+        calibration,
+        held_out,
         groups,
         passed,
     })

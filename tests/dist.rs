@@ -558,6 +558,42 @@ fn stackflow_validate_replays_the_published_measurements() {
         case("TPU v4 over TPU v3, GPT-3") * v3_w / v4_w,
         1e-9,
     );
+    // The GEMM ceilings set the templates' max_utilization: the calibration cases, judged
+    // apart from the held-out rest.
+    let counted: Vec<&serde_json::Value> = v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["known_gap"].is_null() && c["unit"] != "%")
+        .collect();
+    let split = |calibration: bool| -> (usize, f64) {
+        let e: Vec<f64> = counted
+            .iter()
+            .filter(|c| c["calibrates"].is_null() != calibration)
+            .map(|c| c["error"].as_f64().unwrap().abs())
+            .collect();
+        (e.len(), e.iter().sum::<f64>() / e.len() as f64)
+    };
+    let (cal, held) = (split(true), split(false));
+    assert!(counted
+        .iter()
+        .filter(|c| !c["calibrates"].is_null())
+        .all(|c| c["id"] == "GEMM"));
+    assert_eq!(cal.0, 3);
+    assert_eq!(v["calibration"]["cases"], 3);
+    assert_eq!(v["held_out"]["cases"], held.0);
+    assert_close(
+        "held-out mean",
+        v["held_out"]["mean_abs_error_pct"].as_f64().unwrap(),
+        held.1,
+        1e-12,
+    );
+    assert_close(
+        "calibration mean",
+        v["calibration"]["mean_abs_error_pct"].as_f64().unwrap(),
+        cal.1,
+        1e-12,
+    );
     // A case outside its tolerance fails the run. The index refers to ../templates and
     // its siblings, so the stricter copy sits beside it.
     let text = std::fs::read_to_string(root().join("validation/cases.yaml"))

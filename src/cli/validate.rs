@@ -78,6 +78,28 @@ fn render(r: &Report) -> String {
             f.id, f.mean_signed_error, f.unit, f.cases
         );
     }
+    let mut fitted: Vec<&str> = r
+        .cases
+        .iter()
+        .filter_map(|c| c.calibrates.as_deref())
+        .collect();
+    fitted.dedup();
+    let (cal, held) = (r.calibration, r.held_out);
+    let _ = writeln!(
+        s,
+        "calibration ({}): {} cases, mean |error| {:.1}%; held out: {} cases, mean |error| \
+         {:.1}% ({:.1}x the calibration's)",
+        if fitted.is_empty() {
+            "no fitted constant".to_string()
+        } else {
+            fitted.join("; ")
+        },
+        cal.cases,
+        cal.mean_abs_error_pct,
+        held.cases,
+        held.mean_abs_error_pct,
+        held.mean_abs_error_pct / cal.mean_abs_error_pct.max(1e-9)
+    );
     for c in r.cases.iter().filter(|c| c.known_gap.is_some()) {
         let _ = writeln!(
             s,
