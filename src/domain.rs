@@ -299,6 +299,21 @@ impl EmbeddingOptimizer {
     }
 }
 
+/// How a transformer's attention core runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionKernel {
+    /// Separate kernels with the scores in main memory (products, softmax, dropout):
+    /// Megatron-LM before fused attention, as Korthikanti et al. 2022 account it.
+    #[default]
+    Materialized,
+    /// One fused kernel per pass on tiles held on chip (FlashAttention, Dao et al. 2022;
+    /// cuDNN and Transformer Engine fused attention): Q, K and V read and the output
+    /// written once, no scores stored, masked tiles of a causal mask skipped, the scores
+    /// recomputed in the backward pass.
+    Flash,
+}
+
 /// Activation recomputation (Narayanan et al. 2021).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]

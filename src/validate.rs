@@ -90,6 +90,13 @@ enum Run {
         low: f64,
         high: f64,
     },
+    /// Training throughput per device, tokens/s.
+    TokensPerSPerDevice {
+        #[serde(flatten)]
+        run: Training,
+        measured: f64,
+        tolerance: f64,
+    },
     /// Mean power per chip over the run (idle floor plus activity), W.
     MeanPowerW {
         #[serde(flatten)]
@@ -359,6 +366,15 @@ impl Ctx {
                     within: (*low..=*high).contains(&x),
                     suffix: String::new(),
                 })
+            }
+            Run::TokensPerSPerDevice {
+                run,
+                measured,
+                tolerance,
+            } => {
+                let p = self.train(run)?;
+                let rate = p.tokens_per_s / p.devices as f64;
+                one(Point::relative(*measured, rate, "tokens/s/GPU", *tolerance))
             }
             Run::MeanPowerW {
                 run,

@@ -1143,3 +1143,83 @@ fn one_device_gives_one_answer_alone_and_in_a_system() {
         assert!(err.contains(piece), "expected {piece:?} in: {err}");
     }
 }
+
+/// Fused attention (`attention: flash`): one kernel per pass, nothing quadratic kept, the
+/// masked half of a causal score matrix skipped, the scores recomputed in the backward pass
+/// (not model FLOPs); selective recomputation has nothing to drop, full recomputation reruns
+/// it; serving keeps its meaning.
+#[test]
+fn flash_attention_keeps_nothing_quadratic_and_skips_masked_tiles() {
+    let text = |attention: &str, recompute: &str| {
+        format!(
+            "version: 1\nkind: transformer\nname: t\nhidden: 1024\nlayers: 2\nheads: 16\n\
+             ffn_hidden: 4096\nsequence: 4096\nvocab: 32000\nglobal_batch: 2\nprecision: bf16\n\
+             recompute: {recompute}\nattention: {attention}\n"
+        )
+    };
+    let graph = |attention: &str, recompute: &str| {
+        Workload::from_yaml("t.yaml", &text(attention, recompute))
+            .unwrap()
+            .graph()
+    };
+    let (mat, flash) = (graph("materialized", "none"), graph("flash", "none"));
+    let named = |g: &stackflow::workload::Graph, name: &str| -> Vec<Kernel> {
+        g.kernels
+            .iter()
+            .filter(|k| k.name == name)
+            .cloned()
+            .collect()
+    };
+    assert!(named(&flash, "attention softmax").is_empty());
+    let fused = &named(&flash, "attention (fused)")[0];
+    let (s, bh, d) = (4096.0, 2.0 * 16.0, 64.0);
+    // Scores and context products of the materialized form, over the causal half.
+    let products =
+        named(&mat, "attention scores")[0].flops() + named(&mat, "attention context")[0].flops();
+    assert_close("two products", products, 4.0 * bh * s * s * d, 1e-12);
+    assert_close(
+        "causal tiles",
+        fused.flops(),
+        products * (s + 1.0) / (2.0 * s),
+        1e-12,
+    );
+    let recomputed = &named(&flash, "attention (fused) backward scores (recompute)")[0];
+    assert_eq!(recomputed.phase, Phase::Recompute);
+    assert_close(
+        "recomputed scores",
+        recomputed.flops(),
+        fused.flops() / 2.0,
+        1e-12,
+    );
+    let backward = &named(&flash, "attention (fused) backward")[0];
+    assert_close(
+        "gradient products",
+        backward.flops(),
+        2.0 * fused.flops(),
+        1e-12,
+    );
+    // The materialized form keeps the probabilities (bh x s x s in 16 bits per layer):
+    // the fused one keeps none of them, only the row statistics.
+    let (quadratic, stats) = (2.0 * bh * s * s * 2.0, 2.0 * bh * s * 4.0);
+    let kept = |g: &stackflow::workload::Graph| g.memory.activations_bytes;
+    assert_close("kept", kept(&mat) - kept(&flash), quadratic - stats, 1e-12);
+    // Selective recomputation drops the quadratic tensors of the materialized form; the
+    // fused form has none: the same memory and no rerun.
+    let selective = graph("flash", "selective");
+    assert_eq!(kept(&selective), kept(&flash));
+    assert!(named(&selective, "attention (fused) (recompute)").is_empty());
+    assert_eq!(
+        named(&graph("flash", "full"), "attention (fused) (recompute)").len(),
+        1
+    );
+    // On an H100 the fused form is faster and compute-bound.
+    let a = arch("budgets/h100.yaml");
+    let mut ev = Evaluator::new(&a);
+    let t = ev.kernel(fused);
+    assert_eq!(t.bound, Bound::Compute);
+    let materialized: f64 = ["attention scores", "attention softmax", "attention context"]
+        .iter()
+        .map(|n| ev.kernel(&named(&mat, n)[0]).time_s)
+        .sum();
+    assert!(t.time_s < materialized, "{} vs {materialized}", t.time_s);
+}

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::domain::{
-    Dataflow, EmbeddingOptimizer, InferenceSpec, Interaction, KernelSplitKind, McuShape, Optimizer,
-    Precision, Recompute, Scope, Topology, UtilizationCaps,
+    AttentionKernel, Dataflow, EmbeddingOptimizer, InferenceSpec, Interaction, KernelSplitKind,
+    McuShape, Optimizer, Precision, Recompute, Scope, Topology, UtilizationCaps,
 };
 
 // ---------------------------------------------------------------- technology library
@@ -328,6 +328,9 @@ pub struct TransformerRaw {
     /// Input embedding and output logits share one matrix; false when absent.
     #[serde(default)]
     pub tie_embeddings: bool,
+    /// How the attention core runs (`materialized` or `flash`); materialized when absent.
+    #[serde(default)]
+    pub attention: AttentionKernel,
     /// Dropout probability in training (on the embeddings, the attention probabilities and
     /// both residual branches, as Megatron-LM and GPT-2/3); 0 when absent.
     #[serde(default)]

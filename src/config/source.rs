@@ -159,6 +159,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../validation/gemm.yaml"),
     ),
     (
+        "validation/nemo-llama3-70b-fp8.yaml",
+        include_str!("../../validation/nemo-llama3-70b-fp8.yaml"),
+    ),
+    (
         "workloads/gemm-8192.yaml",
         include_str!("../../workloads/gemm-8192.yaml"),
     ),

@@ -114,6 +114,11 @@ fn scale_stream(op: &mut Op, factor: f64) {
             read_bytes,
             write_bytes,
             flops,
+        }
+        | Op::Fused {
+            read_bytes,
+            write_bytes,
+            flops,
         } => {
             *read_bytes *= factor;
             *write_bytes *= factor;

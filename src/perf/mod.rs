@@ -341,6 +341,28 @@ impl Evaluator {
                 }
                 &self.streams[&key]
             }
+            Op::Fused {
+                read_bytes,
+                write_bytes,
+                flops,
+            } => {
+                // Tagged by the precision its products run in.
+                let key = [
+                    2 + kernel.math as u64,
+                    read_bytes.to_bits(),
+                    write_bytes.to_bits(),
+                    flops.to_bits(),
+                ];
+                if !self.streams.contains_key(&key) {
+                    let m = &self.machine;
+                    let bytes = read_bytes + write_bytes;
+                    let home = m.home(bytes);
+                    let rate = m.matrix_rate(kernel.math).unwrap_or(0.0);
+                    let t = self.finish(flops / rate, home, bytes, Vec::new());
+                    self.keep_stream(key, t);
+                }
+                &self.streams[&key]
+            }
             Op::Gather {
                 read_bytes,
                 write_bytes,

@@ -361,6 +361,7 @@ fn feature_transformer(g: &mut Builder, w: &Dlrm, features: u64, dim: u64) -> u6
         gated_ffn: false,
         moe: None,
         dropout: false,
+        flash: false,
     };
     let bytes = g.storage().bytes();
     transformer_layers(g, &shape, t.layers, b, s, s, bytes);

@@ -70,6 +70,13 @@ pub enum Op {
         write_bytes: f64,
         flops: f64,
     },
+    /// A fused kernel whose matrix products run on tiles held on chip (FlashAttention):
+    /// `flops` at the matrix rate, every byte read and written once.
+    Fused {
+        read_bytes: f64,
+        write_bytes: f64,
+        flops: f64,
+    },
     /// Row gathers (or scatters) into a table of `table_bytes`.
     Gather {
         read_bytes: f64,
@@ -215,7 +222,9 @@ impl Kernel {
             Op::Gemm { batch, m, n, .. } => {
                 batch as f64 * m as f64 * n as f64 * self.precision.bytes()
             }
-            Op::Stream { write_bytes, .. } | Op::Gather { write_bytes, .. } => write_bytes,
+            Op::Stream { write_bytes, .. }
+            | Op::Fused { write_bytes, .. }
+            | Op::Gather { write_bytes, .. } => write_bytes,
         }
     }
 
@@ -223,14 +232,14 @@ impl Kernel {
     pub fn flops(&self) -> f64 {
         match self.op {
             Op::Gemm { batch, m, k, n } => 2.0 * batch as f64 * m as f64 * k as f64 * n as f64,
-            Op::Stream { flops, .. } => flops,
+            Op::Stream { flops, .. } | Op::Fused { flops, .. } => flops,
             Op::Gather { .. } => 0.0,
         }
     }
 
     /// Is this a matrix product (the FLOPs that papers count as model FLOPs)?
     pub fn is_matmul(&self) -> bool {
-        matches!(self.op, Op::Gemm { .. })
+        matches!(self.op, Op::Gemm { .. } | Op::Fused { .. })
     }
 
     /// Elements of the layer weight a linear-layer GEMM reads (forward, input gradient) or
@@ -457,6 +466,19 @@ impl Graph {
             part_of: None,
         }
     }
+}
+
+/// The shape of a fused attention core ([`Builder::flash_attention`]): `heads` (batch x
+/// heads) of `queries` against `keys` at `head_dim`; `q_bytes` of queries (and of output),
+/// `kv_bytes` of keys (and of values).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FusedAttention {
+    pub heads: u64,
+    pub queries: u64,
+    pub keys: u64,
+    pub head_dim: u64,
+    pub q_bytes: f64,
+    pub kv_bytes: f64,
 }
 
 /// Builds a training graph from forward layers: each forward kernel brings its backward
@@ -827,6 +849,70 @@ impl Builder {
                 m: k,
                 k: m,
                 n,
+            },
+        );
+    }
+
+    /// The attention core as one fused kernel per pass (FlashAttention, Dao et al. 2022),
+    /// `count` times. Forward: the two products over the score tiles a causal mask leaves
+    /// (queries = keys), reading Q, K and V and writing the output and each row's softmax
+    /// statistics (FP32) once; dropout regenerates its mask, so no score, probability or
+    /// mask is stored. Kept for backward: Q, K, V and the statistics (the output is the
+    /// next linear layer's input, kept there). Backward: the scores recomputed (a
+    /// `Recompute` kernel, not model FLOPs) and the four gradient products, reading Q, K,
+    /// V, the output, its gradient and the statistics, writing the gradients of Q, K and V.
+    /// Selective recomputation has nothing left to drop; full recomputation reruns it.
+    pub fn flash_attention(&mut self, name: &str, count: u64, a: FusedAttention) {
+        let causal = a.queries == a.keys;
+        let tiles = if causal {
+            (a.keys as f64 + 1.0) / (2.0 * a.keys as f64)
+        } else {
+            1.0
+        };
+        // Two products of 2 x queries x keys x head_dim FLOPs per head over the tiles run.
+        let product =
+            2.0 * a.heads as f64 * a.queries as f64 * a.keys as f64 * a.head_dim as f64 * tiles;
+        let stats = a.heads as f64 * a.queries as f64 * 4.0;
+        let full = self.recompute == Recompute::Full;
+        self.push(
+            name,
+            KernelClass::Attention,
+            count,
+            Op::Fused {
+                read_bytes: a.q_bytes + 2.0 * a.kv_bytes,
+                write_bytes: a.q_bytes + stats,
+                flops: 2.0 * product,
+            },
+            full,
+        );
+        // Kept unless full recomputation drops the layer: selective recomputation's rule
+        // for the attention core does not apply (nothing quadratic is stored).
+        self.save(
+            a.q_bytes + 2.0 * a.kv_bytes + stats,
+            count,
+            false,
+            KernelClass::Gemm,
+        );
+        self.push_backward(
+            format!("{name} backward"),
+            KernelClass::Attention,
+            Phase::BackwardInput,
+            count,
+            Op::Fused {
+                read_bytes: 3.0 * a.q_bytes + 2.0 * a.kv_bytes + stats,
+                write_bytes: a.q_bytes + 2.0 * a.kv_bytes,
+                flops: 4.0 * product,
+            },
+        );
+        self.push_backward(
+            format!("{name} backward scores (recompute)"),
+            KernelClass::Attention,
+            Phase::Recompute,
+            count,
+            Op::Fused {
+                read_bytes: 0.0,
+                write_bytes: 0.0,
+                flops: product,
             },
         );
     }

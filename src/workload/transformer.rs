@@ -4,11 +4,13 @@
 
 use serde::Serialize;
 
-use super::graph::{Builder, Graph, KernelClass, LayerType, Op, Phase, Position, Split};
+use super::graph::{
+    Builder, FusedAttention, Graph, KernelClass, LayerType, Op, Phase, Position, Split,
+};
 use super::{inference, Workload};
 use crate::config::raw::{MoeRaw, TransformerRaw};
 use crate::config::{Checker, ConfigError};
-use crate::domain::{Optimizer, Precision, Precisions, Recompute};
+use crate::domain::{AttentionKernel, Optimizer, Precision, Precisions, Recompute};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Transformer {
@@ -28,6 +30,8 @@ pub struct Transformer {
     pub precisions: Precisions,
     pub recompute: Recompute,
     pub tie_embeddings: bool,
+    /// How the attention core runs.
+    pub attention: AttentionKernel,
     /// Dropout probability in training (0: none). Its cost does not depend on the value:
     /// the masks are written, kept and read whatever it is.
     pub dropout: f64,
@@ -50,6 +54,7 @@ impl Transformer {
             ffn_hidden: self.ffn_hidden,
             gated_ffn: self.gated_ffn,
             moe: self.moe,
+            flash: self.attention == AttentionKernel::Flash,
         }
     }
 }
@@ -74,6 +79,8 @@ pub(super) struct LayerShape {
     /// Dropout on the attention probabilities and on both residual branches (fused into
     /// the residual adds, as Megatron-LM's bias-dropout-add).
     pub(super) dropout: bool,
+    /// The attention core as one fused kernel per pass ([`AttentionKernel::Flash`]).
+    pub(super) flash: bool,
 }
 
 pub(super) fn transformer(
@@ -115,6 +122,7 @@ pub(super) fn transformer(
         precisions: super::roles(raw.precision, raw.precisions),
         recompute: raw.recompute,
         tie_embeddings: raw.tie_embeddings,
+        attention: raw.attention,
         dropout: match raw.dropout {
             None => 0.0,
             Some(p) if (0.0..1.0).contains(&p) => p,
@@ -426,51 +434,66 @@ fn attention(g: &mut Builder, w: &LayerShape, l: u64, batch: u64, s: u64, keys: 
     let q_bytes = t * h as f64 * bytes;
     let kv_bytes = (batch * keys) as f64 * kv as f64 * bytes;
     g.split = Split::Sharded;
-    g.batched(
-        "attention scores",
-        KernelClass::Attention,
-        l,
-        bh,
-        s,
-        head_dim,
-        keys,
-        q_bytes + kv_bytes,
-    );
-    let scores = bh as f64 * (s * keys) as f64;
-    g.pointwise(
-        "attention softmax",
-        KernelClass::Attention,
-        l,
-        scores,
-        1.0,
-        5.0,
-        1.0,
-    );
-    if w.dropout {
-        g.pointwise_masked(
-            "attention dropout",
+    if w.flash {
+        g.flash_attention(
+            "attention (fused)",
+            l,
+            FusedAttention {
+                heads: bh,
+                queries: s,
+                keys,
+                head_dim,
+                q_bytes,
+                kv_bytes,
+            },
+        );
+    } else {
+        g.batched(
+            "attention scores",
+            KernelClass::Attention,
+            l,
+            bh,
+            s,
+            head_dim,
+            keys,
+            q_bytes + kv_bytes,
+        );
+        let scores = bh as f64 * (s * keys) as f64;
+        g.pointwise(
+            "attention softmax",
             KernelClass::Attention,
             l,
             scores,
             1.0,
-            2.0,
-            0.0,
-            DROPOUT_MASK_BYTES,
+            5.0,
+            1.0,
         );
-        // The context's backward reads the dropped probabilities (Korthikanti et al.
-        // 2022: softmax output, mask and dropout output are kept).
-        g.keep(scores * bytes, l, KernelClass::Attention);
+        if w.dropout {
+            g.pointwise_masked(
+                "attention dropout",
+                KernelClass::Attention,
+                l,
+                scores,
+                1.0,
+                2.0,
+                0.0,
+                DROPOUT_MASK_BYTES,
+            );
+            // The context's backward reads the dropped probabilities (Korthikanti et al.
+            // 2022: softmax output, mask and dropout output are kept).
+            g.keep(scores * bytes, l, KernelClass::Attention);
+        }
+        g.batched(
+            "attention context",
+            KernelClass::Attention,
+            l,
+            bh,
+            s,
+            keys,
+            head_dim,
+            kv_bytes,
+        );
     }
-    g.batched(
-        "attention context",
-        KernelClass::Attention,
-        l,
-        bh,
-        s,
-        keys,
-        head_dim,
-        kv_bytes,
-    );
     g.split = Split::Row;
     g.linear(
         "attention output",
