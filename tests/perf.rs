@@ -414,15 +414,24 @@ fn transformer_flops_per_token_are_6n_plus_attention() {
         let kv = (t.kv_heads * (t.hidden / t.heads)) as f64;
         let ffn_mats = if t.gated_ffn { 3.0 } else { 2.0 };
         let n = l * (h * (h + 2.0 * kv) + h * h + ffn_mats * h * f) + h * v;
-        let attention = 12.0 * l * s * h;
-        let recompute = match t.recompute {
-            stackflow::domain::Recompute::None | stackflow::domain::Recompute::Selective => 1.0,
-            stackflow::domain::Recompute::Full => 4.0 / 3.0,
+        let full = t.recompute == stackflow::domain::Recompute::Full;
+        let recompute = if full { 4.0 / 3.0 } else { 1.0 };
+        // Forward attention products per token: 4 s h over all layers. Materialized: all
+        // of them, three times (forward, two gradients), again forward under full
+        // recomputation. Fused (`attention: flash`): the causal share c of the tiles, the
+        // forward, twice that for the gradients, half again for the recomputed scores.
+        let forward = 4.0 * l * s * h;
+        let attention = match t.attention {
+            stackflow::domain::AttentionKernel::Materialized => 3.0 * forward * recompute,
+            stackflow::domain::AttentionKernel::Flash => {
+                let c = (s + 1.0) / (2.0 * s);
+                forward * c * (3.5 + if full { 1.0 } else { 0.0 })
+            }
         };
         let graph = w.graph();
         let per_token = graph.matmul_flops() / graph.tokens;
         // Logits are not recomputed; everything else is under full recomputation.
-        let expected = recompute * (6.0 * (n - h * v) + attention) + 6.0 * h * v;
+        let expected = recompute * 6.0 * (n - h * v) + attention + 6.0 * h * v;
         assert_close(file, per_token, expected, 0.01);
     }
 }
