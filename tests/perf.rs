@@ -401,6 +401,7 @@ fn transformer_flops_per_token_are_6n_plus_attention() {
         "workloads/llama-65b.yaml",
         "workloads/llama2-70b.yaml",
         "workloads/gpt-1.7b.yaml",
+        "workloads/palm-540b.yaml",
     ] {
         let w = workload(file);
         let t = transformer_dims(&w);
@@ -411,16 +412,18 @@ fn transformer_flops_per_token_are_6n_plus_attention() {
             t.vocab as f64,
             t.ffn_hidden as f64,
         );
-        let kv = (t.kv_heads * (t.hidden / t.heads)) as f64;
+        // The attention is heads x head_dim wide (PaLM: 12288 in an 18432-wide model).
+        let a = (t.heads * t.head_dim) as f64;
+        let kv = (t.kv_heads * t.head_dim) as f64;
         let ffn_mats = if t.gated_ffn { 3.0 } else { 2.0 };
-        let n = l * (h * (h + 2.0 * kv) + h * h + ffn_mats * h * f) + h * v;
+        let n = l * (h * (a + 2.0 * kv) + a * h + ffn_mats * h * f) + h * v;
         let full = t.recompute == stackflow::domain::Recompute::Full;
         let recompute = if full { 4.0 / 3.0 } else { 1.0 };
-        // Forward attention products per token: 4 s h over all layers. Materialized: all
+        // Forward attention products per token: 4 s a over all layers (a the attention width). Materialized: all
         // of them, three times (forward, two gradients), again forward under full
         // recomputation. Fused (`attention: flash`): the causal share c of the tiles, the
         // forward, twice that for the gradients, half again for the recomputed scores.
-        let forward = 4.0 * l * s * h;
+        let forward = 4.0 * l * s * a;
         let attention = match t.attention {
             stackflow::domain::AttentionKernel::Materialized => 3.0 * forward * recompute,
             stackflow::domain::AttentionKernel::Flash => {
@@ -443,6 +446,7 @@ fn shipped_models_have_their_published_parameter_counts() {
         ("workloads/llama-65b.yaml", 65.2e9),
         ("workloads/llama2-70b.yaml", 70e9),
         ("workloads/megatron-1t.yaml", 1008e9),
+        ("workloads/palm-540b.yaml", 540.35e9),
         ("workloads/dlrm-a.yaml", 793e9),
         ("workloads/dlrm-b.yaml", 332e9),
         ("workloads/dlrm-a-transformer.yaml", 795e9),
@@ -1231,4 +1235,91 @@ fn flash_attention_keeps_nothing_quadratic_and_skips_masked_tiles() {
         .map(|n| ev.kernel(&named(&mat, n)[0]).time_s)
         .sum();
     assert!(t.time_s < materialized, "{} vs {materialized}", t.time_s);
+}
+
+/// Parallel blocks (GPT-J, PaLM): one norm feeds attention and feed-forward, one add sums
+/// both into the residual: one norm's parameters and kernels fewer per layer, the same
+/// products. An attention width apart from hidden (`head_dim`) sizes Q, the output
+/// projection and the attention products; heads need not divide hidden then.
+#[test]
+fn parallel_blocks_share_one_norm_and_head_dim_sets_the_attention_width() {
+    let palm = shipped("workloads/palm-540b.yaml");
+    let sequential = palm.replace("parallel_blocks: true", "parallel_blocks: false");
+    assert_ne!(palm, sequential);
+    let graph = |text: &str| Workload::from_yaml("palm.yaml", text).unwrap().graph();
+    let (par, seq) = (graph(&palm), graph(&sequential));
+    let (h, l) = (18432.0, 118.0);
+    assert_close(
+        "one norm fewer",
+        seq.parameters - par.parameters,
+        2.0 * h * l,
+        1e-12,
+    );
+    assert_close(
+        "same products",
+        par.matmul_flops(),
+        seq.matmul_flops(),
+        1e-12,
+    );
+    let count = |g: &stackflow::workload::Graph, name: &str| {
+        g.kernels
+            .iter()
+            .filter(|k| k.name == name && k.phase == Phase::Forward)
+            .count()
+    };
+    assert_eq!(count(&par, "layer norm (mlp)"), 0);
+    assert_eq!(count(&seq, "layer norm (mlp)"), 1);
+    assert_eq!(count(&par, "residual add (parallel blocks)"), 1);
+    assert_eq!(count(&par, "residual add (attention)"), 0);
+    // The attention is 48 x 256 = 12288 wide: the output projection reads that width.
+    let output = par
+        .kernels
+        .iter()
+        .find(|k| k.name == "attention output")
+        .unwrap();
+    assert!(
+        matches!(
+            output.op,
+            Op::Gemm {
+                k: 12288,
+                n: 18432,
+                ..
+            }
+        ),
+        "{:?}",
+        output.op
+    );
+    // 7 heads do not divide a 1000-wide model: accepted only with head_dim.
+    let odd = "version: 1\nkind: transformer\nname: odd\nhidden: 1000\nlayers: 2\nheads: 7\n\
+               ffn_hidden: 4000\nsequence: 128\nvocab: 1000\nglobal_batch: 2\nprecision: bf16\n";
+    assert!(Workload::from_yaml("odd.yaml", odd).is_err());
+    let with = odd.replace("heads: 7\n", "heads: 7\nhead_dim: 256\n");
+    let g = Workload::from_yaml("odd.yaml", &with).unwrap().graph();
+    let qkv = g
+        .kernels
+        .iter()
+        .find(|k| k.name == "qkv projection")
+        .unwrap();
+    assert!(
+        matches!(
+            qkv.op,
+            Op::Gemm {
+                k: 1000,
+                n: 5376,
+                ..
+            }
+        ),
+        "{:?}",
+        qkv.op
+    );
+}
+
+#[test]
+fn bad_workload_zero_head_dim() {
+    rejects_workload(
+        "wl-head-dim",
+        &shipped("workloads/palm-540b.yaml").replace("head_dim: 256 ", "head_dim: 0 "),
+        "budgets/h100.yaml",
+        &["head_dim = 0", "expected an integer > 0"],
+    );
 }

@@ -308,6 +308,10 @@ pub struct TransformerRaw {
     pub hidden: u64,
     pub layers: u64,
     pub heads: u64,
+    /// Width of one attention head; hidden / heads when absent (then heads must divide
+    /// hidden).
+    #[serde(default)]
+    pub head_dim: Option<u64>,
     /// Key/value heads (grouped-query attention); `heads` when absent.
     #[serde(default)]
     pub kv_heads: Option<u64>,
@@ -315,6 +319,10 @@ pub struct TransformerRaw {
     /// Gated feed-forward (SwiGLU: three matrices); false when absent.
     #[serde(default)]
     pub gated_ffn: bool,
+    /// Attention and feed-forward side by side from one norm, their outputs summed into
+    /// the residual (GPT-J, PaLM); false when absent.
+    #[serde(default)]
+    pub parallel_blocks: bool,
     pub sequence: u64,
     pub vocab: u64,
     /// Sequences per iteration.

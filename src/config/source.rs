@@ -207,6 +207,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../workloads/megatron-1t.yaml"),
     ),
     (
+        "workloads/palm-540b.yaml",
+        include_str!("../../workloads/palm-540b.yaml"),
+    ),
+    (
         "workloads/dlrm-a.yaml",
         include_str!("../../workloads/dlrm-a.yaml"),
     ),

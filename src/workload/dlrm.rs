@@ -356,9 +356,11 @@ fn feature_transformer(g: &mut Builder, w: &Dlrm, features: u64, dim: u64) -> u6
     let shape = LayerShape {
         hidden: h,
         heads: t.heads,
+        head_dim: h / t.heads,
         kv_heads: t.heads,
         ffn_hidden: t.ffn_hidden,
         gated_ffn: false,
+        parallel: false,
         moe: None,
         dropout: false,
         flash: false,

@@ -7,7 +7,7 @@ use crate::workload::graph::{Graph, Phase};
 
 /// Bytes of the KV cache for `batch` sequences of `context` tokens.
 pub fn kv_cache_bytes(w: &Transformer, batch: u64, context: u64) -> f64 {
-    let head_dim = w.hidden / w.heads;
+    let head_dim = w.head_dim;
     (batch * context * w.layers * 2 * w.kv_heads * head_dim) as f64 * w.precision.bytes()
 }
 

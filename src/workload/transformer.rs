@@ -18,9 +18,13 @@ pub struct Transformer {
     pub hidden: u64,
     pub layers: u64,
     pub heads: u64,
+    /// Width of one attention head (the attention is heads x head_dim wide).
+    pub head_dim: u64,
     pub kv_heads: u64,
     pub ffn_hidden: u64,
     pub gated_ffn: bool,
+    /// Attention and feed-forward side by side from one norm (GPT-J, PaLM).
+    pub parallel_blocks: bool,
     pub sequence: u64,
     pub vocab: u64,
     pub global_batch: u64,
@@ -50,9 +54,11 @@ impl Transformer {
             dropout: training && self.dropout > 0.0,
             hidden: self.hidden,
             heads: self.heads,
+            head_dim: self.head_dim,
             kv_heads: self.kv_heads,
             ffn_hidden: self.ffn_hidden,
             gated_ffn: self.gated_ffn,
+            parallel: self.parallel_blocks,
             moe: self.moe,
             flash: self.attention == AttentionKernel::Flash,
         }
@@ -72,9 +78,12 @@ pub struct Moe {
 pub(super) struct LayerShape {
     pub(super) hidden: u64,
     pub(super) heads: u64,
+    pub(super) head_dim: u64,
     pub(super) kv_heads: u64,
     pub(super) ffn_hidden: u64,
     pub(super) gated_ffn: bool,
+    /// Attention and feed-forward side by side from one norm, summed into the residual.
+    pub(super) parallel: bool,
     pub(super) moe: Option<Moe>,
     /// Dropout on the attention probabilities and on both residual branches (fused into
     /// the residual adds, as Megatron-LM's bias-dropout-add).
@@ -88,7 +97,17 @@ pub(super) fn transformer(
     raw: TransformerRaw,
     stem: String,
 ) -> Result<Workload, ConfigError> {
-    let (hidden, heads) = hidden_and_heads(check, "", raw.hidden, raw.heads)?;
+    let (hidden, heads, head_dim) = match raw.head_dim {
+        None => {
+            let (hidden, heads) = hidden_and_heads(check, "", raw.hidden, raw.heads)?;
+            (hidden, heads, hidden / heads)
+        }
+        Some(d) => (
+            check.positive_count("hidden", raw.hidden)?,
+            check.positive_count("heads", raw.heads)?,
+            check.positive_count("head_dim", d)?,
+        ),
+    };
     let kv_heads = check.positive_count("kv_heads", raw.kv_heads.unwrap_or(heads))?;
     if heads % kv_heads != 0 {
         return Err(ConfigError::invalid(
@@ -112,9 +131,11 @@ pub(super) fn transformer(
         hidden,
         layers: check.positive_count("layers", raw.layers)?,
         heads,
+        head_dim,
         kv_heads,
         ffn_hidden: check.positive_count("ffn_hidden", raw.ffn_hidden)?,
         gated_ffn: raw.gated_ffn,
+        parallel_blocks: raw.parallel_blocks,
         sequence: check.positive_count("sequence", raw.sequence)?,
         vocab: check.positive_count("vocab", raw.vocab)?,
         global_batch: check.positive_count("global_batch", raw.global_batch)?,
@@ -356,7 +377,9 @@ pub(super) fn transformer_pass(
 }
 
 /// `l` transformer layers over `batch` sequences of `s` queries attending to `keys` keys:
-/// norms, attention, residuals and the (dense or mixture-of-experts) feed-forward.
+/// norms, attention, residuals and the (dense or mixture-of-experts) feed-forward; with
+/// parallel blocks, one norm feeds both and one add sums them into the residual (their
+/// tensor- and sequence-parallel collectives stay one per linear layer, not fused).
 pub(super) fn transformer_layers(
     g: &mut Builder,
     w: &LayerShape,
@@ -385,7 +408,10 @@ pub(super) fn transformer_layers(
             Some(_) => LayerType::Expert,
         },
     );
-    layer_norm(g, "layer norm (mlp)", l, t * h as f64);
+    // Parallel blocks feed the feed-forward the attention's normalized input.
+    if !w.parallel {
+        layer_norm(g, "layer norm (mlp)", l, t * h as f64);
+    }
     match w.moe {
         None => feed_forward(
             g,
@@ -398,13 +424,35 @@ pub(super) fn transformer_layers(
         Some(moe) => moe_feed_forward(g, w, &moe, l, tokens),
     }
     g.split = Split::Replicated;
-    residual_add(g, "residual add (mlp)", w.dropout, l, t * h as f64);
-    // Two norm scales (and shifts) per layer: the attention's, then the feed-forward's.
+    if w.parallel {
+        // One add of both branches' outputs (each dropped out) to the layer's input.
+        let mask = if w.dropout {
+            2.0 * DROPOUT_MASK_BYTES
+        } else {
+            0.0
+        };
+        g.pointwise_masked(
+            "residual add (parallel blocks)",
+            KernelClass::Pointwise,
+            l,
+            t * h as f64,
+            3.0,
+            2.0,
+            0.0,
+            mask,
+        );
+    } else {
+        residual_add(g, "residual add (mlp)", w.dropout, l, t * h as f64);
+    }
+    // Norm scales (and shifts) per layer: the attention's, then the feed-forward's (one
+    // shared norm with parallel blocks).
     let feed_forward = g.layer;
     tag(g, LayerType::Attention);
     g.dense_parameters((2 * h * l) as f64);
     g.layer = feed_forward;
-    g.dense_parameters((2 * h * l) as f64);
+    if !w.parallel {
+        g.dense_parameters((2 * h * l) as f64);
+    }
 }
 
 /// Self-attention of `l` layers: norm, QKV projection (grouped-query: `kv_heads` key and
@@ -414,8 +462,10 @@ fn attention(g: &mut Builder, w: &LayerShape, l: u64, batch: u64, s: u64, keys: 
     let h = w.hidden;
     let tokens = batch * s;
     let t = tokens as f64;
-    let head_dim = h / w.heads;
+    let head_dim = w.head_dim;
     let kv = w.kv_heads * head_dim;
+    // The attention's width: heads x head_dim (hidden unless `head_dim` says otherwise).
+    let width = w.heads * head_dim;
     layer_norm(g, "layer norm (attention)", l, t * h as f64);
     g.split = Split::Column;
     g.linear(
@@ -424,14 +474,14 @@ fn attention(g: &mut Builder, w: &LayerShape, l: u64, batch: u64, s: u64, keys: 
         l,
         tokens,
         h,
-        h + 2 * kv,
+        width + 2 * kv,
         l,
         true,
     );
     let bh = batch * w.heads;
     // Scores need Q (every head) and K (one per key/value head); the context needs the
     // softmax output (kept by the softmax) and V (one per key/value head).
-    let q_bytes = t * h as f64 * bytes;
+    let q_bytes = t * width as f64 * bytes;
     let kv_bytes = (batch * keys) as f64 * kv as f64 * bytes;
     g.split = Split::Sharded;
     if w.flash {
@@ -500,13 +550,15 @@ fn attention(g: &mut Builder, w: &LayerShape, l: u64, batch: u64, s: u64, keys: 
         KernelClass::Gemm,
         l,
         tokens,
-        h,
+        width,
         h,
         l,
         true,
     );
     g.split = Split::Replicated;
-    residual_add(g, "residual add (attention)", w.dropout, l, t * h as f64);
+    if !w.parallel {
+        residual_add(g, "residual add (attention)", w.dropout, l, t * h as f64);
+    }
 }
 
 /// A mixture-of-experts feed-forward layer, `l` times: the router scores every token
