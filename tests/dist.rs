@@ -1971,3 +1971,64 @@ fn a_fabrics_bandwidth_efficiency_scales_what_its_transfers_achieve() {
         "{err}"
     );
 }
+
+/// A 30-layer model on 4 stages runs 7/8/8/7 (the ends, which also hold the embedding and
+/// the loss, one fewer); with one micro-batch the step is the stages' work in sequence, so
+/// it lies between the 28- and 32-layer models' on the same stages, two layers' work above
+/// the 28-layer one; the weights held follow the fullest stage. Interleaving needs layers
+/// that divide; `ends=` that leaves the middle stages unequal exits 2.
+#[test]
+fn uneven_pipeline_stages_run_and_follow_their_layers() {
+    let (system, arch) = system("templates/dgx-h100.yaml");
+    let net = system.network(&arch, 8).unwrap();
+    let s = Strategy::parse("t1-p4-d2-mb1").unwrap();
+    let run = |layers: u64| predict(&gpt(16, 1024, layers, 2, "none"), &arch, &net, &s).unwrap();
+    let (a, b, c) = (run(28), run(30), run(32));
+    assert_eq!(b.micro_batches, 1);
+    assert!(a.time_per_iteration_s < b.time_per_iteration_s);
+    assert!(b.time_per_iteration_s < c.time_per_iteration_s);
+    // Two layers' forward and backward, as the 32-layer model's four more take twice that.
+    assert_close(
+        "two layers",
+        b.time_per_iteration_s - a.time_per_iteration_s,
+        (c.time_per_iteration_s - a.time_per_iteration_s) / 2.0,
+        0.05,
+    );
+    // The first stage (embedding + 7 layers) is the fullest in both 28 and 30.
+    assert_close("weights held", b.weights_bytes, a.weights_bytes, 1e-6);
+    let interleaved = Strategy::parse("t1-p4-d2-mb1-i2").unwrap();
+    let e = predict(&gpt(16, 1024, 30, 2, "none"), &arch, &net, &interleaved).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("30 layers do not split evenly into 4 stages x 2 chunks"),
+        "{e}"
+    );
+    let text = "version: 1\nkind: transformer\nname: g\nhidden: 1024\nlayers: 30\nheads: 16\n\
+                ffn_hidden: 4096\nsequence: 2048\nvocab: 51200\nglobal_batch: 2\nprecision: bf16\n";
+    let scratch = root().join("target/uneven-stages.tmp.yaml");
+    std::fs::write(&scratch, text).unwrap();
+    let path = scratch.display().to_string();
+    let args = |strategy: &str| {
+        common::stackflow(&[
+            "predict",
+            "--system",
+            "templates/dgx-h100.yaml",
+            "--devices",
+            "8",
+            "--workload",
+            &path,
+            "--strategy",
+            strategy,
+        ])
+    };
+    let (code, out, err) = args("t1-p4-d2-mb1-ends=8.6");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ends=8.6"), "{out}");
+    let (code, _, err) = args("t1-p4-d2-mb1-ends=8.5");
+    let _ = std::fs::remove_file(&scratch);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("ends=8.5") && err.contains("equal share"),
+        "{err}"
+    );
+}

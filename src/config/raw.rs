@@ -486,6 +486,9 @@ pub struct StrategyRaw {
     /// Tensor-parallel collectives beside the linear layers (true) or blocking (false, the
     /// default).
     pub tensor_overlap: Option<bool>,
+    /// Layers of the first and last pipeline stages; the stages between share the rest.
+    #[serde(default)]
+    pub stage_ends: Option<[u64; 2]>,
 }
 
 // ---------------------------------------------------------------- systems

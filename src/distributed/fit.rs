@@ -69,20 +69,15 @@ pub(super) fn fit_graph(
     })
 }
 
-/// Pipeline stages need repeated layers that split evenly; tensor parallelism needs
-/// column/row layers; expert parallelism needs experts that split evenly.
+/// Pipeline stages need repeated layers to split ([`Strategy::stage_layers`]: evenly, or
+/// with fewer on the ends); tensor parallelism needs column/row layers; expert
+/// parallelism needs experts that split evenly.
 fn check_model_split(graph: &Graph, s: &Strategy) -> Result<(), String> {
-    let (p, v) = (s.pipeline, s.interleave);
-    if p > 1 {
+    if s.pipeline > 1 {
         if graph.layers == 0 {
             return Err("the workload has no repeated layers to split into pipeline stages".into());
         }
-        if graph.layers % (p * v) != 0 {
-            return Err(format!(
-                "{} layers do not split evenly into {p} stages x {v} chunks",
-                graph.layers
-            ));
-        }
+        s.stage_layers(graph.layers)?;
     }
     let has_tensor_split = graph
         .kernels

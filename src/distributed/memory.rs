@@ -120,18 +120,26 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
     }
 }
 
-/// Activations of the micro-batches in flight on the first stage (Narayanan et al. 2021:
-/// 1F1B holds p, interleaving p(1 + (p-1)/(pv)), GPipe all m; never more than the
-/// micro-batches there are).
+/// Activations of the micro-batches in flight on the fullest stage (Narayanan et al. 2021:
+/// 1F1B holds p on the first stage, interleaving p(1 + (p-1)/(pv)), GPipe all m; never more
+/// than the micro-batches there are). With stages of unequal layers (one chunk each), stage
+/// i holds p - i micro-batches of its own layers' activations: the most of those.
 fn activations(fit: &Fit, s: &Strategy) -> f64 {
     let (p, v, m) = (s.pipeline, s.interleave, fit.micro_batches);
     let act = &fit.graph.memory;
     let tensor_split = s.activation_split();
-    let per_micro_batch = ((act.activations_bytes - act.replicated_activations_bytes)
-        / tensor_split.0
+    let whole = ((act.activations_bytes - act.replicated_activations_bytes) / tensor_split.0
         + act.replicated_activations_bytes / tensor_split.1)
-        * fit.f_tok
-        / p as f64;
+        * fit.f_tok;
+    let layers = fit.graph.layers;
+    let split = s.stage_layers(layers).unwrap_or_default();
+    if p > 1 && v == 1 && split.iter().any(|&n| n != layers / p) {
+        let in_flight = |stage: u64| if s.gpipe { m } else { (p - stage).min(m) } as f64;
+        return (0..p)
+            .map(|i| whole * split[i as usize] as f64 / layers as f64 * in_flight(i))
+            .fold(0.0, f64::max);
+    }
+    let per_micro_batch = whole / p as f64;
     let in_flight = if s.gpipe || p == 1 {
         m as f64
     } else if v == 1 {

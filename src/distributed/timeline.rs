@@ -776,7 +776,7 @@ fn stage_sync(
                 Buckets::Pieces(pieces) => pieces,
                 Buckets::Apart(send) => {
                     // Nothing meets on a fabric: each bucket leaves as its layer ends.
-                    let layers = layers_per_chunk(inputs);
+                    let layers = layers_per_chunk(inputs, st);
                     let layer = (stop - start) / layers as f64;
                     for j in 0..layers {
                         comm_free = comm_free.max(start + layer * (j + 1) as f64) + send;
@@ -850,7 +850,7 @@ fn joint_layer_sync(
 ) -> (f64, f64, f64) {
     let first = parts[0].inputs;
     let v = first.s.interleave as usize;
-    let (vf, layers) = (v as f64, layers_per_chunk(first));
+    let (vf, layers) = (v as f64, layers_per_chunk(first, &first.stages[i]));
     let l = layers as f64;
     let syncs: Vec<Sync> = parts
         .iter()
@@ -981,9 +981,9 @@ impl Sync<'_> {
     }
 }
 
-fn layers_per_chunk(inputs: &Inputs) -> usize {
-    let s = inputs.s;
-    (inputs.graph.layers / (s.pipeline * s.interleave)).max(1) as usize
+/// Repeated layers in each of stage `st`'s chunks.
+fn layers_per_chunk(inputs: &Inputs, st: &StageWork) -> usize {
+    (st.layers / inputs.s.interleave).max(1) as usize
 }
 
 /// A bucket per weight, when its gradient is computed (DDP's order: last layers first); an
@@ -1029,7 +1029,7 @@ fn layer_buckets(
 ) -> Buckets {
     let map = ledger.map;
     let vf = inputs.s.interleave as f64;
-    let layers = layers_per_chunk(inputs);
+    let layers = layers_per_chunk(inputs, st);
     let l = layers as f64;
     let sync_axes = &sync.expert_axes;
     // Collectives beside the linear layers (`tp=overlap`) are inside the compute here.

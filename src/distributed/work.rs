@@ -82,6 +82,8 @@ pub(super) struct StageWork {
     /// optimizer step, on one device of the stage.
     pub(super) step_j: f64,
     pub(super) update_j: f64,
+    /// Repeated layers this stage holds.
+    pub(super) layers: u64,
 }
 
 /// Scales the token dimension of a kernel by `f` (a micro-batch's share of the batch).
@@ -383,11 +385,21 @@ fn split_tensor(k: &mut Kernel, t: u64, sp: bool, needs: &mut Vec<Need>) {
     }
 }
 
+/// The first repeated layer of stage `stage` and how many it holds
+/// ([`Strategy::stage_layers`]; a strategy that fits the graph always has a split).
+pub(super) fn stage_span(graph: &Graph, s: &Strategy, stage: u64) -> (u64, u64) {
+    let p = s.pipeline;
+    match s.stage_layers(graph.layers) {
+        Ok(split) => (split[..stage as usize].iter().sum(), split[stage as usize]),
+        Err(_) => (stage * (graph.layers / p), graph.layers / p),
+    }
+}
+
 /// The layers of stage `stage` that train: fine-tuning trains the last `trainable_layers`
 /// layers, and this is the stage's share of them. Also whether the graph is fine-tuned.
-fn trained_layers(graph: &Graph, p: u64, stage: u64) -> (u64, bool) {
-    let per_stage = graph.layers / p;
-    let (first, last) = (stage * per_stage, (stage + 1) * per_stage);
+fn trained_layers(graph: &Graph, s: &Strategy, stage: u64) -> (u64, bool) {
+    let (first, per_stage) = stage_span(graph, s, stage);
+    let last = first + per_stage;
     let lowest = graph.layers - graph.trainable_layers.min(graph.layers);
     let trained = last.saturating_sub(first.max(lowest)).min(per_stage);
     (trained, graph.trainable_layers < graph.layers)
@@ -398,8 +410,14 @@ fn trained_layers(graph: &Graph, p: u64, stage: u64) -> (u64, bool) {
 fn stage_weights(graph: &Graph, s: &Strategy, stage: u64) -> StageWork {
     let p = s.pipeline;
     let layer_params = graph.parameters_by_position[Position::Layer as usize];
+    let (_, layers) = stage_span(graph, s, stage);
     let mut w = StageWork {
-        parameters: layer_params / p as f64,
+        parameters: if graph.layers > 0 {
+            layer_params * layers as f64 / graph.layers as f64
+        } else {
+            layer_params / p as f64
+        },
+        layers,
         ..Default::default()
     };
     if stage == 0 {
@@ -409,7 +427,7 @@ fn stage_weights(graph: &Graph, s: &Strategy, stage: u64) -> StageWork {
         w.parameters += graph.parameters_by_position[Position::Tail as usize];
     }
     let model_shard = s.model_degree() as f64;
-    let (trained_layers, fine_tuning) = trained_layers(graph, p, stage);
+    let (trained_layers, fine_tuning) = trained_layers(graph, s, stage);
     let layer = if graph.layers > 0 {
         layer_params / graph.layers as f64
     } else {
@@ -440,9 +458,14 @@ fn stage_weights(graph: &Graph, s: &Strategy, stage: u64) -> StageWork {
     w
 }
 
-/// Instances of `kernel` stage `stage` runs per micro-batch (the update: once);
-/// `trained` is the stage's [`trained_layers`].
-fn instances(kernel: &Kernel, graph: &Graph, p: u64, stage: u64, trained: (u64, bool)) -> u64 {
+/// Instances of `kernel` stage `stage` (of `p`, holding `layers` repeated layers) runs per
+/// micro-batch (the update: once); `trained` is the stage's [`trained_layers`].
+fn instances(
+    kernel: &Kernel,
+    graph: &Graph,
+    (p, stage, layers): (u64, u64, u64),
+    trained: (u64, bool),
+) -> u64 {
     let backward = matches!(
         kernel.phase,
         Phase::Recompute | Phase::BackwardInput | Phase::BackwardWeight
@@ -452,6 +475,10 @@ fn instances(kernel: &Kernel, graph: &Graph, p: u64, stage: u64, trained: (u64, 
         _ if kernel.phase == Phase::Update => 1,
         Position::Layer if backward && fine_tuning => {
             kernel.count / graph.trainable_layers.max(1) * trained_layers
+        }
+        // A repeated layer's kernels run count / layers times per layer.
+        Position::Layer if graph.layers > 0 && kernel.count % graph.layers == 0 => {
+            kernel.count / graph.layers * layers
         }
         Position::Layer => kernel.count / p,
         Position::Head if stage == 0 => kernel.count,
@@ -480,11 +507,16 @@ pub(super) fn stages_work(
 ) -> Vec<Arc<StageWork>> {
     let p = s.pipeline;
     let mut out: Vec<Arc<StageWork>> = Vec::with_capacity(p as usize);
-    // (first stage, last stage, trained layers) -> the stage that has it.
-    type Kind = (bool, bool, (u64, bool));
+    // (first stage, last stage, layers, trained layers) -> the stage that has it.
+    type Kind = (bool, bool, u64, (u64, bool));
     let mut seen: Vec<(Kind, usize)> = Vec::new();
     for stage in 0..p {
-        let key = (stage == 0, stage == p - 1, trained_layers(graph, p, stage));
+        let key = (
+            stage == 0,
+            stage == p - 1,
+            stage_span(graph, s, stage).1,
+            trained_layers(graph, s, stage),
+        );
         match seen.iter().find(|(k, _)| *k == key) {
             Some(&(_, i)) => {
                 let same = out[i].clone();
@@ -513,9 +545,10 @@ pub(super) fn stage_work(
     sparse_cores: bool,
 ) -> StageWork {
     let mut w = stage_weights(graph, s, stage);
-    let trained = trained_layers(graph, s.pipeline, stage);
+    let trained = trained_layers(graph, s, stage);
+    let span = (s.pipeline, stage, w.layers);
     for kernel in &graph.kernels {
-        let count = instances(kernel, graph, s.pipeline, stage, trained);
+        let count = instances(kernel, graph, span, trained);
         if count == 0 {
             continue;
         }
@@ -667,6 +700,44 @@ impl StageWork {
 mod tests {
     use super::*;
     use crate::workload::Workload;
+
+    /// Stages of unequal layers share the work whole: every repeated-layer kernel's
+    /// instances over the stages add up to its count, each stage running its own layers'
+    /// share; the stages' weights add up to the layers' (30 layers over 4 stages: 7/8/8/7).
+    #[test]
+    fn unequal_stages_share_the_layers_whole() {
+        let text = "version: 1\nkind: transformer\nname: g\nhidden: 256\nlayers: 30\nheads: 4\n\
+                    ffn_hidden: 1024\nsequence: 128\nvocab: 1000\nglobal_batch: 8\n\
+                    precision: bf16\n";
+        let graph = Workload::from_yaml("g.yaml", text).unwrap().graph();
+        let s = Strategy::parse("p4").unwrap();
+        let split = s.stage_layers(graph.layers).unwrap();
+        assert_eq!(split, vec![7, 8, 8, 7]);
+        for k in graph
+            .kernels
+            .iter()
+            .filter(|k| k.position == Position::Layer)
+        {
+            let per_stage: Vec<u64> = (0..4)
+                .map(|stage| {
+                    let span = (4, stage, split[stage as usize]);
+                    instances(k, &graph, span, trained_layers(&graph, &s, stage))
+                })
+                .collect();
+            if k.phase == Phase::Update {
+                continue;
+            }
+            assert_eq!(per_stage.iter().sum::<u64>(), k.count, "{}", k.name);
+            assert_eq!(per_stage[1] * 7, per_stage[0] * 8, "{}", k.name);
+        }
+        let layer_params = graph.parameters_by_position[Position::Layer as usize];
+        let held: f64 = (0..4)
+            .map(|stage| stage_weights(&graph, &s, stage).parameters)
+            .sum();
+        let ends = graph.parameters_by_position[Position::Head as usize]
+            + graph.parameters_by_position[Position::Tail as usize];
+        assert!((held - layer_params - ends).abs() < 1e-6 * held, "{held}");
+    }
 
     /// A small mixture-of-experts model trained in FP8.
     fn fp8_moe() -> crate::workload::Graph {

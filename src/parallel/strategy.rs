@@ -89,6 +89,10 @@ pub struct Strategy {
     /// A pinned placement of the parallel dimensions, innermost (nearest devices) first;
     /// `None` tries every ordering and keeps the best.
     pub placement: Option<Placement>,
+    /// Layers of the first and last pipeline stages, the stages between sharing the rest
+    /// evenly (`ends=7.7`); `None`: an even split, or where the layers do not divide, the
+    /// one [`Strategy::stage_layers`] chooses.
+    pub ends: Option<(u64, u64)>,
 }
 
 /// Parallel dimensions in placement order, innermost first (at most the five axes).
@@ -144,6 +148,7 @@ impl Default for Strategy {
             send_overlap: true,
             tp_overlap: false,
             placement: None,
+            ends: None,
         }
     }
 }
@@ -341,6 +346,21 @@ impl Strategy {
                     .map_err(fail)?
                 }
                 "gpipe" if value.is_empty() => s.gpipe = true,
+                "ends=" => {
+                    let counts: Vec<Option<u64>> = value
+                        .split('.')
+                        .map(|n| n.parse::<u64>().ok().filter(|n| *n > 0))
+                        .collect();
+                    match counts.as_slice() {
+                        [Some(first), Some(last)] => s.ends = Some((*first, *last)),
+                        _ => {
+                            return Err(fail(format!(
+                                "ends={value}: the layers of the first and last stages, two \
+                                 integers > 0 joined by a dot (ends=7.7)"
+                            )))
+                        }
+                    }
+                }
                 "rc=" => {
                     s.recompute = Some(match value {
                         "none" => Recompute::None,
@@ -446,6 +466,13 @@ impl Strategy {
             send_overlap: raw.send_overlap.unwrap_or(true),
             tp_overlap: raw.tensor_overlap.unwrap_or(false),
             placement: None,
+            ends: match raw.stage_ends {
+                None => None,
+                Some([first, last]) => Some((
+                    check.positive_count("stage_ends[0]", first)?,
+                    check.positive_count("stage_ends[1]", last)?,
+                )),
+            },
         };
         s.structure()
             .map_err(|(field, value, message)| ConfigError::invalid(file, field, value, message))?;
@@ -655,7 +682,73 @@ impl Strategy {
                 "an interleaved schedule (i > 1) needs pipeline parallelism (p > 1)",
             );
         }
+        if let Some((first, last)) = self.ends {
+            if self.pipeline < 2 || self.interleave > 1 {
+                return bad(
+                    "stage_ends",
+                    &format!("{first}.{last}"),
+                    "the layers of the first and last stages (ends=) need pipeline stages \
+                     (p > 1) of one chunk each (no i)",
+                );
+            }
+        }
         Ok(())
+    }
+
+    /// Layers of each pipeline stage for a model of `layers` repeated layers: the `ends`
+    /// given, the stages between sharing the rest evenly; else an even split; else, with
+    /// one chunk per stage, the first and last stages (which also hold the embedding and
+    /// the loss) one layer fewer or more than the stages between, so that no stage holds
+    /// more than the layers / stages rounded up (30 over 4: 7/8/8/7). An error says why
+    /// no split fits.
+    pub fn stage_layers(&self, layers: u64) -> Result<Vec<u64>, String> {
+        let (p, v) = (self.pipeline, self.interleave);
+        let with_ends = |first: u64, last: u64| -> Option<Vec<u64>> {
+            let rest = layers.checked_sub(first + last)?;
+            if p == 2 {
+                return (rest == 0).then(|| vec![first, last]);
+            }
+            let middle = rest / (p - 2);
+            (middle > 0 && rest % (p - 2) == 0).then(|| {
+                let mut split = vec![middle; p as usize];
+                split[0] = first;
+                split[p as usize - 1] = last;
+                split
+            })
+        };
+        if let Some((first, last)) = self.ends {
+            return with_ends(first, last).ok_or_else(|| {
+                format!(
+                    "ends={first}.{last}: the first and last stages' layers must leave the \
+                     {} stages between an equal share of the other {} of {layers} layers",
+                    p.saturating_sub(2),
+                    layers.saturating_sub(first + last)
+                )
+            });
+        }
+        if layers % (p * v) == 0 {
+            return Ok(vec![layers / p; p as usize]);
+        }
+        if v > 1 || layers < p {
+            return Err(format!(
+                "{layers} layers do not split evenly into {p} stages x {v} chunks"
+            ));
+        }
+        // The fullest stage holds no more than needed: the stages between take the
+        // rounded-up share (or one less), the ends what is left, split as evenly as they can.
+        let most = layers.div_ceil(p);
+        (1..=most)
+            .rev()
+            .filter_map(|middle| {
+                let rest = layers.checked_sub(middle * p.saturating_sub(2))?;
+                let last = rest / 2;
+                let first = rest - last;
+                (last > 0 && first <= most)
+                    .then(|| with_ends(first, last))
+                    .flatten()
+            })
+            .next()
+            .ok_or_else(|| format!("{layers} layers do not split over {p} stages"))
     }
 
     /// Checks the strategy against a device count: degrees multiply to it, expert divides
@@ -691,7 +784,15 @@ fn switch(value: &str, (on, off): (&str, &str), why: impl Fn() -> String) -> Res
 
 /// `mb4` -> ("mb", "4"), `rc=full` -> ("rc=", "full"), `sp` -> ("sp", "").
 fn split_key(token: &str) -> (&str, &str) {
-    for key in ["rc=", "prefetch=", "grad=", "send=", "tp=", "order="] {
+    for key in [
+        "rc=",
+        "prefetch=",
+        "grad=",
+        "send=",
+        "tp=",
+        "order=",
+        "ends=",
+    ] {
         if let Some(rest) = token.strip_prefix(key) {
             return (key, rest);
         }
@@ -754,6 +855,9 @@ impl fmt::Display for Strategy {
         if self.tp_overlap {
             parts.push("tp=overlap".into());
         }
+        if let Some((first, last)) = self.ends {
+            parts.push(format!("ends={first}.{last}"));
+        }
         if let Some(order) = &self.placement {
             let letters: Vec<&str> = order.axes().iter().map(|a| a.letter()).collect();
             parts.push(format!("order={}", letters.join(".")));
@@ -765,6 +869,30 @@ impl fmt::Display for Strategy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Stages of unequal layers: given ends, or fewer on the ends where the layers do not
+    /// divide (Llama 3 405B's 126 layers over 16 stages: 7, fourteen 8s, 7).
+    #[test]
+    fn stage_layers_split_evenly_or_with_fewer_on_the_ends() {
+        let p = |text: &str| Strategy::parse(text).unwrap();
+        assert_eq!(p("p4").stage_layers(32).unwrap(), vec![8; 4]);
+        assert_eq!(p("p4").stage_layers(30).unwrap(), vec![7, 8, 8, 7]);
+        let mut llama = vec![8; 16];
+        (llama[0], llama[15]) = (7, 7);
+        assert_eq!(p("p16").stage_layers(126).unwrap(), llama);
+        assert_eq!(p("p2").stage_layers(31).unwrap(), vec![16, 15]);
+        assert_eq!(p("p4").stage_layers(5).unwrap(), vec![2, 1, 1, 1]);
+        assert_eq!(p("p4-ends=8.6").stage_layers(30).unwrap(), vec![8, 8, 8, 6]);
+        for (text, layers) in [("p4-ends=8.6", 29u64), ("p4-i2", 30), ("p4", 3)] {
+            assert!(p(text).stage_layers(layers).is_err(), "{text} {layers}");
+        }
+        let s = p("p4-ends=8.6");
+        assert_eq!(Strategy::parse(&s.to_string()).unwrap(), s);
+        assert!(Strategy::parse("p4-ends=8").is_err());
+        assert!(Strategy::parse("p4-i2-ends=8.6").is_err());
+        let y = Strategy::from_yaml("s.yaml", "pipeline: 4\nstage_ends: [8, 6]\n").unwrap();
+        assert_eq!(y, s);
+    }
 
     #[test]
     fn paper_and_short_forms_agree() {
