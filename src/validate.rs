@@ -392,9 +392,9 @@ impl Ctx {
                 tolerance,
             } => {
                 let (a, b) = (self.train(fast)?, self.train(slow)?);
-                let chip_w = |p: &DistPrediction| p.average_power_w / p.devices as f64;
-                let x =
-                    (b.time_per_iteration_s / a.time_per_iteration_s) * (chip_w(&b) / chip_w(&a));
+                // Per chip: throughput over mean power, whatever the two runs' sizes.
+                let per_watt = |p: &DistPrediction| p.tokens_per_s / p.average_power_w;
+                let x = per_watt(&a) / per_watt(&b);
                 one(Point::relative(*measured, x, "x", *tolerance))
             }
             Run::Megatron {
@@ -450,8 +450,29 @@ impl Ctx {
                 )
                 .into());
             }
+            for (key, value) in [("micro_batch", r.micro_batch), ("interleave", r.interleave)] {
+                if value == 0 {
+                    return Err(ConfigError::invalid(
+                        file,
+                        format!("rows[{}B].{key}", r.params_b),
+                        value,
+                        "an integer > 0",
+                    )
+                    .into());
+                }
+            }
+            let strategy = megatron_strategy(r);
+            if let Err(e) = strategy.check_devices(r.gpus) {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("rows[{}B]", r.params_b),
+                    strategy,
+                    e.message,
+                )
+                .into());
+            }
             let net = system.network(&arch, r.gpus)?;
-            let p = predict(&megatron_gpt(r)?, &arch, &net, &megatron_strategy(r))?;
+            let p = predict(&megatron_gpt(r)?, &arch, &net, &strategy)?;
             let tflops = narayanan_flops(r) / p.time_per_iteration_s / r.gpus as f64 / 1e12;
             let e = rel(tflops, r.tflops);
             points.push(Point {
@@ -572,9 +593,8 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
         .iter()
         .filter(|c| c.known_gap.is_none() && c.unit != "%")
         .collect();
-    let errors: Vec<f64> = counted.iter().map(|c| c.error.abs()).collect();
-    let mean = errors.iter().sum::<f64>() / errors.len().max(1) as f64;
-    let max = errors.iter().copied().fold(0.0, f64::max);
+    let mean = Split::of(counted.iter().copied()).mean_abs_error_pct;
+    let max = counted.iter().map(|c| c.error.abs()).fold(0.0, f64::max);
     let calibration = Split::of(counted.iter().copied().filter(|c| c.calibrates.is_some()));
     let held_out = Split::of(counted.iter().copied().filter(|c| c.calibrates.is_none()));
     let in_groups = |id: &str| groups.iter().any(|g| g.0 == id);

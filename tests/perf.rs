@@ -1196,6 +1196,8 @@ fn flash_attention_keeps_nothing_quadratic_and_skips_masked_tiles() {
         products * (s + 1.0) / (2.0 * s),
         1e-12,
     );
+    // Utilization counts every score, as the materialized form runs them.
+    assert_close("model FLOPs", fused.model_flops(), products, 1e-12);
     let recomputed = &named(&flash, "attention (fused) backward scores (recompute)")[0];
     assert_eq!(recomputed.phase, Phase::Recompute);
     assert_close(
@@ -1235,6 +1237,30 @@ fn flash_attention_keeps_nothing_quadratic_and_skips_masked_tiles() {
         .map(|n| ev.kernel(&named(&mat, n)[0]).time_s)
         .sum();
     assert!(t.time_s < materialized, "{} vs {materialized}", t.time_s);
+    // Serving: a decode step's one query per sequence reads the whole cache, no causal
+    // share, forward only.
+    let serving = Workload::from_yaml(
+        "s.yaml",
+        &format!(
+            "{}inference: {{batch: 2, prompt_tokens: 512, output_tokens: 8}}\n",
+            text("flash", "none")
+        ),
+    )
+    .unwrap();
+    let (w, spec) = serving.serving().unwrap();
+    let decode = stackflow::workload::inference::decode_graph(w, spec, 1024);
+    let step = decode
+        .kernels
+        .iter()
+        .find(|k| k.name == "attention (fused)")
+        .unwrap();
+    assert_close(
+        "decode products",
+        step.flops(),
+        4.0 * bh * 1024.0 * d,
+        1e-12,
+    );
+    assert!(decode.kernels.iter().all(|k| k.phase == Phase::Forward));
 }
 
 /// Parallel blocks (GPT-J, PaLM): one norm feeds attention and feed-forward, one add sums
@@ -1260,6 +1286,14 @@ fn parallel_blocks_share_one_norm_and_head_dim_sets_the_attention_width() {
         par.matmul_flops(),
         seq.matmul_flops(),
         1e-12,
+    );
+    // Kept for backward: the feed-forward's norm input and its normalized output (shared
+    // with the QKV projection in parallel blocks) once fewer per layer, in 16 bits.
+    assert_close(
+        "kept activations",
+        seq.memory.activations_bytes - par.memory.activations_bytes,
+        2.0 * par.tokens * h * 2.0 * l,
+        1e-9,
     );
     let count = |g: &stackflow::workload::Graph, name: &str| {
         g.kernels

@@ -35,7 +35,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let workload = Workload::load(source, &workload_file)?;
     let system = load_system(args.system, args.slice)?;
     let design = system.design()?;
-    let arch = system.accelerator()?;
+    // A lone kernel runs as measured alone, in a system as on its own (one device, one
+    // answer).
+    let arch = stackflow::perf::as_run(&system.accelerator()?, &workload.graph());
     let devices = args.devices.unwrap_or_else(|| system.default_devices());
     let network = system.network(&arch, devices)?;
     super::check_precision(&workload_file, &workload, &arch)?;

@@ -97,7 +97,7 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
         );
     }
     let system = load_system(&a.system, a.slice.as_deref())?;
-    let arch = system.accelerator()?;
+    let arch = stackflow::perf::as_run(&system.accelerator()?, &workload.graph());
     let devices = a.devices.unwrap_or_else(|| system.default_devices());
     let net = system.network(&arch, devices)?;
     super::check_precision(&workload_file, &workload, &arch)?;

@@ -83,12 +83,21 @@ fn render(r: &Report) -> String {
         .iter()
         .filter_map(|c| c.calibrates.as_deref())
         .collect();
+    fitted.sort_unstable();
     fitted.dedup();
     let (cal, held) = (r.calibration, r.held_out);
+    let ratio = if cal.cases > 0 && cal.mean_abs_error_pct > 0.0 {
+        format!(
+            "{:.1}x the calibration's",
+            held.mean_abs_error_pct / cal.mean_abs_error_pct
+        )
+    } else {
+        "no calibration error to compare".to_string()
+    };
     let _ = writeln!(
         s,
         "calibration ({}): {} cases, mean |error| {:.1}%; held out: {} cases, mean |error| \
-         {:.1}% ({:.1}x the calibration's)",
+         {:.1}% ({ratio})",
         if fitted.is_empty() {
             "no fitted constant".to_string()
         } else {
@@ -98,7 +107,6 @@ fn render(r: &Report) -> String {
         cal.mean_abs_error_pct,
         held.cases,
         held.mean_abs_error_pct,
-        held.mean_abs_error_pct / cal.mean_abs_error_pct.max(1e-9)
     );
     for c in r.cases.iter().filter(|c| c.known_gap.is_some()) {
         let _ = writeln!(

@@ -494,7 +494,7 @@ impl LayeredPlan {
             .kernels
             .iter()
             .filter(|k| k.phase != Phase::Recompute)
-            .map(|k| k.flops() * k.count as f64)
+            .map(|k| k.model_flops() * k.count as f64)
             .sum();
         let memory = &self.memory;
         let (gemm_precision, at_precision) = gemm_peak(graph, &self.throughput_by_precision);

@@ -464,7 +464,7 @@ impl Plan {
             .kernels
             .iter()
             .filter(|k| k.phase != Phase::Recompute)
-            .map(|k| k.flops() * k.count as f64)
+            .map(|k| k.model_flops() * k.count as f64)
             .sum();
         let (gemm_precision, at_precision) = gemm_peak(graph, &self.throughput_by_precision);
         let busiest = self.busiest_stage();

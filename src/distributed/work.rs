@@ -116,15 +116,21 @@ fn scale_stream(op: &mut Op, factor: f64) {
             read_bytes,
             write_bytes,
             flops,
-        }
-        | Op::Fused {
-            read_bytes,
-            write_bytes,
-            flops,
         } => {
             *read_bytes *= factor;
             *write_bytes *= factor;
             *flops *= factor;
+        }
+        Op::Fused {
+            read_bytes,
+            write_bytes,
+            flops,
+            model_flops,
+        } => {
+            *read_bytes *= factor;
+            *write_bytes *= factor;
+            *flops *= factor;
+            *model_flops *= factor;
         }
         Op::Gather {
             read_bytes,

@@ -345,6 +345,7 @@ impl Evaluator {
                 read_bytes,
                 write_bytes,
                 flops,
+                ..
             } => {
                 // Tagged by the precision its products run in.
                 let key = [

@@ -381,9 +381,9 @@ fn expert_top_mlp(g: &mut Builder, w: &Dlrm, moe: &Moe, top_in: u64) -> u64 {
     let first = mlp(g, "top", b, top_in, &w.top_mlp[..1]);
     let e = moe.experts;
     g.layer = LayerType::Expert;
-    g.fp8_linears(false);
+    g.gemm_input_linears(false);
     g.linear("router", KernelClass::Gemm, 1, b, first, e, 1, false);
-    g.fp8_linears(true);
+    g.gemm_input_linears(true);
     g.pointwise(
         "router softmax and top-k",
         KernelClass::Pointwise,

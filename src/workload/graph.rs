@@ -71,11 +71,14 @@ pub enum Op {
         flops: f64,
     },
     /// A fused kernel whose matrix products run on tiles held on chip (FlashAttention):
-    /// `flops` at the matrix rate, every byte read and written once.
+    /// `flops` at the matrix rate, every byte read and written once; `model_flops` what
+    /// a model FLOP count gives the same products (every score, masked or not, as
+    /// Narayanan et al. and PaLM count attention), for utilization.
     Fused {
         read_bytes: f64,
         write_bytes: f64,
         flops: f64,
+        model_flops: f64,
     },
     /// Row gathers (or scatters) into a table of `table_bytes`.
     Gather {
@@ -181,7 +184,7 @@ pub struct Kernel {
     pub name: String,
     pub class: KernelClass,
     pub phase: Phase,
-    /// The precision its tensors are stored and sent in.
+    /// The precision its tensors are stored in (messages: `wire`).
     pub precision: Precision,
     /// The precision its matrix products run in: `precision`, except the linear layers of
     /// a training whose GEMM inputs are stored otherwise (FP8 the Transformer Engine way:
@@ -234,6 +237,15 @@ impl Kernel {
             Op::Gemm { batch, m, k, n } => 2.0 * batch as f64 * m as f64 * k as f64 * n as f64,
             Op::Stream { flops, .. } | Op::Fused { flops, .. } => flops,
             Op::Gather { .. } => 0.0,
+        }
+    }
+
+    /// FLOPs a model FLOP count gives one instance: [`Kernel::flops`], except a fused
+    /// kernel's (every score of its products, skipped tiles included).
+    pub fn model_flops(&self) -> f64 {
+        match self.op {
+            Op::Fused { model_flops, .. } => model_flops,
+            _ => self.flops(),
         }
     }
 
@@ -292,7 +304,8 @@ pub struct Graph {
     pub memory: Footprint,
     /// Repeated layers (0 when the model has none to split into pipeline stages).
     pub layers: u64,
-    /// Bytes of one layer's input for the whole batch: what a pipeline stage sends on.
+    /// Bytes of one layer's input for the whole batch, in the communication precision:
+    /// what a pipeline stage sends on.
     pub boundary_bytes: f64,
     /// Dense parameters before, inside and after the repeated layers.
     pub parameters_by_position: [f64; 3],
@@ -518,6 +531,9 @@ pub(crate) struct Builder {
     cast_weights: f64,
     /// Whether the step clips the gradients by their global norm (language models).
     pub clips_gradients: bool,
+    /// The next linear layer's input is already kept for the backward pass by another
+    /// that reads the same tensor (parallel blocks' feed-forward): not kept again.
+    pub input_kept: bool,
 }
 
 impl Builder {
@@ -542,6 +558,7 @@ impl Builder {
             math: precision,
             cast_weights: 0.0,
             clips_gradients: false,
+            input_kept: false,
             recompute,
             kernels: Vec::new(),
             backward: Vec::new(),
@@ -575,7 +592,7 @@ impl Builder {
     /// Runs the linear layers added next in the activations' precision (`false`: an output
     /// layer or a router, which FP8 training keeps in BF16) or again in the GEMM inputs'
     /// (`true`).
-    pub fn fp8_linears(&mut self, on: bool) {
+    pub fn gemm_input_linears(&mut self, on: bool) {
         self.linear_math = if on {
             self.precisions.gemm_inputs
         } else {
@@ -762,8 +779,11 @@ impl Builder {
             Op::Gemm { batch: 1, m, k, n },
             recomputable,
         );
-        // The weight gradient reads the input kept in the product's precision.
-        self.save(m as f64 * k as f64 * self.math.bytes(), count, false, class);
+        // The weight gradient reads the input kept in the product's precision (once, when
+        // another linear layer keeps the same tensor).
+        if !std::mem::take(&mut self.input_kept) {
+            self.save(m as f64 * k as f64 * self.math.bytes(), count, false, class);
+        }
         self.push_backward(
             format!("{name} dX"),
             class,
@@ -870,8 +890,8 @@ impl Builder {
             1.0
         };
         // Two products of 2 x queries x keys x head_dim FLOPs per head over the tiles run.
-        let product =
-            2.0 * a.heads as f64 * a.queries as f64 * a.keys as f64 * a.head_dim as f64 * tiles;
+        let whole = 2.0 * a.heads as f64 * a.queries as f64 * a.keys as f64 * a.head_dim as f64;
+        let product = whole * tiles;
         let stats = a.heads as f64 * a.queries as f64 * 4.0;
         let full = self.recompute == Recompute::Full;
         self.push(
@@ -882,6 +902,7 @@ impl Builder {
                 read_bytes: a.q_bytes + 2.0 * a.kv_bytes,
                 write_bytes: a.q_bytes + stats,
                 flops: 2.0 * product,
+                model_flops: 2.0 * whole,
             },
             full,
         );
@@ -902,6 +923,7 @@ impl Builder {
                 read_bytes: 3.0 * a.q_bytes + 2.0 * a.kv_bytes + stats,
                 write_bytes: a.q_bytes + 2.0 * a.kv_bytes,
                 flops: 4.0 * product,
+                model_flops: 4.0 * whole,
             },
         );
         self.push_backward(
@@ -913,6 +935,7 @@ impl Builder {
                 read_bytes: 0.0,
                 write_bytes: 0.0,
                 flops: product,
+                model_flops: 0.0,
             },
         );
     }

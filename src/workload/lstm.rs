@@ -103,7 +103,7 @@ pub(super) fn lstm_graph(w: &Lstm) -> Graph {
     }
     g.set_in_layer(false);
     // FP8 training keeps the output layer in its storage precision.
-    g.fp8_linears(false);
+    g.gemm_input_linears(false);
     g.linear(
         "softmax projection",
         KernelClass::Gemm,
@@ -114,7 +114,7 @@ pub(super) fn lstm_graph(w: &Lstm) -> Graph {
         1,
         false,
     );
-    g.fp8_linears(true);
+    g.gemm_input_linears(true);
     g.pointwise(
         "softmax cross-entropy",
         KernelClass::Pointwise,

@@ -102,11 +102,23 @@ pub(super) fn transformer(
             let (hidden, heads) = hidden_and_heads(check, "", raw.hidden, raw.heads)?;
             (hidden, heads, hidden / heads)
         }
-        Some(d) => (
-            check.positive_count("hidden", raw.hidden)?,
-            check.positive_count("heads", raw.heads)?,
-            check.positive_count("head_dim", d)?,
-        ),
+        Some(d) => {
+            let heads = check.positive_count("heads", raw.heads)?;
+            let d = check.positive_count("head_dim", d)?;
+            // Bounded so that heads x head_dim (and the products over it) stay exact.
+            if heads.checked_mul(d).map_or(true, |width| width > 1 << 24) {
+                return Err(ConfigError::invalid(
+                    check.file,
+                    "head_dim",
+                    d,
+                    format!(
+                        "at most {} (heads x head_dim <= 2^24)",
+                        (1u64 << 24) / heads
+                    ),
+                ));
+            }
+            (check.positive_count("hidden", raw.hidden)?, heads, d)
+        }
     };
     let kv_heads = check.positive_count("kv_heads", raw.kv_heads.unwrap_or(heads))?;
     if heads % kv_heads != 0 {
@@ -348,9 +360,9 @@ pub(super) fn transformer_pass(
     layer_norm(&mut g, "final layer norm", 1, t * h as f64);
     g.split = Split::Column;
     // FP8 training keeps the output layer in BF16 (Megatron-LM, Transformer Engine).
-    g.fp8_linears(false);
+    g.gemm_input_linears(false);
     g.linear("logits", KernelClass::Gemm, 1, tokens, h, w.vocab, 1, false);
-    g.fp8_linears(true);
+    g.gemm_input_linears(true);
     g.split = Split::Sharded;
     if w.tie_embeddings {
         // The logits reuse the embedding matrix: count its parameters once.
@@ -408,8 +420,11 @@ pub(super) fn transformer_layers(
             Some(_) => LayerType::Expert,
         },
     );
-    // Parallel blocks feed the feed-forward the attention's normalized input.
-    if !w.parallel {
+    // Parallel blocks feed the feed-forward the attention's normalized input, which the
+    // QKV projection already keeps for the backward pass.
+    if w.parallel {
+        g.input_kept = true;
+    } else {
         layer_norm(g, "layer norm (mlp)", l, t * h as f64);
     }
     match w.moe {
@@ -571,7 +586,7 @@ fn moe_feed_forward(g: &mut Builder, w: &LayerShape, moe: &Moe, l: u64, tokens: 
     // its capacity of the routed tokens: tokens x top_k x capacity / experts.
     g.split = Split::Replicated;
     // The router stays in the training's storage precision under FP8.
-    g.fp8_linears(false);
+    g.gemm_input_linears(false);
     g.linear(
         "router",
         KernelClass::Gemm,
@@ -582,7 +597,7 @@ fn moe_feed_forward(g: &mut Builder, w: &LayerShape, moe: &Moe, l: u64, tokens: 
         l,
         true,
     );
-    g.fp8_linears(true);
+    g.gemm_input_linears(true);
     g.pointwise(
         "router softmax and top-k",
         KernelClass::Pointwise,
