@@ -2032,3 +2032,55 @@ fn uneven_pipeline_stages_run_and_follow_their_layers() {
         "{err}"
     );
 }
+
+/// The per-layer report: each stage's times by layer type, the busiest stage's adding up
+/// with the optimizer step to the step's compute time; one layer's times are its type's
+/// over the stage's layers and micro-batches; stages of equal layers report alike.
+#[test]
+fn per_layer_times_add_up_to_the_compute_time() {
+    let (system, arch) = system("templates/dgx-a100.yaml");
+    for (devices, strategy, workload) in [
+        (
+            1024,
+            "t8-p16-d8-mb1-i2-sp-rc=selective",
+            "workloads/gpt3-175b.yaml",
+        ),
+        (
+            2048,
+            "t8-p4-d64-mb1-sp-rc=selective",
+            "workloads/llama-65b.yaml",
+        ),
+        (64, "t8-d8-rc=full", "workloads/gpt3-175b.yaml"),
+    ] {
+        let net = system.network(&arch, devices).unwrap();
+        let w = Workload::load(Source::Disk, &root().join(workload)).unwrap();
+        let p = predict(&w, &arch, &net, &Strategy::parse(strategy).unwrap()).unwrap();
+        let stages = p.per_layer.iter().map(|l| l.stage).max().unwrap() + 1;
+        let stage_sum = |stage: u64| -> f64 {
+            p.per_layer
+                .iter()
+                .filter(|l| l.stage == stage)
+                .map(|l| l.forward_s + l.backward_s + l.recompute_s)
+                .sum()
+        };
+        let busiest = (0..stages).map(stage_sum).fold(0.0, f64::max);
+        assert_close(strategy, busiest + p.optimizer_step_s, p.compute_s, 1e-9);
+        let m = p.micro_batches as f64;
+        for l in p.per_layer.iter().filter(|l| l.layers > 0) {
+            assert_close(
+                "one layer forward",
+                l.per_layer_forward_s * l.layers as f64 * m,
+                l.forward_s,
+                1e-9,
+            );
+        }
+        let attention: Vec<f64> = p
+            .per_layer
+            .iter()
+            .filter(|l| l.layer == stackflow::workload::LayerType::Attention)
+            .map(|l| l.forward_s)
+            .collect();
+        assert_eq!(attention.len() as u64, stages);
+        assert!(attention.iter().all(|&t| t == attention[0]));
+    }
+}

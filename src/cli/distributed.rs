@@ -133,6 +133,54 @@ fn is_per_layer_type(text: &str) -> bool {
     text.contains(':') && !Path::new(text).is_file()
 }
 
+/// Compute per layer type and stage (all stages up to 4, else the first, second and last;
+/// `--json` lists every one), with one layer's forward and backward for one micro-batch.
+fn render_layers(s: &mut String, p: &DistPrediction) {
+    let stages = p
+        .per_layer
+        .iter()
+        .map(|l| l.stage)
+        .max()
+        .map_or(0, |x| x + 1);
+    let shown = |stage: u64| stages <= 4 || stage <= 1 || stage + 1 == stages;
+    let _ = writeln!(
+        s,
+        "\n{:<15} {:>5} {:>6} {:>12} {:>12} {:>12}  one layer, one micro-batch: fwd / bwd",
+        "per layer type", "stage", "layers", "forward", "backward", "recompute"
+    );
+    for l in p.per_layer.iter().filter(|l| shown(l.stage)) {
+        let one = if l.layers > 0 {
+            format!(
+                "{} / {}",
+                seconds(l.per_layer_forward_s),
+                seconds(l.per_layer_backward_s)
+            )
+        } else {
+            "-".to_string()
+        };
+        let _ = writeln!(
+            s,
+            "{:<15} {:>5} {:>6} {:>12} {:>12} {:>12}  {one}",
+            l.layer.name(),
+            l.stage,
+            l.layers,
+            seconds(l.forward_s),
+            seconds(l.backward_s),
+            seconds(l.recompute_s)
+        );
+    }
+    if stages > 4 {
+        let _ = writeln!(
+            s,
+            "(stages 2 to {} not shown; --json lists every stage; the optimizer step: {})",
+            stages - 2,
+            seconds(p.optimizer_step_s)
+        );
+    } else {
+        let _ = writeln!(s, "(the optimizer step: {})", seconds(p.optimizer_step_s));
+    }
+}
+
 /// A per-layer-type prediction: the iteration, each type's split and mapping, the
 /// collectives (resharding between types included).
 fn render_layered(p: &LayeredPrediction) -> String {
@@ -324,6 +372,7 @@ pub fn render(p: &DistPrediction, peak: f64) -> String {
             c.bound
         );
     }
+    render_layers(&mut s, p);
     let _ = writeln!(
         s,
         "\n{:<34} {:>6} {:>10} {:>8} {:>12}  overlap",

@@ -43,5 +43,5 @@ mod work;
 pub use fit::FitError;
 pub use layered::{predict_layered, LayerStrategy, LayeredPlan, LayeredPrediction};
 pub use predict::{evaluate, evaluate_with, predict, predict_with, Plan, Workspace};
-pub use report::{CommReport, ComputeReport, DistPrediction};
+pub use report::{CommReport, ComputeReport, DistPrediction, LayerTimes};
 pub use serve::{predict_inference, DistInference};

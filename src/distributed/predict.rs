@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::fit::{fit, fit_graph, Fit, FitError};
 use super::memory::{self, Footprint};
-use super::report::{ComputeReport, DistPrediction};
+use super::report::{ComputeReport, DistPrediction, LayerTimes};
 use super::timeline::{self, Eval, StageTimes};
 use super::work::{stages_weights, stages_work, StageWork};
 use crate::domain::{Precision, Recompute};
@@ -23,7 +23,7 @@ use crate::parallel::Axis;
 use crate::parallel::Strategy;
 use crate::perf::{EnergyRates, Evaluator};
 use crate::violation::Violation;
-use crate::workload::{Graph, Phase, Split, Workload};
+use crate::workload::{Graph, LayerType, Phase, Position, Split, Workload};
 
 /// A strategy fitted to a workload on a machine, before any kernel is timed: the batch
 /// split and the fullest device's memory. What a search checks first.
@@ -409,6 +409,46 @@ impl Plan {
         &self.stages[busiest]
     }
 
+    /// Every stage's compute per layer type over all micro-batches, and per repeated layer
+    /// for one micro-batch (the types a stage runs no kernel of left out).
+    fn layer_report(&self) -> Vec<LayerTimes> {
+        let graph = &self.fit.graph;
+        let m = self.fit.micro_batches as f64;
+        // Types with kernels inside the repeated layers.
+        let repeated: Vec<LayerType> = graph
+            .kernels
+            .iter()
+            .filter(|k| k.position == Position::Layer && k.phase == Phase::Forward)
+            .map(|k| k.layer)
+            .collect();
+        let mut out = Vec::new();
+        for (stage, st) in self.stages.iter().enumerate() {
+            for layer in LayerType::ALL {
+                let t = st.by_layer[layer as usize];
+                if t.forward_s + t.backward_s + t.recompute_s == 0.0 {
+                    continue;
+                }
+                let layers = if repeated.contains(&layer) {
+                    st.layers
+                } else {
+                    0
+                };
+                let per = |x: f64| if layers > 0 { x / layers as f64 } else { 0.0 };
+                out.push(LayerTimes {
+                    stage: stage as u64,
+                    layer,
+                    layers,
+                    forward_s: t.forward_s * m,
+                    backward_s: t.backward_s * m,
+                    recompute_s: t.recompute_s * m,
+                    per_layer_forward_s: per(t.forward_s),
+                    per_layer_backward_s: per(t.backward_s + t.recompute_s),
+                });
+            }
+        }
+        out
+    }
+
     /// Compute time per kernel class on the busiest stage, over all micro-batches.
     fn compute_report(&self, busiest: &StageWork) -> Vec<ComputeReport> {
         let m = self.fit.micro_batches as f64;
@@ -498,6 +538,8 @@ impl Plan {
             achieved_flops_per_s_per_device: graph.flops() / (time * devices),
             compute_s,
             compute: self.compute_report(busiest),
+            per_layer: self.layer_report(),
+            optimizer_step_s: busiest.update_s,
             communication: eval.comms,
             exposed_communication_s: eval.exposed_s,
             sparse_core_s: eval.sparse_s,

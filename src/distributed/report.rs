@@ -7,7 +7,7 @@ use crate::domain::{Precision, Precisions};
 use crate::network::collective::Collective;
 use crate::parallel::{Axis, Mapping};
 use crate::violation::Violation;
-use crate::workload::KernelClass;
+use crate::workload::{KernelClass, LayerType};
 
 /// One collective (or transfer) of the iteration, per device.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -26,6 +26,24 @@ pub struct CommReport {
     /// Whether compute waits for it (tensor and kernel parallelism) or it runs beside
     /// compute on the communication stream.
     pub blocking: bool,
+}
+
+/// One stage's compute for one layer type over the iteration, by phase, and per repeated
+/// layer of it (what a profiler shows for one layer of one micro-batch).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerTimes {
+    pub stage: u64,
+    pub layer: LayerType,
+    /// Repeated layers of this type on the stage (0: the type is outside the repeated
+    /// layers, e.g. the embedding, logits and loss).
+    pub layers: u64,
+    pub forward_s: f64,
+    pub backward_s: f64,
+    pub recompute_s: f64,
+    /// One layer's forward and backward (with recomputation) for one micro-batch; 0 when
+    /// `layers` is 0.
+    pub per_layer_forward_s: f64,
+    pub per_layer_backward_s: f64,
 }
 
 /// Compute time per kernel class on the busiest stage.
@@ -59,6 +77,11 @@ pub struct DistPrediction {
     pub achieved_flops_per_s_per_device: f64,
     pub compute_s: f64,
     pub compute: Vec<ComputeReport>,
+    /// Every stage's compute per layer type, and per repeated layer.
+    pub per_layer: Vec<LayerTimes>,
+    /// The busiest stage's optimizer step (with ZeRO, its shard): with its per-layer times,
+    /// `compute_s`.
+    pub optimizer_step_s: f64,
     pub communication: Vec<CommReport>,
     /// Iteration time beyond the same schedule with free communication.
     pub exposed_communication_s: f64,

@@ -84,6 +84,17 @@ pub(super) struct StageWork {
     pub(super) update_j: f64,
     /// Repeated layers this stage holds.
     pub(super) layers: u64,
+    /// One micro-batch's compute per layer type (by `LayerType as usize`): forward,
+    /// backward and recomputation (on embedding engines: not counted here).
+    pub(super) by_layer: [PhaseTimes; 5],
+}
+
+/// Compute time of one layer type's kernels by phase.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct PhaseTimes {
+    pub(super) forward_s: f64,
+    pub(super) backward_s: f64,
+    pub(super) recompute_s: f64,
 }
 
 /// Scales the token dimension of a kernel by `f` (a micro-batch's share of the batch).
@@ -648,6 +659,12 @@ impl StageWork {
             self.forward_s += time;
         } else {
             self.backward_s += time;
+        }
+        let layer = &mut self.by_layer[k.layer as usize];
+        match k.phase {
+            Phase::Forward => layer.forward_s += time,
+            Phase::Recompute => layer.recompute_s += time,
+            _ => layer.backward_s += time,
         }
         self.by_class.push((k.class, time, bound));
         if graph.layers == 0 {
