@@ -2084,3 +2084,36 @@ fn per_layer_times_add_up_to_the_compute_time() {
         assert!(attention.iter().all(|&t| t == attention[0]));
     }
 }
+
+/// Tensor parallelism gives each rank whole attention heads: a degree that does not divide
+/// them is refused by name, here and through the command line (exit 2).
+#[test]
+fn a_tensor_degree_that_splits_a_head_is_refused() {
+    let (system, arch) = system("templates/dgx-h100.yaml");
+    let net = system.network(&arch, 48).unwrap();
+    let s = Strategy::parse("t3-d16").unwrap();
+    let e = predict(&gpt(16, 1024, 4, 16, "none"), &arch, &net, &s).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("t3 does not divide the 16 attention heads"),
+        "{e}"
+    );
+    let ok = Strategy::parse("t2-d24").unwrap();
+    assert!(predict(&gpt(16, 1024, 4, 48, "none"), &arch, &net, &ok).is_ok());
+    let (code, _, err) = common::stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--devices",
+        "48",
+        "--workload",
+        "workloads/llama-65b.yaml",
+        "--strategy",
+        "t3-d16",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("t3 does not divide the 64 attention heads"),
+        "{err}"
+    );
+}

@@ -79,6 +79,13 @@ fn check_model_split(graph: &Graph, s: &Strategy) -> Result<(), String> {
         }
         s.stage_layers(graph.layers)?;
     }
+    if s.tensor > 1 && graph.heads > 0 && graph.heads % s.tensor != 0 {
+        return Err(format!(
+            "t{} does not divide the {} attention heads (tensor parallelism gives each rank \
+             whole heads)",
+            s.tensor, graph.heads
+        ));
+    }
     let has_tensor_split = graph
         .kernels
         .iter()

@@ -56,6 +56,7 @@ pub(super) fn gemm_graph(g: &Gemm) -> Graph {
         optimizer_state_per_parameter_bytes: 0.0,
         precisions: Precisions::uniform(g.precision),
         experts: 1,
+        heads: 0,
         layer_parts: Vec::new(),
         part_of: None,
     }

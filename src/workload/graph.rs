@@ -327,6 +327,9 @@ pub struct Graph {
     pub precisions: Precisions,
     /// Mixture-of-experts experts per expert layer (1 without experts).
     pub experts: u64,
+    /// Attention heads of a language model's layers, which tensor parallelism splits
+    /// whole (0: none to split).
+    pub heads: u64,
     /// What each layer type present holds of the totals above (training graphs built by
     /// the builder; empty otherwise).
     pub layer_parts: Vec<LayerPart>,
@@ -475,6 +478,7 @@ impl Graph {
             optimizer_state_per_parameter_bytes: self.optimizer_state_per_parameter_bytes,
             precisions: self.precisions,
             experts: self.experts,
+            heads: self.heads,
             layer_parts: Vec::new(),
             part_of: None,
         }
@@ -1226,6 +1230,7 @@ impl Builder {
             optimizer_state_per_parameter_bytes: state,
             precisions: roles,
             experts: 1,
+            heads: 0,
             layer_parts,
             part_of: None,
         }

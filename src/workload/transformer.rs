@@ -377,7 +377,7 @@ pub(super) fn transformer_pass(
         5.0,
         1.0,
     );
-    g.finish(
+    let mut graph = g.finish(
         w.name.clone(),
         w.optimizer,
         batch as f64,
@@ -385,7 +385,9 @@ pub(super) fn transformer_pass(
         0.0,
         l,
         t * h as f64 * roles.communication.bytes(),
-    )
+    );
+    graph.heads = w.heads;
+    graph
 }
 
 /// `l` transformer layers over `batch` sequences of `s` queries attending to `keys` keys:
