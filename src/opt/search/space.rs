@@ -4,7 +4,8 @@
 //! folds the table, so a new axis enters the enumeration by a new row, not a second list.
 //!
 //! The rules keep only values the workload can take by construction (degrees that divide
-//! the devices, tensor degrees that divide the attention heads, pipeline stages and chunks that divide the layers, micro-batches that
+//! the devices, tensor degrees that divide the attention heads, pipeline stages the layers
+//! split over (evenly, or with the ends one fewer) and chunks that divide them, micro-batches that
 //! divide a replica's batch, ZeRO only with data parallelism, prefetching only under
 //! ZeRO-3); what is left for the fit to reject is counted as invalid by the search.
 
@@ -247,10 +248,13 @@ fn model(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
     }
 }
 
+/// Pipeline degrees up to the layers: an even split, or (one chunk per stage) the ends one
+/// layer fewer ([`Strategy::stage_layers`]).
 fn pipeline(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
     for p in divisors(shape.devices / s.model_degree()) {
-        if p == 1 || (shape.layers > 0 && shape.layers % p == 0) {
-            out.push(Strategy { pipeline: p, ..*s });
+        let staged = Strategy { pipeline: p, ..*s };
+        if p == 1 || (shape.layers > 0 && staged.stage_layers(shape.layers).is_ok()) {
+            out.push(staged);
         }
     }
 }
@@ -296,7 +300,8 @@ fn interleave(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
         s.micro_batch
     };
     let m = per_replica / mb.max(1);
-    if m % s.pipeline != 0 {
+    // Interleaving needs micro-batches and layers that divide over the stages.
+    if m % s.pipeline != 0 || shape.layers % s.pipeline != 0 {
         return;
     }
     for v in divisors(shape.layers / s.pipeline).into_iter().skip(1) {
@@ -374,6 +379,37 @@ mod tests {
             heads: 8,
             node: 4,
         }
+    }
+
+    /// Stages over layers that do not divide them: one chunk each, the ends one fewer
+    /// (30 layers: 4 stages 7/8/8/7, 8 stages 3/4.../4/3); no interleaving there.
+    #[test]
+    fn pipelines_take_uneven_splits_with_one_chunk_per_stage() {
+        let uneven = Shape {
+            layers: 30,
+            heads: 4,
+            ..shape(8)
+        };
+        let all = enumerate(&uneven, &Strategy::default()).unwrap();
+        let degrees: Vec<u64> = all.iter().map(|s| s.pipeline).collect();
+        for p in [2, 4, 8] {
+            assert!(degrees.contains(&p), "p{p}");
+        }
+        assert!(all
+            .iter()
+            .filter(|s| s.pipeline == 4 || s.pipeline == 8)
+            .all(|s| s.interleave == 1));
+        assert!(all.iter().any(|s| s.pipeline == 2 && s.interleave > 1));
+        let few = Shape {
+            layers: 5,
+            ..uneven
+        };
+        let degrees: Vec<u64> = enumerate(&few, &Strategy::default())
+            .unwrap()
+            .iter()
+            .map(|s| s.pipeline)
+            .collect();
+        assert!(!degrees.contains(&8), "8 stages need 8 layers");
     }
 
     #[test]
