@@ -132,11 +132,13 @@ fn activations(fit: &Fit, s: &Strategy) -> f64 {
         + act.replicated_activations_bytes / tensor_split.1)
         * fit.f_tok;
     let layers = fit.graph.layers;
-    let split = s.stage_layers(layers).unwrap_or_default();
-    if p > 1 && v == 1 && split.iter().any(|&n| n != layers / p) {
+    let uneven = s
+        .split_of(layers)
+        .filter(|split| split.first != split.middle || split.last != split.middle);
+    if let Some(split) = uneven.filter(|_| p > 1 && v == 1) {
         let in_flight = |stage: u64| if s.gpipe { m } else { (p - stage).min(m) } as f64;
         return (0..p)
-            .map(|i| whole * split[i as usize] as f64 / layers as f64 * in_flight(i))
+            .map(|i| whole * split.layers(i) as f64 / layers as f64 * in_flight(i))
             .fold(0.0, f64::max);
     }
     let per_micro_batch = whole / p as f64;

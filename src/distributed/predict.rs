@@ -289,7 +289,14 @@ impl Plan {
     /// no mapping can be faster than `beat` s (by its lower bound: nothing is priced then).
     pub fn best_mapping(&self, net: &Network, beat: f64) -> Option<DistPrediction> {
         let (map, eval, tried) = self.best(net, beat, true)?;
-        Some(self.report(map, eval, tried))
+        Some(self.report(map, eval, tried, true))
+    }
+
+    /// [`Plan::best_mapping`] without the per-layer table (`per_layer` empty): what a
+    /// strategy search ranks by, at no cost for a table it does not show.
+    pub fn best_mapping_brief(&self, net: &Network, beat: f64) -> Option<DistPrediction> {
+        let (map, eval, tried) = self.best(net, beat, true)?;
+        Some(self.report(map, eval, tried, false))
     }
 
     /// The time per iteration under the best mapping, without the report
@@ -359,7 +366,7 @@ impl Plan {
             !self.table_wise || self.devices <= 1 || map.link(Axis::Every).p > 1,
             "a table-wise workload's mapping must measure every device as one group"
         );
-        self.report(map.clone(), self.schedule(map), 1)
+        self.report(map.clone(), self.schedule(map), 1, true)
     }
 
     /// The strategy planned.
@@ -495,7 +502,14 @@ impl Plan {
             + self.rates.floor_w * eval.time_s * devices
     }
 
-    fn report(&self, map: Mapping, eval: Eval, mappings_tried: usize) -> DistPrediction {
+    /// The prediction under `map`; `per_layer` filled when `layers`.
+    fn report(
+        &self,
+        map: Mapping,
+        eval: Eval,
+        mappings_tried: usize,
+        layers: bool,
+    ) -> DistPrediction {
         let graph = &self.fit.graph;
         let m = self.fit.micro_batches;
         let time = eval.time_s;
@@ -538,7 +552,11 @@ impl Plan {
             achieved_flops_per_s_per_device: graph.flops() / (time * devices),
             compute_s,
             compute: self.compute_report(busiest),
-            per_layer: self.layer_report(),
+            per_layer: if layers {
+                self.layer_report()
+            } else {
+                Vec::new()
+            },
             optimizer_step_s: busiest.update_s,
             communication: eval.comms,
             exposed_communication_s: eval.exposed_s,

@@ -405,17 +405,18 @@ fn split_tensor(k: &mut Kernel, t: u64, sp: bool, needs: &mut Vec<Need>) {
 /// The first repeated layer of stage `stage` and how many it holds
 /// ([`Strategy::stage_layers`]; a strategy that fits the graph always has a split).
 pub(super) fn stage_span(graph: &Graph, s: &Strategy, stage: u64) -> (u64, u64) {
-    let p = s.pipeline;
-    match s.stage_layers(graph.layers) {
-        Ok(split) => (split[..stage as usize].iter().sum(), split[stage as usize]),
-        Err(_) => (stage * (graph.layers / p), graph.layers / p),
+    match s.split_of(graph.layers) {
+        Some(split) => (split.start(stage), split.layers(stage)),
+        None => {
+            let per = graph.layers / s.pipeline;
+            (stage * per, per)
+        }
     }
 }
 
 /// The layers of stage `stage` that train: fine-tuning trains the last `trainable_layers`
 /// layers, and this is the stage's share of them. Also whether the graph is fine-tuned.
-fn trained_layers(graph: &Graph, s: &Strategy, stage: u64) -> (u64, bool) {
-    let (first, per_stage) = stage_span(graph, s, stage);
+fn trained_layers(graph: &Graph, (first, per_stage): (u64, u64)) -> (u64, bool) {
     let last = first + per_stage;
     let lowest = graph.layers - graph.trainable_layers.min(graph.layers);
     let trained = last.saturating_sub(first.max(lowest)).min(per_stage);
@@ -427,7 +428,8 @@ fn trained_layers(graph: &Graph, s: &Strategy, stage: u64) -> (u64, bool) {
 fn stage_weights(graph: &Graph, s: &Strategy, stage: u64) -> StageWork {
     let p = s.pipeline;
     let layer_params = graph.parameters_by_position[Position::Layer as usize];
-    let (_, layers) = stage_span(graph, s, stage);
+    let span = stage_span(graph, s, stage);
+    let layers = span.1;
     let mut w = StageWork {
         parameters: if graph.layers > 0 {
             layer_params * layers as f64 / graph.layers as f64
@@ -444,7 +446,7 @@ fn stage_weights(graph: &Graph, s: &Strategy, stage: u64) -> StageWork {
         w.parameters += graph.parameters_by_position[Position::Tail as usize];
     }
     let model_shard = s.model_degree() as f64;
-    let (trained_layers, fine_tuning) = trained_layers(graph, s, stage);
+    let (trained_layers, fine_tuning) = trained_layers(graph, span);
     let layer = if graph.layers > 0 {
         layer_params / graph.layers as f64
     } else {
@@ -528,11 +530,12 @@ pub(super) fn stages_work(
     type Kind = (bool, bool, u64, (u64, bool));
     let mut seen: Vec<(Kind, usize)> = Vec::new();
     for stage in 0..p {
+        let span = stage_span(graph, s, stage);
         let key = (
             stage == 0,
             stage == p - 1,
-            stage_span(graph, s, stage).1,
-            trained_layers(graph, s, stage),
+            span.1,
+            trained_layers(graph, span),
         );
         match seen.iter().find(|(k, _)| *k == key) {
             Some(&(_, i)) => {
@@ -562,7 +565,7 @@ pub(super) fn stage_work(
     sparse_cores: bool,
 ) -> StageWork {
     let mut w = stage_weights(graph, s, stage);
-    let trained = trained_layers(graph, s, stage);
+    let trained = trained_layers(graph, stage_span(graph, s, stage));
     let span = (s.pipeline, stage, w.layers);
     for kernel in &graph.kernels {
         let count = instances(kernel, graph, span, trained);
@@ -744,7 +747,8 @@ mod tests {
             let per_stage: Vec<u64> = (0..4)
                 .map(|stage| {
                     let span = (4, stage, split[stage as usize]);
-                    instances(k, &graph, span, trained_layers(&graph, &s, stage))
+                    let trained = trained_layers(&graph, stage_span(&graph, &s, stage));
+                    instances(k, &graph, span, trained)
                 })
                 .collect();
             if k.phase == Phase::Update {

@@ -92,7 +92,8 @@ pub struct Strategy {
     /// Layers of the first and last pipeline stages, the stages between sharing the rest
     /// evenly (`ends=7.7`); `None`: an even split, or where the layers do not divide, the
     /// one [`Strategy::stage_layers`] chooses.
-    pub ends: Option<(u64, u64)>,
+    /// (16 bits each: the strategy is copied and hashed throughout a search.)
+    pub ends: Option<(u16, u16)>,
 }
 
 /// Parallel dimensions in placement order, innermost first (at most the five axes).
@@ -125,6 +126,35 @@ impl Placement {
 impl Serialize for Placement {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         self.axes().serialize(serializer)
+    }
+}
+
+/// Repeated layers per pipeline stage: `first` on the first stage, `last` on the last,
+/// `middle` on each between ([`Strategy::stage_split`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageSplit {
+    pub first: u64,
+    pub middle: u64,
+    pub last: u64,
+    pub stages: u64,
+}
+
+impl StageSplit {
+    /// Layers of stage `stage`.
+    pub fn layers(&self, stage: u64) -> u64 {
+        match stage {
+            0 => self.first,
+            s if s + 1 == self.stages => self.last,
+            _ => self.middle,
+        }
+    }
+
+    /// The first repeated layer of stage `stage`.
+    pub fn start(&self, stage: u64) -> u64 {
+        match stage {
+            0 => 0,
+            s => self.first + (s - 1) * self.middle,
+        }
     }
 }
 
@@ -347,16 +377,16 @@ impl Strategy {
                 }
                 "gpipe" if value.is_empty() => s.gpipe = true,
                 "ends=" => {
-                    let counts: Vec<Option<u64>> = value
+                    let counts: Vec<Option<u16>> = value
                         .split('.')
-                        .map(|n| n.parse::<u64>().ok().filter(|n| *n > 0))
+                        .map(|n| n.parse::<u16>().ok().filter(|n| *n > 0))
                         .collect();
                     match counts.as_slice() {
                         [Some(first), Some(last)] => s.ends = Some((*first, *last)),
                         _ => {
                             return Err(fail(format!(
                                 "ends={value}: the layers of the first and last stages, two \
-                                 integers > 0 joined by a dot (ends=7.7)"
+                                 integers from 1 to 65535 joined by a dot (ends=7.7)"
                             )))
                         }
                     }
@@ -468,10 +498,15 @@ impl Strategy {
             placement: None,
             ends: match raw.stage_ends {
                 None => None,
-                Some([first, last]) => Some((
-                    check.positive_count("stage_ends[0]", first)?,
-                    check.positive_count("stage_ends[1]", last)?,
-                )),
+                Some([first, last]) => {
+                    let count = |i: usize, n: u64| -> Result<u16, ConfigError> {
+                        let key = format!("stage_ends[{i}]");
+                        check.positive_count(&key, n)?;
+                        u16::try_from(n)
+                            .map_err(|_| ConfigError::invalid(file, key, n, "at most 65535 layers"))
+                    };
+                    Some((count(0, first)?, count(1, last)?))
+                }
             },
         };
         s.structure()
@@ -695,60 +730,83 @@ impl Strategy {
         Ok(())
     }
 
-    /// Layers of each pipeline stage for a model of `layers` repeated layers: the `ends`
-    /// given, the stages between sharing the rest evenly; else an even split; else, with
-    /// one chunk per stage, the first and last stages (which also hold the embedding and
-    /// the loss) one layer fewer or more than the stages between, so that no stage holds
-    /// more than the layers / stages rounded up (30 over 4: 7/8/8/7). An error says why
-    /// no split fits.
+    /// Layers of each pipeline stage for a model of `layers` repeated layers
+    /// ([`Strategy::stage_split`]).
     pub fn stage_layers(&self, layers: u64) -> Result<Vec<u64>, String> {
+        let split = self.stage_split(layers)?;
+        Ok((0..self.pipeline)
+            .map(|stage| split.layers(stage))
+            .collect())
+    }
+
+    /// How `layers` repeated layers split over the pipeline stages ([`Strategy::split_of`]),
+    /// or why no split fits.
+    pub fn stage_split(&self, layers: u64) -> Result<StageSplit, String> {
         let (p, v) = (self.pipeline, self.interleave);
-        let with_ends = |first: u64, last: u64| -> Option<Vec<u64>> {
-            let rest = layers.checked_sub(first + last)?;
-            if p == 2 {
-                return (rest == 0).then(|| vec![first, last]);
+        self.split_of(layers).ok_or_else(|| match self.ends {
+            Some((first, last)) => format!(
+                "ends={first}.{last}: the first and last stages' layers must leave the {} \
+                 stages between an equal share of the other {} of {layers} layers",
+                p.saturating_sub(2),
+                layers.saturating_sub(u64::from(first) + u64::from(last))
+            ),
+            None if v > 1 || layers < p => {
+                format!("{layers} layers do not split evenly into {p} stages x {v} chunks")
             }
-            let middle = rest / (p - 2);
-            (middle > 0 && rest % (p - 2) == 0).then(|| {
-                let mut split = vec![middle; p as usize];
-                split[0] = first;
-                split[p as usize - 1] = last;
-                split
+            None => format!("{layers} layers do not split over {p} stages"),
+        })
+    }
+
+    /// How `layers` repeated layers split over the pipeline stages: the `ends` given, the
+    /// stages between sharing the rest evenly; else an even split; else, with one chunk
+    /// per stage, the first and last stages (which also hold the embedding and the loss)
+    /// one layer fewer or more than the stages between, so that no stage holds more than
+    /// the layers / stages rounded up (30 over 4: 7/8/8/7); `None` when no split fits.
+    /// Allocates nothing: a search asks it of every candidate.
+    pub fn split_of(&self, layers: u64) -> Option<StageSplit> {
+        let (p, v) = (self.pipeline, self.interleave);
+        let with_ends = |first: u64, last: u64| -> Option<StageSplit> {
+            let rest = layers.checked_sub(first + last)?;
+            let middle = match p {
+                1 => return None,
+                2 if rest == 0 => 0,
+                2 => return None,
+                _ if rest % (p - 2) == 0 && rest / (p - 2) > 0 => rest / (p - 2),
+                _ => return None,
+            };
+            Some(StageSplit {
+                first,
+                middle,
+                last,
+                stages: p,
             })
         };
         if let Some((first, last)) = self.ends {
-            return with_ends(first, last).ok_or_else(|| {
-                format!(
-                    "ends={first}.{last}: the first and last stages' layers must leave the \
-                     {} stages between an equal share of the other {} of {layers} layers",
-                    p.saturating_sub(2),
-                    layers.saturating_sub(first + last)
-                )
-            });
+            return with_ends(u64::from(first), u64::from(last));
         }
         if layers % (p * v) == 0 {
-            return Ok(vec![layers / p; p as usize]);
+            let n = layers / p;
+            return Some(StageSplit {
+                first: n,
+                middle: n,
+                last: n,
+                stages: p,
+            });
         }
         if v > 1 || layers < p {
-            return Err(format!(
-                "{layers} layers do not split evenly into {p} stages x {v} chunks"
-            ));
+            return None;
         }
         // The fullest stage holds no more than needed: the stages between take the
         // rounded-up share (or one less), the ends what is left, split as evenly as they can.
         let most = layers.div_ceil(p);
-        (1..=most)
-            .rev()
-            .filter_map(|middle| {
-                let rest = layers.checked_sub(middle * p.saturating_sub(2))?;
-                let last = rest / 2;
-                let first = rest - last;
-                (last > 0 && first <= most)
-                    .then(|| with_ends(first, last))
-                    .flatten()
-            })
-            .next()
-            .ok_or_else(|| format!("{layers} layers do not split over {p} stages"))
+        (1..=most).rev().find_map(|middle| {
+            let rest = layers.checked_sub(middle * p.saturating_sub(2))?;
+            let last = rest / 2;
+            let first = rest - last;
+            (last > 0 && first <= most)
+                .then(|| with_ends(first, last))
+                .flatten()
+        })
     }
 
     /// Checks the strategy against a device count: degrees multiply to it, expert divides

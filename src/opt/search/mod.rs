@@ -227,7 +227,7 @@ impl Job<'_> {
         if plan.free_end_s() > beat {
             return None;
         }
-        let p = plan.best_mapping(self.net, beat)?;
+        let p = plan.best_mapping_brief(self.net, beat)?;
         Some(candidate(&p, self.all[i], i))
     }
 }

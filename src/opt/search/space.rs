@@ -253,7 +253,7 @@ fn model(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
 fn pipeline(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
     for p in divisors(shape.devices / s.model_degree()) {
         let staged = Strategy { pipeline: p, ..*s };
-        if p == 1 || (shape.layers > 0 && staged.stage_layers(shape.layers).is_ok()) {
+        if p == 1 || (shape.layers > 0 && staged.split_of(shape.layers).is_some()) {
             out.push(staged);
         }
     }
