@@ -2065,6 +2065,21 @@ fn per_layer_times_add_up_to_the_compute_time() {
         };
         let busiest = (0..stages).map(stage_sum).fold(0.0, f64::max);
         assert_close(strategy, busiest + p.optimizer_step_s, p.compute_s, 1e-9);
+        // The first stage's collectives by layer type are its blocking collectives.
+        let by_type: f64 = p
+            .per_layer
+            .iter()
+            .filter(|l| l.stage == 0)
+            .map(|l| l.collectives_s)
+            .sum();
+        let blocking: f64 = p
+            .communication
+            .iter()
+            .filter(|c| c.blocking)
+            .map(|c| c.time_s)
+            .sum();
+        assert!(blocking > 0.0);
+        assert_close("collectives", by_type, blocking, 1e-9);
         let m = p.micro_batches as f64;
         for l in p.per_layer.iter().filter(|l| l.layers > 0) {
             assert_close(

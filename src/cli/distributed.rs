@@ -145,8 +145,8 @@ fn render_layers(s: &mut String, p: &DistPrediction) {
     let shown = |stage: u64| stages <= 4 || stage <= 1 || stage + 1 == stages;
     let _ = writeln!(
         s,
-        "\n{:<15} {:>5} {:>6} {:>12} {:>12} {:>12}  one layer, one micro-batch: fwd / bwd",
-        "per layer type", "stage", "layers", "forward", "backward", "recompute"
+        "\n{:<15} {:>5} {:>6} {:>12} {:>12} {:>12} {:>12}  one layer, one micro-batch: fwd / bwd",
+        "per layer type", "stage", "layers", "forward", "backward", "recompute", "collectives"
     );
     for l in p.per_layer.iter().filter(|l| shown(l.stage)) {
         let one = if l.layers > 0 {
@@ -160,13 +160,14 @@ fn render_layers(s: &mut String, p: &DistPrediction) {
         };
         let _ = writeln!(
             s,
-            "{:<15} {:>5} {:>6} {:>12} {:>12} {:>12}  {one}",
+            "{:<15} {:>5} {:>6} {:>12} {:>12} {:>12} {:>12}  {one}",
             l.layer.name(),
             l.stage,
             l.layers,
             seconds(l.forward_s),
             seconds(l.backward_s),
-            seconds(l.recompute_s)
+            seconds(l.recompute_s),
+            seconds(l.collectives_s)
         );
     }
     if stages > 4 {

@@ -418,7 +418,7 @@ impl Plan {
 
     /// Every stage's compute per layer type over all micro-batches, and per repeated layer
     /// for one micro-batch (the types a stage runs no kernel of left out).
-    fn layer_report(&self) -> Vec<LayerTimes> {
+    fn layer_report(&self, map: &Mapping) -> Vec<LayerTimes> {
         let graph = &self.fit.graph;
         let m = self.fit.micro_batches as f64;
         // Types with kernels inside the repeated layers.
@@ -441,6 +441,13 @@ impl Plan {
                     0
                 };
                 let per = |x: f64| if layers > 0 { x / layers as f64 } else { 0.0 };
+                let collectives_s: f64 = st
+                    .forward_needs
+                    .iter()
+                    .chain(&st.backward_needs)
+                    .filter(|(_, n)| n.layer == layer)
+                    .map(|(count, n)| count * map.link(n.axis).time(n.collective, n.bytes))
+                    .sum();
                 out.push(LayerTimes {
                     stage: stage as u64,
                     layer,
@@ -448,6 +455,7 @@ impl Plan {
                     forward_s: t.forward_s * m,
                     backward_s: t.backward_s * m,
                     recompute_s: t.recompute_s * m,
+                    collectives_s: collectives_s * m,
                     per_layer_forward_s: per(t.forward_s),
                     per_layer_backward_s: per(t.backward_s + t.recompute_s),
                 });
@@ -553,7 +561,7 @@ impl Plan {
             compute_s,
             compute: self.compute_report(busiest),
             per_layer: if layers {
-                self.layer_report()
+                self.layer_report(&map)
             } else {
                 Vec::new()
             },

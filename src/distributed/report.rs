@@ -40,6 +40,9 @@ pub struct LayerTimes {
     pub forward_s: f64,
     pub backward_s: f64,
     pub recompute_s: f64,
+    /// Its kernels' own collectives (tensor, sequence, expert and kernel parallelism) over
+    /// the iteration, each at its full time (before `tp=overlap` hides any).
+    pub collectives_s: f64,
     /// One layer's forward and backward (with recomputation) for one micro-batch; 0 when
     /// `layers` is 0.
     pub per_layer_forward_s: f64,

@@ -13,6 +13,7 @@ use crate::network::collective::Collective;
 use crate::parallel::strategy::Strategy;
 use crate::parallel::{Axis, Mapping};
 use crate::workload::Graph;
+use crate::workload::LayerType;
 
 /// Prices collectives under one mapping and lists those of the reported stage.
 struct Ledger<'a> {
@@ -40,6 +41,7 @@ impl Ledger<'_> {
                 bytes: bytes * f,
                 of_linear: false,
                 product_s: 0.0,
+                layer: LayerType::Dense,
             };
             t += if axis == Axis::ExpertReplica && report.is_some() {
                 self.charge(&format!("expert {name}"), &need, calls, blocking, report)
@@ -717,6 +719,7 @@ fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
             bytes: boundary,
             of_linear: false,
             product_s: 0.0,
+            layer: LayerType::Dense,
         };
         let blocking = !s.send_overlap;
         ledger.charge("pipeline activations", &need, calls, blocking, Some(1.0));

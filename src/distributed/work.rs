@@ -9,7 +9,7 @@ use crate::network::collective::Collective;
 use crate::parallel::strategy::{KernelSplit, Strategy};
 use crate::parallel::Axis;
 use crate::perf::{EnergyRates, Evaluator};
-use crate::workload::{Graph, Kernel, KernelClass, Op, Phase, Position, Split};
+use crate::workload::{Graph, Kernel, KernelClass, LayerType, Op, Phase, Position, Split};
 
 /// A collective a kernel needs, per instance.
 #[derive(Clone)]
@@ -23,6 +23,8 @@ pub(super) struct Need {
     /// For such a collective, the time of one instance of the product it comes with (its
     /// own kernel's: the all-gather feeds it, the reduce-scatter drains it), s; else 0.
     pub(super) product_s: f64,
+    /// The layer type of the kernel it belongs to (for the per-layer report).
+    pub(super) layer: LayerType,
 }
 
 /// What a graph without repeated layers does next in its backward step.
@@ -192,6 +194,7 @@ fn need(needs: &mut Vec<Need>, collective: Collective, axis: Axis, bytes: f64) {
         bytes,
         of_linear: false,
         product_s: 0.0,
+        layer: LayerType::Dense,
     })
 }
 
@@ -346,6 +349,7 @@ fn linear_need(needs: &mut Vec<Need>, collective: Collective, bytes: f64, sp: bo
         bytes,
         of_linear: sp,
         product_s: 0.0,
+        layer: LayerType::Dense,
     });
 }
 
@@ -582,8 +586,11 @@ pub(super) fn stage_work(
         let count = count / fewer.max(1);
         let t = evaluator.kernel_ref(&k);
         let mut needs = needs;
-        for n in needs.iter_mut().filter(|n| n.of_linear) {
-            n.product_s = t.time_s;
+        for n in needs.iter_mut() {
+            n.layer = k.layer;
+            if n.of_linear {
+                n.product_s = t.time_s;
+            }
         }
         let (c, m) = rates.kernel_j(t);
         w.step_j += (c + m.iter().sum::<f64>()) * count as f64;
