@@ -11,6 +11,23 @@ use stackflow::network::System;
 use stackflow::parallel::Strategy;
 use stackflow::workload::Workload;
 
+/// Predicts on 16 devices of a system file `text` written beside the shipped templates (its
+/// accelerator path is relative to them): exit 2; returns the error.
+fn refused_system(name: &str, text: &str) -> String {
+    let beside = root().join(format!("templates/{name}.tmp.yaml"));
+    std::fs::write(&beside, text).unwrap();
+    let (code, _, err) = common::stackflow(&[
+        "predict",
+        "--system",
+        &beside.display().to_string(),
+        "--devices",
+        "16",
+    ]);
+    let _ = std::fs::remove_file(&beside);
+    assert_eq!(code, 2, "{err}");
+    err
+}
+
 fn system(file: &str) -> (System, Architecture) {
     let s = System::load(Source::Disk, &root().join(file)).unwrap();
     let a = s.accelerator().unwrap();
@@ -1795,17 +1812,7 @@ fn a_collective_pays_its_outermost_fabrics_fixed_cost_once() {
             1,
         );
     assert!(text.contains("collective_latency_us: -20"));
-    let beside = root().join("templates/negative-latency.tmp.yaml");
-    std::fs::write(&beside, text).unwrap();
-    let (code, _, err) = common::stackflow(&[
-        "predict",
-        "--system",
-        &beside.display().to_string(),
-        "--devices",
-        "16",
-    ]);
-    let _ = std::fs::remove_file(&beside);
-    assert_eq!(code, 2, "{err}");
+    let err = refused_system("negative-latency", &text);
     assert!(
         err.contains("fabrics[1].collective_latency_us = -20"),
         "{err}"
@@ -1955,17 +1962,7 @@ fn a_fabrics_bandwidth_efficiency_scales_what_its_transfers_achieve() {
         assert_close("bandwidth term", t(&b) / t(&a), efficiency, 1e-3);
     }
     let bad = shipped.replacen("bandwidth_efficiency: 0.65", "bandwidth_efficiency: 1.5", 1);
-    let beside = root().join("templates/bad-efficiency.tmp.yaml");
-    std::fs::write(&beside, bad).unwrap();
-    let (code, _, err) = common::stackflow(&[
-        "predict",
-        "--system",
-        &beside.display().to_string(),
-        "--devices",
-        "16",
-    ]);
-    let _ = std::fs::remove_file(&beside);
-    assert_eq!(code, 2, "{err}");
+    let err = refused_system("bad-efficiency", &bad);
     assert!(
         err.contains("fabrics[0].bandwidth_efficiency = 1.5"),
         "{err}"

@@ -762,73 +762,62 @@ fn bad_input_in_a_technology_file_names_its_field_path() {
     assert!(err.contains("expected min_v > threshold_v"), "{err}");
 }
 
+/// Generates `budget` with `template` (a shipped file) edited from `from` to `to`: exit 2,
+/// the error naming the edited file's `field` (its `path: field` prefix); returns the
+/// error for the caller's further checks.
+fn rejects_template(
+    test: &str,
+    template: &str,
+    budget: &str,
+    (from, to): (&str, &str),
+    field: &str,
+) -> String {
+    let scratch = Scratch::new(test);
+    let text = std::fs::read_to_string(root().join("templates").join(template))
+        .unwrap()
+        .replacen(from, to, 1);
+    assert!(text.contains(to), "fixture lacks {from:?}");
+    let path = scratch.write(template, &text);
+    let (code, _, err) = stackflow(&["generate", "--budget", budget, "--template", &path]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(&format!("{path}: {field}")), "{err}");
+    err
+}
+
 #[test]
 fn bad_input_in_a_template_names_its_field_path() {
-    let scratch = Scratch::new("bad-template");
-    let template = std::fs::read_to_string(root().join("templates/tpu.yaml"))
-        .unwrap()
-        .replacen("idle_power_w: 90", "idle_power_w: -5", 1);
-    let path = scratch.write("tpu.yaml", &template);
-    let (code, _, err) = stackflow(&[
-        "generate",
-        "--budget",
+    let err = rejects_template(
+        "bad-template",
+        "tpu.yaml",
         "budgets/tpu-v4.yaml",
-        "--template",
-        &path,
-    ]);
-    assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains(&format!("{path}: compute.idle_power_w = -5")),
-        "{err}"
+        ("idle_power_w: 90", "idle_power_w: -5"),
+        "compute.idle_power_w = -5",
     );
     assert!(err.contains("> 0"), "{err}");
 }
 
 #[test]
 fn a_collective_compute_share_outside_zero_to_one_is_refused_by_name() {
-    let scratch = Scratch::new("bad-share");
-    let template = std::fs::read_to_string(root().join("templates/gpu-h100.yaml"))
-        .unwrap()
-        .replacen(
+    let err = rejects_template(
+        "bad-share",
+        "gpu-h100.yaml",
+        "budgets/h100.yaml",
+        (
             "collective_compute_share: 0.08",
             "collective_compute_share: 1.5",
-            1,
-        );
-    assert!(template.contains("collective_compute_share: 1.5"));
-    let path = scratch.write("gpu-h100.yaml", &template);
-    let (code, _, err) = stackflow(&[
-        "generate",
-        "--budget",
-        "budgets/h100.yaml",
-        "--template",
-        &path,
-    ]);
-    assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains(&format!("{path}: compute.collective_compute_share = 1.5")),
-        "{err}"
+        ),
+        "compute.collective_compute_share = 1.5",
     );
     assert!(err.contains("[0, 1)"), "{err}");
 }
 
 #[test]
 fn a_stack_utilization_outside_zero_to_one_is_refused_by_name() {
-    let scratch = Scratch::new("bad-stack");
-    let template = std::fs::read_to_string(root().join("templates/gpu-h100.yaml"))
-        .unwrap()
-        .replacen("memory_utilization: 0.80", "memory_utilization: 1.3", 1);
-    assert!(template.contains("memory_utilization: 1.3"));
-    let path = scratch.write("gpu-h100.yaml", &template);
-    let (code, _, err) = stackflow(&[
-        "generate",
-        "--budget",
+    rejects_template(
+        "bad-stack",
+        "gpu-h100.yaml",
         "budgets/h100.yaml",
-        "--template",
-        &path,
-    ]);
-    assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains(&format!("{path}: stack.memory_utilization = 1.3")),
-        "{err}"
+        ("memory_utilization: 0.80", "memory_utilization: 1.3"),
+        "stack.memory_utilization = 1.3",
     );
 }

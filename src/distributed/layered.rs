@@ -576,9 +576,7 @@ impl LayeredPlan {
     fn reshard(&self, maps: &[Mapping]) -> (Vec<(f64, f64)>, Vec<CommReport>) {
         let first = self.parts[0].strategy();
         let (p, m) = (first.pipeline, self.parts[0].fit.micro_batches);
-        let split = first
-            .stage_layers(self.graph.layers)
-            .unwrap_or_else(|_| vec![self.graph.layers / p.max(1); p.max(1) as usize]);
+        let split = first.split_of(self.graph.layers);
         let mut extra = vec![(0.0, 0.0); p as usize];
         let mut reports: Vec<CommReport> = Vec::new();
         for b in &self.boundaries {
@@ -637,7 +635,9 @@ impl LayeredPlan {
                 };
             let link = link(gatherer);
             for (stage, e) in extra.iter_mut().enumerate() {
-                let layers_per_stage = split[stage] as f64;
+                let layers_per_stage = split.map_or(self.graph.layers / p.max(1), |split| {
+                    split.layers(stage as u64)
+                }) as f64;
                 let count = match b.position {
                     Position::Layer if b.inside_layer => layers_per_stage,
                     Position::Layer if stage == 0 => (layers_per_stage - 1.0).max(0.0),

@@ -325,40 +325,32 @@ impl Evaluator {
                 read_bytes,
                 write_bytes,
                 flops,
-            } => {
-                let key = [
-                    0,
-                    read_bytes.to_bits(),
-                    write_bytes.to_bits(),
-                    flops.to_bits(),
-                ];
-                if !self.streams.contains_key(&key) {
-                    let m = &self.machine;
-                    let bytes = read_bytes + write_bytes;
-                    let home = m.home(bytes);
-                    let t = self.finish(flops / m.vector_rate(), home, bytes, Vec::new());
-                    self.keep_stream(key, t);
-                }
-                &self.streams[&key]
             }
-            Op::Fused {
+            | Op::Fused {
                 read_bytes,
                 write_bytes,
                 flops,
                 ..
             } => {
-                // Tagged by the precision its products run in.
+                // A stream computes at the vector rate; a fused kernel's products at the
+                // matrix rate of its precision (its key tagged by it).
+                let fused = matches!(kernel.op, Op::Fused { .. });
+                let tag = if fused { 2 + kernel.math as u64 } else { 0 };
                 let key = [
-                    2 + kernel.math as u64,
+                    tag,
                     read_bytes.to_bits(),
                     write_bytes.to_bits(),
                     flops.to_bits(),
                 ];
                 if !self.streams.contains_key(&key) {
                     let m = &self.machine;
+                    let rate = if fused {
+                        m.matrix_rate(kernel.math).unwrap_or(0.0)
+                    } else {
+                        m.vector_rate()
+                    };
                     let bytes = read_bytes + write_bytes;
                     let home = m.home(bytes);
-                    let rate = m.matrix_rate(kernel.math).unwrap_or(0.0);
                     let t = self.finish(flops / rate, home, bytes, Vec::new());
                     self.keep_stream(key, t);
                 }
