@@ -2129,3 +2129,279 @@ fn a_tensor_degree_that_splits_a_head_is_refused() {
         "{err}"
     );
 }
+
+// ------------------------------------------------------------------ context parallelism
+
+/// Llama 3 70B at 131,072 tokens on 256 H100s (issue 19): with tensor parallelism t8 and
+/// sequence parallelism, four stages and a context-parallel degree of 8 it fits, its
+/// memory the arithmetic's (Korthikanti et al. 2022: 34 s b h / t bytes of activations per
+/// layer with sequence parallelism and selective recomputation, here 16,384 tokens a rank;
+/// 16 bytes per parameter of mixed-precision Adam); without context parallelism it is out
+/// of memory, its activations alone beyond the device.
+#[test]
+fn llama3_70b_at_128k_tokens_fits_with_context_parallelism_only() {
+    let (system, arch) = system("templates/dgx-h100.yaml");
+    let net = system.network(&arch, 256).unwrap();
+    let path = root().join("workloads/llama3-70b-128k.yaml");
+    let w = Workload::load(Source::Disk, &path).unwrap();
+    let cp = predict(
+        &w,
+        &arch,
+        &net,
+        &Strategy::parse("t8-p4-cp8-mb1-sp").unwrap(),
+    )
+    .unwrap();
+    assert!(cp.feasible, "{:?}", cp.violations);
+    // The first stage: the embedding (128,256 x 8192) and 20 layers of attention
+    // (8192 x (8192 + 2 x 1024) + 8192 x 8192) and SwiGLU (3 x 8192 x 28,672), with their
+    // two norms; a tensor rank holds 1/8.
+    let (h, ffn, kv) = (8192.0, 28672.0, 1024.0);
+    let layer = h * (h + 2.0 * kv) + h * h + 3.0 * h * ffn + 4.0 * h;
+    let stage = (20.0 * layer + 128256.0 * h) / 8.0;
+    let states = 16.0 * stage;
+    let tokens = 131072.0 / 8.0;
+    // 1F1B: the first stage holds 4 micro-batches of its 20 layers.
+    let activations = 34.0 * tokens * h / 8.0 * 20.0 * 4.0;
+    assert_close(
+        "weights, gradients, optimizer state",
+        cp.weights_bytes + cp.gradients_bytes + cp.optimizer_state_bytes,
+        states,
+        0.01,
+    );
+    assert_close("activations", cp.activations_bytes, activations, 0.03);
+    assert!(states + activations < cp.memory_capacity_bytes);
+    // Exactly a rank's 16,384 tokens: the same model at that sequence without context
+    // parallelism, with the same micro-batches in flight, holds the same bytes.
+    let short = match w.clone() {
+        Workload::Transformer(mut t) => {
+            t.sequence = 16384;
+            t.global_batch = 128;
+            Workload::Transformer(t)
+        }
+        _ => unreachable!(),
+    };
+    let alike = predict(
+        &short,
+        &arch,
+        &net,
+        &Strategy::parse("t8-p4-d8-mb1-sp").unwrap(),
+    )
+    .unwrap();
+    assert_close(
+        "memory of 16,384 tokens",
+        cp.memory_per_device_bytes,
+        alike.memory_per_device_bytes,
+        1e-12,
+    );
+    // Without context parallelism: 131,072 tokens a rank, out of memory.
+    let without = predict(
+        &w,
+        &arch,
+        &net,
+        &Strategy::parse("t8-p4-d8-mb1-sp").unwrap(),
+    )
+    .unwrap();
+    assert!(!without.feasible);
+    assert!(without.activations_bytes > without.memory_capacity_bytes);
+    assert!(
+        without
+            .violations
+            .iter()
+            .any(|v| v.memory_excess().is_some()),
+        "{:?}",
+        without.violations
+    );
+    // The command line prints the memory per device and the verdict.
+    let run = |strategy: &str| {
+        common::stackflow(&[
+            "predict",
+            "--system",
+            "templates/dgx-h100.yaml",
+            "--devices",
+            "256",
+            "--workload",
+            "workloads/llama3-70b-128k.yaml",
+            "--strategy",
+            strategy,
+        ])
+    };
+    let (code, out, err) = run("t8-p4-cp8-mb1-sp");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("memory / device") && out.contains("of 80.00 GiB"),
+        "{out}"
+    );
+    assert!(
+        out.contains("feasible: every device holds its share"),
+        "{out}"
+    );
+    assert!(
+        out.contains("context point-to-point beside attention"),
+        "{out}"
+    );
+    let (code, out, err) = run("t8-p4-d8-mb1-sp");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("INFEASIBLE") && out.contains("out of memory"),
+        "{out}"
+    );
+}
+
+/// The key and value exchange: a ring passes each rank's chunk (its 16,384 tokens' keys and
+/// values for its one key/value head of 128) cp - 1 times per layer and micro-batch forward
+/// and, with the gradients' partial sums, twice the bytes backward, beside the attention;
+/// the all-gather gathers the 8 chunks forward and backward and reduce-scatters their
+/// gradients, blocking. Left open, the model takes the cheaper under the mapping.
+#[test]
+fn context_parallel_attention_rings_or_gathers_and_takes_the_cheaper() {
+    let (system, arch) = system("templates/dgx-h100.yaml");
+    let net = system.network(&arch, 256).unwrap();
+    let w = Workload::load(Source::Disk, &root().join("workloads/llama3-70b-128k.yaml")).unwrap();
+    let run = |s: &str| predict(&w, &arch, &net, &Strategy::parse(s).unwrap()).unwrap();
+    let (ring, gather, open) = (
+        run("t8-p4-cp8-mb1-sp-cp=ring"),
+        run("t8-p4-cp8-mb1-sp-cp=gather"),
+        run("t8-p4-cp8-mb1-sp"),
+    );
+    use stackflow::parallel::strategy::ContextAttention;
+    assert_eq!(ring.context_attention, Some(ContextAttention::Ring));
+    assert_eq!(gather.context_attention, Some(ContextAttention::AllGather));
+    let chunk = 16384.0 * 2.0 * 128.0 * 2.0;
+    let find = |p: &stackflow::distributed::DistPrediction, name: &str| {
+        p.communication
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no {name} in {:?}", p.communication))
+            .clone()
+    };
+    let steps = find(&ring, "context point-to-point beside attention");
+    // 20 layers x 16 micro-batches x 7 steps, forward and backward.
+    assert_eq!(steps.calls, 2.0 * 20.0 * 16.0 * 7.0);
+    assert_close("mean ring message", steps.bytes, 1.5 * chunk, 1e-12);
+    assert!(!steps.blocking);
+    let gathered = find(&gather, "context all-gather");
+    assert_eq!(gathered.calls, 2.0 * 20.0 * 16.0);
+    assert_close(
+        "gathered keys and values",
+        gathered.bytes,
+        8.0 * chunk,
+        1e-12,
+    );
+    assert!(gathered.blocking);
+    assert_eq!(find(&gather, "context reduce-scatter").calls, 20.0 * 16.0);
+    // Only the kind taken is listed and timed.
+    assert!(!ring
+        .communication
+        .iter()
+        .any(|c| c.name == "context all-gather"));
+    let fastest = ring.time_per_iteration_s.min(gather.time_per_iteration_s);
+    assert_eq!(open.context_attention, Some(ContextAttention::Ring));
+    assert_close("the cheaper", open.time_per_iteration_s, fastest, 1e-12);
+    // Beside the attention, the ring costs less than the blocking gathers here.
+    assert!(ring.time_per_iteration_s < gather.time_per_iteration_s);
+    // The same compute either way.
+    assert_close("compute", ring.compute_s, gather.compute_s, 1e-12);
+}
+
+/// Context-parallel ranks hold the same weights and see different tokens: their gradients
+/// are summed over the context group, then over the replicas (1/cp of the bytes); ZeRO-1
+/// shards the optimizer state over both (Megatron-LM's distributed optimizer).
+#[test]
+fn context_parallel_ranks_synchronise_gradients_and_share_zero_shards() {
+    let (system, arch) = system("templates/dgx-h100.yaml");
+    let net = system.network(&arch, 16).unwrap();
+    let w = gpt(16, 1024, 4, 16, "selective");
+    let run = |s: &str| predict(&w, &arch, &net, &Strategy::parse(s).unwrap()).unwrap();
+    let p = run("t2-cp4-d2-mb1");
+    let sync = |axis: Axis| {
+        p.communication
+            .iter()
+            .find(|c| c.name == "gradient sync" && c.axis == axis)
+            .unwrap_or_else(|| panic!("no gradient sync over {axis:?}: {:?}", p.communication))
+            .clone()
+    };
+    let (context, data) = (sync(Axis::Context), sync(Axis::Data));
+    assert_eq!((context.group, data.group), (4, 2));
+    assert_close("replicas' share", data.bytes, context.bytes / 4.0, 1e-12);
+    let (z0, z1) = (run("t2-cp4-d2-mb1"), run("t2-cp4-d2-mb1-z1"));
+    assert_close(
+        "optimizer state over 8 ranks",
+        z1.optimizer_state_bytes,
+        z0.optimizer_state_bytes / 8.0,
+        1e-12,
+    );
+    // Context parallelism alone still synchronises gradients.
+    let alone = run("t2-cp8-mb2");
+    assert!(alone
+        .communication
+        .iter()
+        .any(|c| c.name == "gradient sync" && c.axis == Axis::Context));
+}
+
+/// Bad context-parallel input exits 2 naming the field, value and expectation.
+#[test]
+fn bad_context_parallelism_is_refused_by_name() {
+    let predict_with = |workload: &str, strategy: &str| {
+        common::stackflow(&[
+            "predict",
+            "--system",
+            "templates/dgx-h100.yaml",
+            "--devices",
+            "48",
+            "--workload",
+            workload,
+            "--strategy",
+            strategy,
+        ])
+    };
+    for (workload, strategy, says) in [
+        (
+            "workloads/gpt-1.7b.yaml",
+            "t2-cp3-d8",
+            "cp3 does not divide the sequence of 2048 tokens",
+        ),
+        (
+            "workloads/gpt-1.7b.yaml",
+            "t2-cp4-d6-z3",
+            "ZeRO-3 with context parallelism (cp) is not modelled",
+        ),
+        (
+            "workloads/gpt-1.7b.yaml",
+            "t2-d24-cp=ring",
+            "it needs cp > 1",
+        ),
+        (
+            "workloads/gpt-1.7b.yaml",
+            "t2-cp4-d6-cp=spiral",
+            "cp=spiral: context-parallel attention passes keys and values round a ring",
+        ),
+        (
+            "workloads/lstm-o1.yaml",
+            "cp2-d24",
+            "splits a transformer's training sequences",
+        ),
+    ] {
+        let (code, _, err) = predict_with(workload, strategy);
+        assert_eq!(code, 2, "{strategy}: {err}");
+        assert!(err.contains(says), "{strategy}: {err}");
+    }
+    let e = Strategy::from_yaml("s.yaml", "context: 4\ncontext_attention: spiral\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("s.yaml: context_attention = spiral:") && e.contains("ring or all_gather"),
+        "{e}"
+    );
+    let e = Strategy::from_yaml("s.yaml", "context: 0\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("s.yaml: context = 0"), "{e}");
+    let y = Strategy::from_yaml(
+        "s.yaml",
+        "tensor: 8\npipeline: 4\ncontext: 8\ncontext_attention: all_gather\n",
+    )
+    .unwrap();
+    assert_eq!(y, Strategy::parse("t8-p4-cp8-cp=gather").unwrap());
+    assert_eq!(Strategy::parse(&y.to_string()).unwrap(), y);
+    assert_eq!(y.devices(), 256);
+}

@@ -437,6 +437,22 @@ const CASES: &[(&str, Run, i32)] = &[
         0,
     ),
     (
+        "dist-h100-llama3-70b-128k-cp8",
+        Run::Stdout(&[
+            "predict",
+            "--system",
+            "templates/dgx-h100.yaml",
+            "--devices",
+            "256",
+            "--workload",
+            "workloads/llama3-70b-128k.yaml",
+            "--strategy",
+            "t8-p4-cp8-mb1-sp",
+            "--json",
+        ]),
+        0,
+    ),
+    (
         "dist-infeasible-oom",
         Run::Stdout(&[
             "predict",

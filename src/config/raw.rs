@@ -464,6 +464,10 @@ pub struct StrategyRaw {
     pub data: Option<u64>,
     pub tensor: Option<u64>,
     pub pipeline: Option<u64>,
+    /// Context-parallel ranks splitting every sequence.
+    pub context: Option<u64>,
+    /// `ring` or `all_gather` (default: the cheaper under each mapping).
+    pub context_attention: Option<String>,
     pub kernel: Option<KernelRaw>,
     pub micro_batch: Option<u64>,
     pub interleave: Option<u64>,

@@ -203,6 +203,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../workloads/llama2-70b-8k.yaml"),
     ),
     (
+        "workloads/llama3-70b-128k.yaml",
+        include_str!("../../workloads/llama3-70b-128k.yaml"),
+    ),
+    (
         "workloads/megatron-1t.yaml",
         include_str!("../../workloads/megatron-1t.yaml"),
     ),

@@ -86,6 +86,9 @@ fn check_model_split(graph: &Graph, s: &Strategy) -> Result<(), String> {
             s.tensor, graph.heads
         ));
     }
+    if s.context > 1 {
+        check_context(graph, s.context)?;
+    }
     let has_tensor_split = graph
         .kernels
         .iter()
@@ -121,6 +124,28 @@ fn check_model_split(graph: &Graph, s: &Strategy) -> Result<(), String> {
                 s.expert
             ));
         }
+    }
+    Ok(())
+}
+
+/// Context parallelism splits a language model's sequences into `2 context` chunks, each
+/// rank taking one from each end (Megatron-LM's causal load balance): the sequence must
+/// divide into them.
+fn check_context(graph: &Graph, context: u64) -> Result<(), String> {
+    let Some(a) = graph.attention else {
+        return Err(format!(
+            "context parallelism (cp{context}) splits a transformer's training sequences; the \
+             workload has none to split"
+        ));
+    };
+    if a.sequence % (2 * context) != 0 {
+        return Err(format!(
+            "cp{context} does not divide the sequence of {} tokens: each of the {context} \
+             ranks takes two chunks of sequence / (2 x {context}) tokens, one from each end \
+             (causal load balance), so the sequence must be a multiple of {}",
+            a.sequence,
+            2 * context
+        ));
     }
     Ok(())
 }

@@ -97,6 +97,13 @@ impl LayerStrategy {
                     parts[0].0.name()
                 )));
             }
+            if s.context > 1 {
+                return Err(fail(format!(
+                    "the {} layers use context parallelism (cp): per-layer-type strategies \
+                     split layers with t, d, sp and ZeRO",
+                    t.name()
+                )));
+            }
             if s.kernel.is_some() {
                 return Err(fail(format!(
                     "the {} layers use RC/CR kernel parallelism: per-layer-type strategies \

@@ -63,8 +63,9 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
     let graph = &fit.graph;
     let p = s.pipeline;
     let model_shard = s.weight_shards() as f64;
-    // ZeRO shards over the shard group (hybrid sharding) or every replica.
-    let weight_replicas = (s.weight_replicas() / (s.data / s.shard_group())) as f64;
+    // ZeRO shards over the shard group (hybrid sharding) or every replica, with the
+    // context-parallel ranks (which hold the same weights).
+    let weight_replicas = (s.gradient_replicas() / (s.data / s.shard_group())) as f64;
     let (bytes, gradient_bytes) = (
         graph.precisions.weights.bytes(),
         graph.precisions.gradients.bytes(),
@@ -120,7 +121,8 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
     }
 }
 
-/// Activations of the micro-batches in flight on the fullest stage (Narayanan et al. 2021:
+/// Activations of the micro-batches in flight on the fullest stage (a context-parallel rank
+/// keeps its share of the tokens' activations; Narayanan et al. 2021:
 /// 1F1B holds p on the first stage, interleaving p(1 + (p-1)/(pv)), GPipe all m; never more
 /// than the micro-batches there are). With stages of unequal layers (one chunk each), stage
 /// i holds p - i micro-batches of its own layers' activations: the most of those.
@@ -130,7 +132,8 @@ fn activations(fit: &Fit, s: &Strategy) -> f64 {
     let tensor_split = s.activation_split();
     let whole = ((act.activations_bytes - act.replicated_activations_bytes) / tensor_split.0
         + act.replicated_activations_bytes / tensor_split.1)
-        * fit.f_tok;
+        * fit.f_tok
+        / s.context as f64;
     let layers = fit.graph.layers;
     let uneven = s
         .split_of(layers)

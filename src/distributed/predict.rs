@@ -19,6 +19,7 @@ use crate::generator::Architecture;
 use crate::network::collective::Collective;
 use crate::network::Network;
 use crate::parallel::mapping::{best_placement, place_cached, Mapping};
+use crate::parallel::strategy::ContextAttention;
 use crate::parallel::Axis;
 use crate::parallel::Strategy;
 use crate::perf::{EnergyRates, Evaluator};
@@ -418,7 +419,7 @@ impl Plan {
 
     /// Every stage's compute per layer type over all micro-batches, and per repeated layer
     /// for one micro-batch (the types a stage runs no kernel of left out).
-    fn layer_report(&self, map: &Mapping) -> Vec<LayerTimes> {
+    fn layer_report(&self, map: &Mapping, context: Option<ContextAttention>) -> Vec<LayerTimes> {
         let graph = &self.fit.graph;
         let m = self.fit.micro_batches as f64;
         // Types with kernels inside the repeated layers.
@@ -446,6 +447,7 @@ impl Plan {
                     .iter()
                     .chain(&st.backward_needs)
                     .filter(|(_, n)| n.layer == layer)
+                    .filter(|(_, n)| n.context.map_or(true, |kind| Some(kind) == context))
                     .map(|(count, n)| count * map.link(n.axis).time(n.collective, n.bytes))
                     .sum();
                 out.push(LayerTimes {
@@ -547,6 +549,7 @@ impl Plan {
             },
             workload: graph.name.clone(),
             strategy: self.strategy.to_string(),
+            context_attention: eval.context,
             devices: self.devices,
             micro_batches: m,
             micro_batch: self.fit.micro_batch,
@@ -561,7 +564,7 @@ impl Plan {
             compute_s,
             compute: self.compute_report(busiest),
             per_layer: if layers {
-                self.layer_report(&map)
+                self.layer_report(&map, eval.context)
             } else {
                 Vec::new()
             },

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::domain::{Precision, Precisions};
 use crate::network::collective::Collective;
+use crate::parallel::strategy::ContextAttention;
 use crate::parallel::{Axis, Mapping};
 use crate::violation::Violation;
 use crate::workload::{KernelClass, LayerType};
@@ -62,6 +63,9 @@ pub struct ComputeReport {
 pub struct DistPrediction {
     pub workload: String,
     pub strategy: String,
+    /// How the context-parallel ranks exchange keys and values (the strategy's kind, or
+    /// the cheaper under the mapping); `None` without context parallelism.
+    pub context_attention: Option<ContextAttention>,
     pub devices: u64,
     pub micro_batches: u64,
     pub micro_batch: u64,

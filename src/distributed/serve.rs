@@ -73,10 +73,10 @@ fn check(w: &Transformer, s: &Strategy, devices: u64) -> Result<(), FitError> {
         message,
     };
     s.check_devices(devices).map_err(|e| fail(e.message))?;
-    if s.kernel.is_some() || s.zero > 0 || s.interleave > 1 || s.expert > 1 {
+    if s.kernel.is_some() || s.zero > 0 || s.interleave > 1 || s.expert > 1 || s.context > 1 {
         return Err(fail(
             "serving splits a model by tensor (t), pipeline (p) and data (d) parallelism only; \
-             drop RC/CR, ZeRO, interleaving and expert parallelism"
+             drop RC/CR, ZeRO, interleaving, expert and context parallelism"
                 .into(),
         ));
     }

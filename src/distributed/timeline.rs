@@ -10,7 +10,7 @@ use super::report::CommReport;
 use super::schedule::{self, Piece, StageSteps};
 use super::work::{Need, StageWork, StepEvent};
 use crate::network::collective::Collective;
-use crate::parallel::strategy::Strategy;
+use crate::parallel::strategy::{ContextAttention, Strategy};
 use crate::parallel::{Axis, Mapping};
 use crate::workload::Graph;
 use crate::workload::LayerType;
@@ -19,9 +19,17 @@ use crate::workload::LayerType;
 struct Ledger<'a> {
     map: &'a Mapping,
     comms: Vec<CommReport>,
+    /// How the context-parallel ranks exchange keys and values under this mapping.
+    context: Option<ContextAttention>,
 }
 
 impl Ledger<'_> {
+    /// Whether `need` runs under this mapping: every need but the context-parallel
+    /// exchanges of the kind not taken.
+    fn keeps(&self, need: &Need) -> bool {
+        need.context.map_or(true, |kind| Some(kind) == self.context)
+    }
+
     /// [`Ledger::charge`] for `bytes` of `collective` split over `parts` (axis, fraction);
     /// the experts' part is listed as its own line.
     fn charge_parts(
@@ -41,7 +49,9 @@ impl Ledger<'_> {
                 bytes: bytes * f,
                 of_linear: false,
                 product_s: 0.0,
+                launch_s: 0.0,
                 layer: LayerType::Dense,
+                context: None,
             };
             t += if axis == Axis::ExpertReplica && report.is_some() {
                 self.charge(&format!("expert {name}"), &need, calls, blocking, report)
@@ -72,7 +82,7 @@ impl Ledger<'_> {
         match self
             .comms
             .iter_mut()
-            .find(|c| c.name == name && c.collective == need.collective)
+            .find(|c| c.name == name && c.collective == need.collective && c.axis == need.axis)
         {
             Some(c) => {
                 // Calls of different sizes (gradient buckets): report the mean size.
@@ -114,17 +124,24 @@ struct StreamTraffic<'a> {
 
 /// The axes a weight's gradients (or ZeRO shards) travel, each with the fraction of the
 /// bytes it carries: the experts' `experts` share goes among an expert's replicas instead
-/// of the whole data group.
-fn sync_parts(axes: &[Axis], experts: f64) -> Vec<(Axis, f64)> {
+/// of the whole data group. Over the context-parallel ranks and then the data group
+/// (`context` ranks), hierarchically as over one group of both: the whole message among
+/// the context ranks (a reduce-scatter and an all-gather cost an all-reduce), 1/context of
+/// it among the replicas.
+fn sync_parts(axes: &[Axis], experts: f64, context: u64) -> Vec<(Axis, f64)> {
     let mut parts = Vec::with_capacity(axes.len() + 1);
+    let mut share = 1.0;
     for &axis in axes {
-        if axis == Axis::Data && experts > 0.0 {
-            if experts < 1.0 {
-                parts.push((Axis::Data, 1.0 - experts));
-            }
-            parts.push((Axis::ExpertReplica, experts));
-        } else {
+        if axis == Axis::Context {
             parts.push((axis, 1.0));
+            share = 1.0 / context as f64;
+        } else if axis == Axis::Data && experts > 0.0 {
+            if experts < 1.0 {
+                parts.push((Axis::Data, (1.0 - experts) * share));
+            }
+            parts.push((Axis::ExpertReplica, experts * share));
+        } else {
+            parts.push((axis, share));
         }
     }
     parts
@@ -208,6 +225,8 @@ fn step_pieces(
 
 pub(super) struct Eval {
     pub(super) time_s: f64,
+    /// The context-parallel exchange taken (the first part's).
+    pub(super) context: Option<ContextAttention>,
     pub(super) sparse_s: f64,
     pub(super) exposed_s: f64,
     pub(super) bubble_s: f64,
@@ -246,6 +265,8 @@ pub(super) struct Inputs<'a> {
 pub(super) struct Steps {
     /// The collectives listed so far (the first stage's).
     comms: Vec<CommReport>,
+    /// The context-parallel exchange taken ([`context_choice`]).
+    context: Option<ContextAttention>,
     /// Per stage and chunk: step durations with blocking collectives.
     steps: Vec<Vec<StageSteps>>,
     /// Per stage: how long the last reduce-scatters outlast compute (ZeRO-3, weight by
@@ -307,6 +328,7 @@ pub(super) fn stage_steps(inputs: &Inputs, map: &Mapping) -> Steps {
     let mut ledger = Ledger {
         map,
         comms: Vec::new(),
+        context: context_choice(inputs, map),
     };
     let p = s.pipeline as usize;
     let mut steps = Vec::with_capacity(p);
@@ -338,10 +360,42 @@ pub(super) fn stage_steps(inputs: &Inputs, map: &Mapping) -> Steps {
     let transfer = pipeline_transfers(inputs, &mut ledger);
     Steps {
         comms: ledger.comms,
+        context: ledger.context,
         steps,
         tails,
         transfer,
     }
+}
+
+/// How the context-parallel ranks exchange keys and values under `map`: the strategy's
+/// kind, else the cheaper on the first stage (ties: the ring), each exchange at what it
+/// adds to the step (a ring step beyond the attention beside it, [`beside`], and its
+/// chunk's kernel launches; an all-gather or reduce-scatter whole). `None` without context
+/// parallelism.
+fn context_choice(inputs: &Inputs, map: &Mapping) -> Option<ContextAttention> {
+    let s = inputs.s;
+    if s.context <= 1 || s.context_attention.is_some() {
+        return s.context_attention.filter(|_| s.context > 1);
+    }
+    let st = inputs.stages.first()?;
+    let share = inputs.collective_compute_share;
+    let (mut ring, mut gather) = (0.0, 0.0);
+    for (count, n) in st.forward_needs.iter().chain(&st.backward_needs) {
+        let comm = map.link(n.axis).time(n.collective, n.bytes) * count;
+        match n.context {
+            Some(ContextAttention::Ring) => {
+                let product = n.product_s * count;
+                ring += beside(product, comm, share) - product + n.launch_s * count;
+            }
+            Some(ContextAttention::AllGather) => gather += comm,
+            None => {}
+        }
+    }
+    Some(if ring <= gather {
+        ContextAttention::Ring
+    } else {
+        ContextAttention::AllGather
+    })
 }
 
 /// Schedules one iteration under one mapping: each stage's steps with their blocking
@@ -396,11 +450,16 @@ pub(super) fn finish_parts(
     for ((part, st), &map) in parts.iter().zip(steps_of).zip(maps) {
         let Steps {
             comms,
+            context,
             steps: own,
             tails: own_tails,
             transfer: own_transfer,
         } = st;
-        let mut ledger = Ledger { map, comms };
+        let mut ledger = Ledger {
+            map,
+            comms,
+            context,
+        };
         if part.hands_on {
             transfer = transfer.max(own_transfer);
         } else {
@@ -511,6 +570,7 @@ pub(super) fn finish_parts(
     let busiest_compute = per_stage(&|st| (st.forward_s + st.backward_s) * m as f64);
     let busiest_update = per_stage(&|st| st.update_s);
     let busiest_sparse = per_stage(&|st| st.sparse_s) * m as f64;
+    let context = ledgers.first().and_then(|l| l.context);
     let mut comms = Vec::new();
     for (part, ledger) in parts.iter().zip(ledgers) {
         comms.extend(ledger.comms.into_iter().map(|mut c| {
@@ -522,6 +582,7 @@ pub(super) fn finish_parts(
     }
     Eval {
         time_s: end,
+        context,
         sparse_s: sparse_busy,
         exposed_s: 0.0,
         bubble_s: (first.free_end - (busiest_compute + busiest_update).max(busiest_sparse))
@@ -537,14 +598,22 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
     // The report lists the first stage's collectives, for all micro-batches.
     let report = (inputs.listing && i == 0).then_some(inputs.m as f64);
     let beside_linear = |n: &Need| !blocks_compute(inputs.s, n);
+    let context = ledger.context;
     let mut blocking = |needs: &[(f64, Need)]| -> f64 {
         needs
             .iter()
+            .filter(|(_, n)| n.context.map_or(true, |kind| Some(kind) == context))
             .map(|(count, n)| {
                 // Only listed collectives need their name.
                 let label = match report {
                     Some(_) if beside_linear(n) => {
-                        format!("{} {} beside products", n.axis.name(), n.collective.name())
+                        let next_to = if n.context.is_some() {
+                            "attention"
+                        } else {
+                            "products"
+                        };
+                        let (axis, collective) = (n.axis.name(), n.collective.name());
+                        format!("{axis} {collective} beside {next_to}")
                     }
                     Some(_) => format!("{} {}", n.axis.name(), n.collective.name()),
                     None => String::new(),
@@ -553,8 +622,9 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
             })
             .sum()
     };
-    let (fwd, bwd) = if inputs.s.tp_overlap {
-        // Each linear layer's collective beside its own product, the rest blocking.
+    let (fwd, bwd) = if inputs.s.tp_overlap || context == Some(ContextAttention::Ring) {
+        // Each linear layer's collective beside its own product, each ring step beside
+        // one chunk's attention, the rest blocking.
         let share = inputs.collective_compute_share;
         let mut step = |compute: f64, needs: &[(f64, Need)]| {
             let mut t = compute;
@@ -563,7 +633,7 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
                 let (count, n) = one;
                 t += if beside_linear(n) {
                     let product = n.product_s * count;
-                    beside(product, comm, share) - product
+                    beside(product, comm, share) - product + n.launch_s * count
                 } else {
                     comm
                 };
@@ -588,10 +658,11 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
 
 /// Whether a collective of a step stops the compute while it runs: all do, but the
 /// all-gathers and reduce-scatters of sequence-parallel linear layers under `tp=overlap`,
-/// which run beside the products ([`beside`]); not the vocabulary-parallel embedding's
+/// which run beside the products ([`beside`]), and context parallelism's ring steps, each
+/// beside the attention of the chunk before; not the vocabulary-parallel embedding's
 /// reduce-scatter nor the expert layers' all-reduce.
 fn blocks_compute(s: &Strategy, n: &Need) -> bool {
-    !(s.tp_overlap && n.of_linear)
+    !(s.tp_overlap && n.of_linear || n.context == Some(ContextAttention::Ring))
 }
 
 /// Linear layers taking `linear_s` alone, with collectives taking `comm_s` alone run beside
@@ -629,8 +700,8 @@ fn zero3_step(
         st.trained * inputs.gradient_bytes / v as f64,
     );
     let axis = s.shard_axis();
-    let gather_parts = sync_parts(&[axis], inputs.expert_param_share);
-    let scatter_parts = sync_parts(&[axis], st.expert_share());
+    let gather_parts = sync_parts(&[axis], inputs.expert_param_share, 1);
+    let scatter_parts = sync_parts(&[axis], st.expert_share(), 1);
     let steps = (m * v as u64) as f64;
     let gather_s = ledger.charge_parts(
         "weight gather",
@@ -663,7 +734,7 @@ fn zero3_step(
     }
     // Weight by weight: each kernel waits for its gathered weight, and the gathers and
     // reduce-scatters share the fabric with blocking collectives.
-    let (dense, experts) = (sync_parts(&[axis], 0.0), sync_parts(&[axis], 1.0));
+    let (dense, experts) = (sync_parts(&[axis], 0.0, 1), sync_parts(&[axis], 1.0, 1));
     let g = StreamTraffic {
         bytes: gather_bytes,
         collective: Collective::AllGather,
@@ -706,7 +777,8 @@ fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
     } else {
         1.0
     };
-    let boundary = inputs.graph.boundary_bytes * inputs.f_tok / sp_share;
+    // A context-parallel rank sends on its share of the tokens.
+    let boundary = inputs.graph.boundary_bytes * inputs.f_tok / sp_share / s.context as f64;
     let transfer = ledger
         .map
         .link(Axis::Pipeline)
@@ -719,7 +791,9 @@ fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
             bytes: boundary,
             of_linear: false,
             product_s: 0.0,
+            launch_s: 0.0,
             layer: LayerType::Dense,
+            context: None,
         };
         let blocking = !s.send_overlap;
         ledger.charge("pipeline activations", &need, calls, blocking, Some(1.0));
@@ -815,7 +889,7 @@ fn sync_of<'a>(
     let held = if s.shard > 0 { s.shard } else { 1 };
     Sync {
         axes: data_axes,
-        expert_axes: sync_parts(data_axes, st.expert_share()),
+        expert_axes: sync_parts(data_axes, st.expert_share(), s.context),
         collective: *collective,
         stage_bytes: st.trained * inputs.gradient_bytes * (s.weight_replicas() / s.data) as f64
             / held as f64,
@@ -829,7 +903,13 @@ fn after_of(inputs: &Inputs, ledger: &mut Ledger, st: &StageWork, sync: &Sync) -
     let s = inputs.s;
     let mut after = st.update_s;
     if s.zero >= 1 && s.zero < 3 {
-        let parts = sync_parts(&[Axis::Data], st.expert_share());
+        // Among the ranks ZeRO shards over: the data group, with the context ranks.
+        let axes: &[Axis] = if s.context > 1 {
+            &[Axis::Context, Axis::Data]
+        } else {
+            &[Axis::Data]
+        };
+        let parts = sync_parts(axes, st.expert_share(), s.context);
         // The updated weights, in their own precision (the gradients' may differ).
         let bytes = sync.stage_bytes / inputs.gradient_bytes * inputs.weight_bytes;
         let need = (Collective::AllGather, bytes);
@@ -883,7 +963,7 @@ fn joint_layer_sync(
                 blocking: st
                     .backward_needs
                     .iter()
-                    .filter(|(_, n)| blocks_compute(p.inputs.s, n))
+                    .filter(|(_, n)| blocks_compute(p.inputs.s, n) && ledgers[k].keeps(n))
                     .flat_map(|(count, n)| need_phases(map, n, count / (vf * l)))
                     .collect(),
                 bucket: if bytes > 0.0 {
@@ -992,7 +1072,11 @@ fn layers_per_chunk(inputs: &Inputs, st: &StageWork) -> usize {
 /// A bucket per weight, when its gradient is computed (DDP's order: last layers first); an
 /// expert's among its replicas. `chunks`: the stage's chunks (the step is one of them).
 fn weight_buckets(ledger: &mut Ledger, st: &StageWork, sync: &Sync, chunks: f64) -> Vec<Piece> {
-    let (dense, experts) = (sync_parts(sync.axes, 0.0), sync_parts(sync.axes, 1.0));
+    let context = ledger.map.link(Axis::Context).p;
+    let (dense, experts) = (
+        sync_parts(sync.axes, 0.0, context),
+        sync_parts(sync.axes, 1.0, context),
+    );
     let traffic = StreamTraffic {
         bytes: sync.stage_bytes / chunks,
         collective: sync.collective,
@@ -1035,11 +1119,12 @@ fn layer_buckets(
     let layers = layers_per_chunk(inputs, st);
     let l = layers as f64;
     let sync_axes = &sync.expert_axes;
-    // Collectives beside the linear layers (`tp=overlap`) are inside the compute here.
+    // Collectives beside the linear layers (`tp=overlap`) and ring steps are inside the
+    // compute here.
     let per_layer: Vec<(usize, f64)> = st
         .backward_needs
         .iter()
-        .filter(|(_, n)| blocks_compute(inputs.s, n))
+        .filter(|(_, n)| blocks_compute(inputs.s, n) && ledger.keeps(n))
         .flat_map(|(count, n)| need_phases(map, n, count / (vf * l)))
         .collect();
     let bucket = sync.stage_bytes / (vf * l);

@@ -1,15 +1,18 @@
 //! One stage's work for one micro-batch (DeepFlow Sec. 5.1's super-graph of one device):
-//! every kernel split by the strategy (tensor, sequence, RC/CR, expert, table-wise), the
-//! exact bytes of the blocking collectives each split adds, the weights the stage holds and
+//! every kernel split by the strategy (tensor, sequence, context, RC/CR, expert,
+//! table-wise), the exact bytes of the blocking collectives each split adds (and of the
+//! context-parallel key/value exchanges, both kinds), the weights the stage holds and
 //! trains, and the order of a step's events for graphs without repeated layers.
 
 use std::sync::Arc;
 
 use crate::network::collective::Collective;
-use crate::parallel::strategy::{KernelSplit, Strategy};
+use crate::parallel::strategy::{ContextAttention, KernelSplit, Strategy};
 use crate::parallel::Axis;
 use crate::perf::{EnergyRates, Evaluator};
-use crate::workload::{Graph, Kernel, KernelClass, LayerType, Op, Phase, Position, Split};
+use crate::workload::{
+    AttentionShape, Graph, Kernel, KernelClass, LayerType, Op, Phase, Position, Split,
+};
 
 /// A collective a kernel needs, per instance.
 #[derive(Clone)]
@@ -25,6 +28,13 @@ pub(super) struct Need {
     pub(super) product_s: f64,
     /// The layer type of the kernel it belongs to (for the per-layer report).
     pub(super) layer: LayerType,
+    /// A context-parallel key/value exchange of this kind: a ring step runs beside one
+    /// chunk's attention (`product_s`); where the strategy leaves the kind open, both kinds'
+    /// exchanges are listed and the timeline keeps the cheaper.
+    pub(super) context: Option<ContextAttention>,
+    /// Per instance, the compute it adds beside its message: a ring step's own kernel
+    /// launches (the attention over each chunk is a kernel of its own), s; else 0.
+    pub(super) launch_s: f64,
 }
 
 /// What a graph without repeated layers does next in its backward step.
@@ -89,6 +99,15 @@ pub(super) struct StageWork {
     /// One micro-batch's compute per layer type (by `LayerType as usize`): forward,
     /// backward and recomputation (on embedding engines: not counted here).
     pub(super) by_layer: [PhaseTimes; 5],
+}
+
+/// One pass of the attention core on a device (forward; or backward with recomputation):
+/// its kernels' time over all instances, its instances, and one instance's launches.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct AttentionPass {
+    time_s: f64,
+    instances: u64,
+    launch_s: f64,
 }
 
 /// Compute time of one layer type's kernels by phase.
@@ -157,6 +176,34 @@ fn scale_stream(op: &mut Op, factor: f64) {
     }
 }
 
+/// Context parallelism over `cp` ranks: each holds 1/cp of every sequence's tokens. Weight
+/// products and streams take 1/cp of the tokens; an attention product takes its rank's
+/// queries against the whole sequence's keys (1/cp of the score tiles: the causal load
+/// balance gives every rank an equal share), split along the queries, which are `m` where
+/// `m` is the longer of the sequence-long `m` and `k` and `k` otherwise (the keys'
+/// gradient contracts over the queries). The key and value exchange is priced apart
+/// ([`StageWork::add_context_exchange`]).
+fn split_context(k: &mut Kernel, cp: u64) {
+    let attention = k.class == KernelClass::Attention;
+    match &mut k.op {
+        Op::Gemm { m, k: kk, .. } if attention => {
+            if *m >= *kk {
+                div(m, cp);
+            } else {
+                div(kk, cp);
+            }
+        }
+        Op::Gemm { m, k: kk, .. } => {
+            if k.phase == Phase::BackwardWeight {
+                div(kk, cp);
+            } else {
+                div(m, cp);
+            }
+        }
+        op => scale_stream(op, 1.0 / cp as f64),
+    }
+}
+
 /// Splits a kernel's work `d` ways: batched products by their batch, streams by bytes.
 fn divide_stream(op: &mut Op, d: f64) {
     match op {
@@ -194,7 +241,9 @@ fn need(needs: &mut Vec<Need>, collective: Collective, axis: Axis, bytes: f64) {
         bytes,
         of_linear: false,
         product_s: 0.0,
+        launch_s: 0.0,
         layer: LayerType::Dense,
+        context: None,
     })
 }
 
@@ -349,7 +398,9 @@ fn linear_need(needs: &mut Vec<Need>, collective: Collective, bytes: f64, sp: bo
         bytes,
         of_linear: sp,
         product_s: 0.0,
+        launch_s: 0.0,
         layer: LayerType::Dense,
+        context: None,
     });
 }
 
@@ -571,6 +622,10 @@ pub(super) fn stage_work(
     let mut w = stage_weights(graph, s, stage);
     let trained = trained_layers(graph, stage_span(graph, s, stage));
     let span = (s.pipeline, stage, w.layers);
+    // The attention core's compute per pass (forward; backward with recomputation), its
+    // instances and the launches of one instance's kernels: what context-parallel
+    // exchanges run beside.
+    let mut attention = [AttentionPass::default(); 2];
     for kernel in &graph.kernels {
         let count = instances(kernel, graph, span, trained);
         if count == 0 {
@@ -582,6 +637,9 @@ pub(super) fn stage_work(
             continue;
         }
         scale_tokens(&mut k, f_tok);
+        if s.context > 1 {
+            split_context(&mut k, s.context);
+        }
         let (needs, fewer) = split_kernel(&mut k, s);
         let count = count / fewer.max(1);
         let t = evaluator.kernel_ref(&k);
@@ -595,6 +653,14 @@ pub(super) fn stage_work(
         let (c, m) = rates.kernel_j(t);
         w.step_j += (c + m.iter().sum::<f64>()) * count as f64;
         let time = t.time_s * count as f64;
+        if k.class == KernelClass::Attention && k.position == Position::Layer {
+            let pass = &mut attention[usize::from(k.phase != Phase::Forward)];
+            pass.time_s += time;
+            pass.launch_s += t.launch_s;
+            if matches!(k.phase, Phase::Forward | Phase::BackwardInput) {
+                pass.instances = pass.instances.max(count);
+            }
+        }
         let bound = (!w.by_class.iter().any(|c| c.0 == k.class)).then(|| t.bound.to_string());
         if sparse_cores && k.split == Split::Table {
             // SparseCores: the lookup (or its update) and the pooled all-to-all leave the
@@ -607,10 +673,87 @@ pub(super) fn stage_work(
         }
         w.add_step_kernel(&k, graph, s, time, count, bound, needs);
     }
+    if let Some(shape) = graph.attention.filter(|_| s.context > 1) {
+        let samples = f_tok * graph.samples;
+        w.add_context_exchange(
+            shape,
+            s,
+            samples,
+            graph.precisions.communication.bytes(),
+            attention,
+        );
+    }
     w
 }
 
 impl StageWork {
+    /// Context parallelism's key and value exchange for the attention of each layer
+    /// instance, one micro-batch of `samples` sequences, in messages of `wire` bytes per
+    /// element. A rank holds one chunk: its tokens' keys and values for its tensor rank's
+    /// key/value heads. `attention`: the attention core's compute and instances per pass
+    /// (forward; backward with recomputation) on this device.
+    ///
+    /// - Ring (Megatron-LM's context parallelism): cp - 1 steps per pass, each sending one
+    ///   chunk on to the next rank beside the attention of the chunk in hand (1/cp of the
+    ///   pass's attention, its own kernels: a step adds their launches); backward sends the
+    ///   chunk and its key/value gradient partial sums, and under full recomputation the
+    ///   rerun forward's chunk too.
+    /// - All-gather (Llama 3): forward gathers every rank's chunk before the attention;
+    ///   backward gathers them again (none is kept: the gathered keys and values would hold
+    ///   cp times the memory) and reduce-scatters their gradients; under full recomputation
+    ///   the rerun forward gathers once more. All on the critical path.
+    fn add_context_exchange(
+        &mut self,
+        shape: AttentionShape,
+        s: &Strategy,
+        samples: f64,
+        wire: f64,
+        attention: [AttentionPass; 2],
+    ) {
+        let cp = s.context;
+        let kv_heads = shape.kv_heads.div_ceil(s.tensor) as f64;
+        let chunk =
+            samples * (shape.sequence / cp) as f64 * 2.0 * kv_heads * shape.head_dim as f64 * wire;
+        let reruns = f64::from(u8::from(shape.reruns_forward));
+        let exchange = |collective, bytes, kind| Need {
+            collective,
+            axis: Axis::Context,
+            bytes,
+            of_linear: false,
+            product_s: 0.0,
+            launch_s: 0.0,
+            layer: LayerType::Attention,
+            context: Some(kind),
+        };
+        let [forward, backward] = attention;
+        if s.context_attention != Some(ContextAttention::AllGather) {
+            // A step beside one chunk's attention, with that chunk's kernel launches.
+            let step = |pass: AttentionPass, bytes: f64| {
+                let calls = (pass.instances * (cp - 1)) as f64;
+                let need = Need {
+                    product_s: pass.time_s / (pass.instances.max(1) * cp) as f64,
+                    launch_s: pass.launch_s,
+                    ..exchange(Collective::PointToPoint, bytes, ContextAttention::Ring)
+                };
+                (calls, need)
+            };
+            self.forward_needs.push(step(forward, chunk));
+            self.backward_needs
+                .push(step(backward, (2.0 + reruns) * chunk));
+        }
+        if s.context_attention != Some(ContextAttention::Ring) {
+            let gather =
+                |collective| exchange(collective, chunk * cp as f64, ContextAttention::AllGather);
+            let (forward_n, backward_n) = (forward.instances as f64, backward.instances as f64);
+            self.forward_needs
+                .push((forward_n, gather(Collective::AllGather)));
+            self.backward_needs
+                .push((backward_n * (1.0 + reruns), gather(Collective::AllGather)));
+            self.backward_needs
+                .push((backward_n, gather(Collective::ReduceScatter)));
+        }
+    }
+
     /// The optimizer runs once per iteration on this stage's shard of the weights. The
     /// graph's update kernel covers every trainable weight once; this device updates its
     /// trained share of them. ZeRO shards dense weights' state over the data group, an
@@ -633,7 +776,7 @@ impl StageWork {
             s.zero >= 1
         };
         let mine = if zero_sharded {
-            let group = s.shard_group() as f64;
+            let group = s.zero_group() as f64;
             dense / group + experts * s.expert as f64 / group
         } else {
             self.trained
@@ -771,6 +914,60 @@ mod tests {
         let ends = graph.parameters_by_position[Position::Head as usize]
             + graph.parameters_by_position[Position::Tail as usize];
         assert!((held - layer_params - ends).abs() < 1e-6 * held, "{held}");
+    }
+
+    /// A context-parallel rank does 1/cp of every kernel: each kernel's FLOPs and bytes
+    /// over the cp ranks add up to the whole sequence's (the attention's score tiles
+    /// included: its queries against every key), with flash attention and without.
+    #[test]
+    fn context_parallel_ranks_share_every_kernel_whole() {
+        for attention in ["flash", "materialized"] {
+            let text = format!(
+                "version: 1\nkind: transformer\nname: g\nhidden: 512\nlayers: 2\nheads: 8\n\
+                 kv_heads: 2\nffn_hidden: 2048\nsequence: 1024\nvocab: 1000\n\
+                 global_batch: 2\nprecision: bf16\nattention: {attention}\n"
+            );
+            let graph = Workload::from_yaml("g.yaml", &text).unwrap().graph();
+            for k in graph.kernels.iter().filter(|k| k.phase != Phase::Update) {
+                let mut split = k.clone();
+                split_context(&mut split, 4);
+                let bytes = |k: &Kernel| match k.op {
+                    Op::Stream { read_bytes, .. }
+                    | Op::Fused { read_bytes, .. }
+                    | Op::Gather { read_bytes, .. } => read_bytes,
+                    Op::Gemm { .. } => 0.0,
+                };
+                assert!(
+                    (split.flops() * 4.0 / k.flops().max(1e-300) - 1.0).abs() < 1e-12
+                        || k.flops() == 0.0,
+                    "{attention} {}",
+                    k.name
+                );
+                assert!(
+                    (bytes(&split) * 4.0 - bytes(k)).abs() <= 1e-9 * bytes(k),
+                    "{}",
+                    k.name
+                );
+                if let (
+                    Op::Gemm { m, k: kk, n, .. },
+                    Op::Gemm {
+                        m: m4,
+                        k: k4,
+                        n: n4,
+                        ..
+                    },
+                ) = (k.op, split.op)
+                {
+                    // One dimension shrinks: the tokens (the queries of an attention product).
+                    let shrunk = [(m, m4), (kk, k4), (n, n4)]
+                        .iter()
+                        .filter(|(a, b)| a != b)
+                        .count();
+                    assert_eq!(shrunk, 1, "{}", k.name);
+                    assert!(m4 == m || m4 * 4 == m, "{}", k.name);
+                }
+            }
+        }
     }
 
     /// A small mixture-of-experts model trained in FP8.

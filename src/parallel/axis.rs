@@ -14,6 +14,8 @@ pub enum Axis {
     Kp2,
     Data,
     Pipeline,
+    /// Context parallelism: the ranks that each hold one share of every sequence's tokens.
+    Context,
     /// Every device of the system as one group (all-to-all of table-wise sharded
     /// embeddings); not a parallel dimension of the strategy.
     Every,
@@ -31,12 +33,15 @@ pub enum Axis {
 }
 
 impl Axis {
-    pub const ALL: [Axis; 5] = [
+    /// The strategy's parallel dimensions, in declaration order (`axis as usize` indexes
+    /// them, and a mapping's group links).
+    pub const ALL: [Axis; 6] = [
         Axis::Tensor,
         Axis::Kp1,
         Axis::Kp2,
         Axis::Data,
         Axis::Pipeline,
+        Axis::Context,
     ];
 
     /// The short-form letter (`order=t.d.p`).
@@ -47,6 +52,7 @@ impl Axis {
             Axis::Kp2 => "k2",
             Axis::Data => "d",
             Axis::Pipeline => "p",
+            Axis::Context => "c",
             Axis::Every => "all",
             Axis::Expert => "e",
             Axis::ExpertReplica => "er",
@@ -66,6 +72,7 @@ impl Axis {
             Axis::Kp2 => "kp2",
             Axis::Data => "data",
             Axis::Pipeline => "pipeline",
+            Axis::Context => "context",
             Axis::Every => "all devices",
             Axis::Expert => "expert",
             Axis::ExpertReplica => "expert replicas",

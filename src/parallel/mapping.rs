@@ -81,13 +81,13 @@ pub fn place_cached(
     cache: &mut Vec<((u64, u64), GroupLink, Vec<String>)>,
 ) -> Mapping {
     let d = s.degrees();
-    let mut stride = [0u64; 5];
+    let mut stride = [0u64; Axis::ALL.len()];
     let mut next = 1;
     for &a in order {
         stride[a as usize] = next;
         next *= d[a as usize];
     }
-    let mut links = Vec::with_capacity(5);
+    let mut links = Vec::with_capacity(Axis::ALL.len() + 5);
     let mut spans = Vec::new();
     for a in Axis::ALL {
         let (deg, st) = (d[a as usize], stride[a as usize]);

@@ -1,7 +1,7 @@
 //! Parallelism: the strategy vocabulary (DeepFlow Sec. 3.3 and 5.1's RC/CR kernel splits,
-//! Megatron's tensor, sequence and pipeline parallelism, data parallelism with ZeRO, expert
-//! parallelism, MAD Max Sec. 4's hierarchical `(intra, inter)` notation) and the mapping of a
-//! strategy's axes onto a network's devices (DeepFlow Sec. 5.2).
+//! Megatron's tensor, sequence, context and pipeline parallelism, data parallelism with
+//! ZeRO, expert parallelism, MAD Max Sec. 4's hierarchical `(intra, inter)` notation) and
+//! the mapping of a strategy's axes onto a network's devices (DeepFlow Sec. 5.2).
 //!
 //! Owns: [`Strategy`] (raw text or YAML -> checked strategy) with its derived quantities as
 //! methods; [`Axis`]; [`mapping`] (orderings of the axes and their placement onto devices).

@@ -40,6 +40,29 @@ impl KernelSplit {
     }
 }
 
+/// How context parallelism gives each rank the keys and values of the whole sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextAttention {
+    /// Ring attention (Liu et al. 2023; Megatron-LM's context parallelism): the key/value
+    /// chunks travel round the group, each step's send beside the attention on the chunk
+    /// before; backward sends the chunks and their gradients round again.
+    Ring,
+    /// All-gather (Llama 3, Dubey et al. 2024, Sec. 3.3.2): the keys and values of the
+    /// whole sequence gathered before the attention, their gradients reduce-scattered after
+    /// its backward; both on the critical path.
+    AllGather,
+}
+
+impl ContextAttention {
+    pub fn name(self) -> &'static str {
+        match self {
+            ContextAttention::Ring => "ring",
+            ContextAttention::AllGather => "all_gather",
+        }
+    }
+}
+
 /// How one training iteration is spread over devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct Strategy {
@@ -49,6 +72,13 @@ pub struct Strategy {
     pub tensor: u64,
     /// Pipeline stages (layer parallelism).
     pub pipeline: u64,
+    /// Context parallelism: ranks that each hold 1/context of every sequence's tokens
+    /// (two chunks of 1/(2 context), one from each end, so that causal attention loads them
+    /// evenly), exchanging keys and values for the attention.
+    pub context: u64,
+    /// How the context-parallel ranks exchange keys and values; `None` prices both under
+    /// each mapping and takes the cheaper.
+    pub context_attention: Option<ContextAttention>,
     /// DeepFlow kernel parallelism, instead of `tensor`.
     pub kernel: Option<KernelSplit>,
     /// Samples per micro-batch; 0 means the whole per-replica batch at once.
@@ -96,10 +126,10 @@ pub struct Strategy {
     pub ends: Option<(u16, u16)>,
 }
 
-/// Parallel dimensions in placement order, innermost first (at most the five axes).
+/// Parallel dimensions in placement order, innermost first (at most the six axes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Placement {
-    axes: [Axis; 5],
+    axes: [Axis; Axis::ALL.len()],
     len: usize,
 }
 
@@ -164,6 +194,8 @@ impl Default for Strategy {
             data: 1,
             tensor: 1,
             pipeline: 1,
+            context: 1,
+            context_attention: None,
             kernel: None,
             micro_batch: 0,
             interleave: 1,
@@ -193,13 +225,20 @@ pub struct StrategyError {
 
 impl Strategy {
     /// The degree of every axis of [`Axis::ALL`] (1 where unused).
-    pub fn degrees(&self) -> [u64; 5] {
+    pub fn degrees(&self) -> [u64; Axis::ALL.len()] {
         let (kp1, kp2) = match self.kernel {
             Some(KernelSplit::Rc { kp1, kp2 }) => (kp1, kp2),
             Some(KernelSplit::Cr { kp1 }) => (kp1, 1),
             None => (1, 1),
         };
-        [self.tensor, kp1, kp2, self.data, self.pipeline]
+        [
+            self.tensor,
+            kp1,
+            kp2,
+            self.data,
+            self.pipeline,
+            self.context,
+        ]
     }
 
     /// Devices a layer's weights are sharded over: RC's columns, CR's shared dimension, or
@@ -237,13 +276,28 @@ impl Strategy {
         }
     }
 
+    /// Devices whose gradients of one weight shard are summed: its replicas
+    /// ([`Strategy::weight_replicas`]) and the context-parallel ranks, each of which saw
+    /// its own share of the tokens.
+    pub fn gradient_replicas(&self) -> u64 {
+        self.weight_replicas() * self.context
+    }
+
+    /// Data-parallel ranks ZeRO-1/2 shard optimizer state (and gradients) over, with the
+    /// context-parallel ranks (Megatron-LM's distributed optimizer shards over both).
+    pub fn zero_group(&self) -> u64 {
+        self.shard_group() * self.context
+    }
+
     /// The axes a stage's gradients synchronise over after the backward steps (RC's rows
-    /// too). Under ZeRO-3 the shard group already reduce-scattered every micro-batch's; with
-    /// hybrid sharding the shard groups then all-reduce their shards.
+    /// too; the context-parallel ranks first, then the replicas). Under ZeRO-3 the shard
+    /// group already reduce-scattered every micro-batch's; with hybrid sharding the shard
+    /// groups then all-reduce their shards.
     pub fn gradient_sync_axes(&self) -> Vec<Axis> {
         match (self.kernel, self.zero >= 3) {
             (Some(KernelSplit::Rc { .. }), false) => vec![Axis::Kp1, Axis::Data],
             (Some(KernelSplit::Rc { .. }), true) => vec![Axis::Kp1],
+            (_, false) if self.context > 1 => vec![Axis::Context, Axis::Data],
             (_, false) => vec![Axis::Data],
             (_, true) if self.shard > 0 => vec![Axis::ShardReplica],
             (_, true) => vec![],
@@ -271,7 +325,7 @@ impl Strategy {
 
     /// Devices one copy of the strategy occupies.
     pub fn devices(&self) -> u64 {
-        self.data * self.model_degree() * self.pipeline
+        self.data * self.model_degree() * self.pipeline * self.context
     }
 
     /// Devices one layer's kernels are split over (tensor or kernel parallelism).
@@ -321,6 +375,19 @@ impl Strategy {
                 "d" => s.data = number(value, "d (data parallelism)")?,
                 "t" => s.tensor = number(value, "t (tensor parallelism)")?,
                 "p" => s.pipeline = number(value, "p (pipeline stages)")?,
+                "cp" => s.context = number(value, "cp (context parallelism)")?,
+                "cp=" => {
+                    s.context_attention = Some(match value {
+                        "ring" => ContextAttention::Ring,
+                        "gather" => ContextAttention::AllGather,
+                        _ => {
+                            return Err(fail(format!(
+                                "cp={value}: context-parallel attention passes keys and \
+                                 values round a ring (cp=ring) or all-gathers them (cp=gather)"
+                            )))
+                        }
+                    })
+                }
                 "mb" => s.micro_batch = number(value, "mb (micro-batch)")?,
                 "i" => s.interleave = number(value, "i (interleave)")?,
                 "e" => s.expert = number(value, "e (expert parallelism)")?,
@@ -337,7 +404,7 @@ impl Strategy {
                         _ => {
                             return Err(fail(format!(
                                 "order={value}: list distinct axes innermost first from t, k1, \
-                                 k2, d, p, joined by dots (order=t.d)"
+                                 k2, d, p, c, joined by dots (order=t.d)"
                             )))
                         }
                     }
@@ -412,10 +479,10 @@ impl Strategy {
         Ok(s)
     }
 
-    /// Reads a strategy file (keys `data`, `tensor`, `pipeline`, `kernel`, `micro_batch`,
-    /// `interleave`, `schedule`, `sequence_parallel`, `recompute`, `zero`, `expert`,
-    /// `weight_prefetch`, `shard_group`, `gradient_overlap`, `send_overlap`,
-    /// `tensor_overlap`).
+    /// Reads a strategy file (keys `data`, `tensor`, `pipeline`, `context`,
+    /// `context_attention`, `kernel`, `micro_batch`, `interleave`, `schedule`,
+    /// `sequence_parallel`, `recompute`, `zero`, `expert`, `weight_prefetch`, `shard_group`,
+    /// `gradient_overlap`, `send_overlap`, `tensor_overlap`, `stage_ends`).
     pub fn from_yaml(file: &str, text: &str) -> Result<Strategy, ConfigError> {
         let raw: StrategyRaw = parse_yaml(file, text)?;
         let check = Checker { file };
@@ -467,6 +534,20 @@ impl Strategy {
             data: count("data", raw.data)?,
             tensor,
             pipeline: count("pipeline", raw.pipeline)?,
+            context: count("context", raw.context)?,
+            context_attention: match raw.context_attention.as_deref() {
+                None => None,
+                Some("ring") => Some(ContextAttention::Ring),
+                Some("all_gather") => Some(ContextAttention::AllGather),
+                Some(other) => {
+                    return Err(ConfigError::invalid(
+                        file,
+                        "context_attention",
+                        other,
+                        "ring or all_gather (omit it to price both and take the cheaper)",
+                    ))
+                }
+            },
             kernel,
             micro_batch: raw
                 .micro_batch
@@ -621,6 +702,33 @@ impl Strategy {
         let bad = |field, value: &dyn std::fmt::Display, message: &str| {
             Err((field, value.to_string(), message.to_string()))
         };
+        if let Some(a) = self.context_attention.filter(|_| self.context <= 1) {
+            return bad(
+                "context_attention",
+                &a.name(),
+                "how context-parallel ranks exchange keys and values; it needs cp > 1",
+            );
+        }
+        if self.context > 1 {
+            let why = if self.kernel.is_some() {
+                Some(
+                    "context parallelism (cp) is modelled beside tensor parallelism (t), not RC/CR",
+                )
+            } else if self.zero >= 3 {
+                Some(
+                    "ZeRO-3 with context parallelism (cp) is not modelled; use z1 or z2, which \
+                     shard over the data and context ranks together (Megatron-LM's distributed \
+                     optimizer)",
+                )
+            } else if self.expert > 1 {
+                Some("context parallelism (cp) with expert parallelism (e) is not modelled")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return bad("context", &self.context, why);
+            }
+        }
         if self.kernel.is_some() && self.tensor > 1 {
             return bad(
                 "tensor",
@@ -655,12 +763,12 @@ impl Strategy {
                 "interleaving (i > 1) is a 1F1B schedule, not GPipe",
             );
         }
-        if !self.grad_overlap && self.weight_replicas() <= 1 {
+        if !self.grad_overlap && self.gradient_replicas() <= 1 {
             return bad(
                 "gradient_overlap",
                 &false,
                 "grad=after concerns the data-parallel gradient synchronisation; it needs \
-                 data parallelism (d > 1, or RC's row groups)",
+                 data parallelism (d > 1, RC's row groups or cp > 1)",
             );
         }
         if !self.send_overlap && self.pipeline <= 1 {
@@ -817,9 +925,15 @@ impl Strategy {
             message,
         };
         if self.devices() != devices {
+            let (name, degree) = if self.context > 1 {
+                (" x context", format!(" x {}", self.context))
+            } else {
+                ("", String::new())
+            };
             return Err(fail(format!(
-                "data x model x pipeline = {} x {} x {} = {} devices, but the system has {devices}; \
-                 the degrees must multiply to the device count (e.g. t8-p4-d{} for {devices} devices)",
+                "data x model x pipeline{name} = {} x {} x {}{degree} = {} devices, but the \
+                 system has {devices}; the degrees must multiply to the device count (e.g. \
+                 t8-p4-d{} for {devices} devices)",
                 self.data,
                 self.model_degree(),
                 self.pipeline,
@@ -844,6 +958,7 @@ fn switch(value: &str, (on, off): (&str, &str), why: impl Fn() -> String) -> Res
 fn split_key(token: &str) -> (&str, &str) {
     for key in [
         "rc=",
+        "cp=",
         "prefetch=",
         "grad=",
         "send=",
@@ -872,6 +987,14 @@ impl fmt::Display for Strategy {
         }
         parts.push(format!("d{}", self.data));
         parts.push(format!("p{}", self.pipeline));
+        if self.context > 1 {
+            parts.push(format!("cp{}", self.context));
+        }
+        match self.context_attention {
+            Some(ContextAttention::Ring) => parts.push("cp=ring".into()),
+            Some(ContextAttention::AllGather) => parts.push("cp=gather".into()),
+            None => {}
+        }
         if self.micro_batch > 0 {
             parts.push(format!("mb{}", self.micro_batch));
         }

@@ -57,6 +57,7 @@ pub(super) fn gemm_graph(g: &Gemm) -> Graph {
         precisions: Precisions::uniform(g.precision),
         experts: 1,
         heads: 0,
+        attention: None,
         layer_parts: Vec::new(),
         part_of: None,
     }

@@ -330,6 +330,9 @@ pub struct Graph {
     /// Attention heads of a language model's layers, which tensor parallelism splits
     /// whole (0: none to split).
     pub heads: u64,
+    /// A language model's attention as context parallelism splits it (training graphs of
+    /// transformers; `None` otherwise).
+    pub attention: Option<AttentionShape>,
     /// What each layer type present holds of the totals above (training graphs built by
     /// the builder; empty otherwise).
     pub layer_parts: Vec<LayerPart>,
@@ -479,10 +482,23 @@ impl Graph {
             precisions: self.precisions,
             experts: self.experts,
             heads: self.heads,
+            attention: self.attention,
             layer_parts: Vec::new(),
             part_of: None,
         }
     }
+}
+
+/// A training step's self-attention, as context parallelism splits it: every sequence of
+/// `sequence` tokens attends to itself (causally) with `kv_heads` key and value heads of
+/// `head_dim`; under full recomputation the backward pass runs the attention's forward
+/// again (`reruns_forward`), key and value exchange included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AttentionShape {
+    pub sequence: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub reruns_forward: bool,
 }
 
 /// The shape of a fused attention core ([`Builder::flash_attention`]): `heads` (batch x
@@ -1231,6 +1247,7 @@ impl Builder {
             precisions: roles,
             experts: 1,
             heads: 0,
+            attention: None,
             layer_parts,
             part_of: None,
         }

@@ -30,8 +30,8 @@ use std::path::Path;
 use serde::Serialize;
 
 pub use graph::{
-    optimizer_state_bytes, Footprint, Graph, Kernel, KernelClass, LayerPart, LayerType, Op, Phase,
-    Position, Split,
+    optimizer_state_bytes, AttentionShape, Footprint, Graph, Kernel, KernelClass, LayerPart,
+    LayerType, Op, Phase, Position, Split,
 };
 
 use crate::config::raw::{GemmRaw, PrecisionsRaw, WorkloadHeader};

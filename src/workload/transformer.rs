@@ -5,7 +5,8 @@
 use serde::Serialize;
 
 use super::graph::{
-    Builder, FusedAttention, Graph, KernelClass, LayerType, Op, Phase, Position, Split,
+    AttentionShape, Builder, FusedAttention, Graph, KernelClass, LayerType, Op, Phase, Position,
+    Split,
 };
 use super::{inference, Workload};
 use crate::config::raw::{MoeRaw, TransformerRaw};
@@ -387,6 +388,14 @@ pub(super) fn transformer_pass(
         t * h as f64 * roles.communication.bytes(),
     );
     graph.heads = w.heads;
+    if training && queries == keys {
+        graph.attention = Some(AttentionShape {
+            sequence: queries,
+            kv_heads: w.kv_heads,
+            head_dim: w.head_dim,
+            reruns_forward: w.recompute == Recompute::Full,
+        });
+    }
     graph
 }
 

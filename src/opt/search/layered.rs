@@ -142,7 +142,7 @@ impl Pricer<'_> {
 
 /// Searches per-layer-type strategies for `workload` on `arch` x `net` (nodes of `node`
 /// devices) from each of `starts` (uniform strategies, best first; those that cannot run
-/// or fit, and RC/CR kernel splits, are skipped).
+/// or fit, RC/CR kernel splits and context parallelism are skipped).
 pub fn search_layered(
     workload: &Workload,
     arch: &Architecture,
@@ -173,8 +173,11 @@ pub fn search_layered(
         Priced::Bound => r.pruned_by_bound += 1,
     };
     let batch = workload.graph().samples.round() as u64;
-    // Per-layer-type strategies split layers with t, d, sp and ZeRO, not RC/CR.
-    for start in starts.iter().filter(|s| s.kernel.is_none()) {
+    // Per-layer-type strategies split layers with t, d, sp and ZeRO, not RC/CR or cp.
+    for start in starts
+        .iter()
+        .filter(|s| s.kernel.is_none() && s.context == 1)
+    {
         let graph = workload.graph_with(start.recompute);
         let types = graph.layer_types();
         // Tables split table-wise whatever the strategy: nothing to choose for them.

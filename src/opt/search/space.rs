@@ -43,6 +43,9 @@ pub struct Shape {
     /// Devices per node: hybrid sharding's shard groups stay inside one (with the tensor
     /// group); 0 when unknown (no hybrid sharding is tried).
     pub node: u64,
+    /// Tokens per training sequence, which context parallelism splits into 2 x cp chunks;
+    /// 0 when the workload has no sequence to split.
+    pub sequence: u64,
 }
 
 impl Shape {
@@ -64,6 +67,7 @@ impl Shape {
                 _ => 0,
             },
             node,
+            sequence: graph.attention.map_or(0, |a| a.sequence),
         }
     }
 }
@@ -191,7 +195,7 @@ pub fn enumerate(shape: &Shape, base: &Strategy) -> Result<Vec<Strategy>, TooLar
     // pipeline parallelism no send, without tensor and sequence parallelism no tensor
     // collective to run beside the linear layers.
     for s in partial.iter_mut() {
-        s.grad_overlap |= s.weight_replicas() <= 1;
+        s.grad_overlap |= s.gradient_replicas() <= 1;
         s.send_overlap |= s.pipeline <= 1;
         s.tp_overlap &= s.tensor > 1 && s.sequence_parallel;
     }
@@ -260,12 +264,12 @@ fn pipeline(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
 }
 
 fn data(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
-    let data = shape.devices / (s.model_degree() * s.pipeline);
+    let data = shape.devices / (s.model_degree() * s.pipeline * s.context);
     out.push(Strategy { data, ..*s });
 }
 
 fn expert(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
-    if shape.experts <= 1 || s.kernel.is_some() {
+    if shape.experts <= 1 || s.kernel.is_some() || s.context > 1 {
         return out.push(*s);
     }
     for e in divisors(s.data) {
@@ -334,8 +338,13 @@ fn sequence_parallel(_: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
     }
 }
 
+/// ZeRO over the data group (1-2 with the context ranks; 3 without context parallelism).
 fn zero(_: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
-    let stages: &[u8] = if s.data > 1 { &[0, 1, 2, 3] } else { &[0] };
+    let stages: &[u8] = match (s.data, s.context) {
+        (1, 1) => &[0],
+        (_, 1) => &[0, 1, 2, 3],
+        _ => &[0, 1, 2],
+    };
     for &zero in stages {
         out.push(Strategy { zero, ..*s });
     }
@@ -378,6 +387,7 @@ mod tests {
             experts: 1,
             heads: 8,
             node: 4,
+            sequence: 0,
         }
     }
 
