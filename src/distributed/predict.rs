@@ -318,12 +318,18 @@ impl Plan {
             listing,
             ..self.inputs()
         };
+        // Bounds never list their collectives (naming them is most of a bound's work, and
+        // most orderings are bounded, not priced); a listed schedule takes its steps again.
+        let unlisted = timeline::Inputs {
+            listing: false,
+            ..self.inputs()
+        };
         // The steps a mapping's bound took, kept for pricing it (by the mapping's address:
         // the mappings stay in place while they are bounded and priced).
         let kept: RefCell<Vec<(*const Mapping, timeline::Steps, f64)>> = RefCell::new(Vec::new());
         let bound = |map: &Mapping| {
-            let steps = timeline::stage_steps(&inputs, map);
-            let bound = steps.bound(&inputs);
+            let steps = timeline::stage_steps(&unlisted, map);
+            let bound = steps.bound(&unlisted);
             kept.borrow_mut()
                 .push((map as *const Mapping, steps, bound));
             bound
@@ -336,6 +342,7 @@ impl Plan {
                 at.map(|i| kept.swap_remove(i))
             };
             let (steps, bound) = match found {
+                Some((_, _, bound)) if listing => (timeline::stage_steps(&inputs, map), bound),
                 Some((_, steps, bound)) => (steps, bound),
                 None => {
                     let steps = timeline::stage_steps(&inputs, map);
@@ -469,16 +476,13 @@ impl Plan {
     /// Compute time per kernel class on the busiest stage, over all micro-batches.
     fn compute_report(&self, busiest: &StageWork) -> Vec<ComputeReport> {
         let m = self.fit.micro_batches as f64;
-        let mut compute: Vec<ComputeReport> = Vec::new();
+        let mut compute: Vec<ComputeReport> = Vec::with_capacity(busiest.by_class.len());
         for (class, t, bound) in &busiest.by_class {
-            match compute.iter_mut().find(|c| c.class == *class) {
-                Some(c) => c.time_s += t * m,
-                None => compute.push(ComputeReport {
-                    class: *class,
-                    time_s: t * m,
-                    bound: bound.clone().unwrap_or_default(),
-                }),
-            }
+            compute.push(ComputeReport {
+                class: *class,
+                time_s: t * m,
+                bound: bound.clone(),
+            });
         }
         compute
     }

@@ -71,9 +71,9 @@ pub(super) struct StageWork {
     /// Blocking collectives, (kernel count x need).
     pub(super) forward_needs: Vec<(f64, Need)>,
     pub(super) backward_needs: Vec<(f64, Need)>,
-    /// Time per kernel (class, seconds), with what bounds it named on each class's first
-    /// kernel only: the report names a class's bound by its first kernel.
-    pub(super) by_class: Vec<(KernelClass, f64, Option<String>)>,
+    /// Time per kernel class (class, seconds, the bound its first kernel named: the report
+    /// names a class's bound so), the classes in the order the stage first runs them.
+    pub(super) by_class: Vec<(KernelClass, f64, String)>,
     /// Dense parameters held (before model-parallel sharding).
     pub(super) parameters: f64,
     pub(super) update_s: f64,
@@ -661,17 +661,19 @@ pub(super) fn stage_work(
                 pass.instances = pass.instances.max(count);
             }
         }
-        let bound = (!w.by_class.iter().any(|c| c.0 == k.class)).then(|| t.bound.to_string());
+        match w.by_class.iter_mut().find(|c| c.0 == k.class) {
+            Some(c) => c.1 += time,
+            None => w.by_class.push((k.class, time, t.bound.to_string())),
+        }
         if sparse_cores && k.split == Split::Table {
             // SparseCores: the lookup (or its update) and the pooled all-to-all leave the
             // dense step.
             w.sparse_s += time;
-            w.by_class.push((k.class, time, bound));
             w.sparse_needs
                 .extend(needs.into_iter().map(|n| (count as f64, n)));
             continue;
         }
-        w.add_step_kernel(&k, graph, s, time, count, bound, needs);
+        w.add_step_kernel(&k, graph, s, time, count, needs);
     }
     if let Some(shape) = graph.attention.filter(|_| s.context > 1) {
         let samples = f_tok * graph.samples;
@@ -796,7 +798,6 @@ impl StageWork {
     /// A kernel of the forward or backward step taking `time` for its `count` instances,
     /// with its blocking collectives; graphs without repeated layers also record the
     /// step's order of events.
-    #[allow(clippy::too_many_arguments)]
     fn add_step_kernel(
         &mut self,
         k: &Kernel,
@@ -804,7 +805,6 @@ impl StageWork {
         s: &Strategy,
         time: f64,
         count: u64,
-        bound: Option<String>,
         needs: Vec<Need>,
     ) {
         let forward = matches!(k.phase, Phase::Forward);
@@ -819,7 +819,6 @@ impl StageWork {
             Phase::Recompute => layer.recompute_s += time,
             _ => layer.backward_s += time,
         }
-        self.by_class.push((k.class, time, bound));
         if graph.layers == 0 {
             self.record_order(k, s, forward, time, count, needs.len());
         }

@@ -50,7 +50,17 @@ pub fn orderings(s: &Strategy) -> Vec<Vec<Axis>> {
     }
     let mut out = Vec::new();
     permute(&mut used.clone(), 0, &mut out);
+    debug_assert_eq!(out.len(), ordering_count(s));
     out
+}
+
+/// How many orderings [`orderings`] gives, without listing them.
+pub fn ordering_count(s: &Strategy) -> usize {
+    if s.placement.is_some() {
+        return 1;
+    }
+    let used = s.degrees().iter().filter(|&&d| d > 1).count();
+    (1..=used).product()
 }
 
 fn permute(v: &mut Vec<Axis>, i: usize, out: &mut Vec<Vec<Axis>>) {

@@ -37,7 +37,7 @@ use crate::distributed::DistPrediction;
 use crate::domain::Recompute;
 use crate::generator::Architecture;
 use crate::network::Network;
-use crate::parallel::mapping::orderings;
+use crate::parallel::mapping::ordering_count;
 use crate::parallel::Strategy;
 use crate::perf::Evaluator;
 use crate::violation::Violation;
@@ -376,7 +376,7 @@ pub fn search(
                     memory: f.memory_per_device_bytes(),
                     violations: f.violations().to_vec(),
                     // One ordering when the placement is pinned.
-                    placements: orderings(&job.all[i]).len(),
+                    placements: ordering_count(&job.all[i]),
                 },
             }
         })
