@@ -247,7 +247,13 @@ fn bad_search_input_exits_2_naming_the_value() {
     assert_eq!(code, 2);
     assert!(err.contains("12"), "{err}");
     // A batch of 4 sequences on 1024 devices: the data replicas cannot exceed 4, and 24
-    // heads and 24 layers leave at most t8 x p24 for the rest; no strategy uses them all.
+    // heads and 24 layers leave at most t8 x p24 for the rest; a sequence of 2 x 1023
+    // tokens splits over no context-parallel degree dividing 1024 (at 2048 tokens, t8-p8-cp16
+    // would use them all); no strategy uses them all.
+    let text = std::fs::read_to_string(common::root().join("workloads/gpt-1.7b.yaml"))
+        .unwrap()
+        .replace("sequence: 2048", "sequence: 2046");
+    let workload = Scratch::new("search-no-strategy").write("gpt.yaml", &text);
     let (code, _, err) = stackflow(&[
         "search",
         "--system",
@@ -255,7 +261,7 @@ fn bad_search_input_exits_2_naming_the_value() {
         "--devices",
         "1024",
         "--workload",
-        "workloads/gpt-1.7b.yaml",
+        &workload,
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(
@@ -534,20 +540,67 @@ fn predict_takes_a_split_per_layer_type_on_the_command_line() {
 }
 
 /// The data-parallel gradient overlap is the user's: the search keeps the base's wherever
-/// there is data parallelism.
+/// gradients are synchronised (data parallelism, or context-parallel ranks).
 #[test]
 fn the_search_keeps_the_base_gradient_overlap() {
     let w = gpt(64);
     let base = Strategy::parse("d8-grad=after").unwrap();
     let space = enumerate_from(&w, 8, 8, &base).unwrap();
     assert!(space.iter().any(|s| s.weight_replicas() > 1));
+    assert!(space
+        .iter()
+        .any(|s| s.weight_replicas() == 1 && s.context > 1));
     for s in &space {
-        assert_eq!(s.grad_overlap, s.weight_replicas() <= 1, "{s}");
+        assert_eq!(s.grad_overlap, s.gradient_replicas() <= 1, "{s}");
     }
     let r = run(&w, 8, &base, Settings::default());
     assert!(!r.top.is_empty());
     for c in &r.top {
         let s = &c.parsed;
-        assert_eq!(s.grad_overlap, s.weight_replicas() <= 1, "{}", c.strategy);
+        assert_eq!(s.grad_overlap, s.gradient_replicas() <= 1, "{}", c.strategy);
+    }
+}
+
+// ------------------------------------------------------------------ context parallelism
+
+/// Why the search tries context parallelism only on micro-batches too small to split over
+/// the context ranks: a micro-batch of mb sequences over cp context ranks has a twin of cp
+/// times the replicas with mb / cp sequences each, the same tokens per device, the same
+/// memory, and no key/value exchange; the twin is never slower (here, materialized and
+/// fused attention, with ZeRO-1 and pipeline stages; the search golden's best, cp8 on 64
+/// A100s, is on micro-batches of one).
+#[test]
+fn a_micro_batch_that_splits_over_the_context_ranks_is_no_faster_with_them() {
+    let (arch, net) = machine(32);
+    for attention in ["materialized", "flash"] {
+        let text = format!(
+            "version: 1\nkind: transformer\nname: gpt-{attention}\nhidden: 2304\nlayers: 8\n\
+             heads: 24\nffn_hidden: 9216\nsequence: 4096\nvocab: 51200\nglobal_batch: 64\n\
+             precision: bf16\nattention: {attention}\n"
+        );
+        let w = Workload::from_yaml("gpt.yaml", &text).unwrap();
+        for (with_cp, twin) in [
+            ("t2-cp2-d8-mb2", "t2-d16-mb1"),
+            ("t2-cp4-d4-mb4", "t2-d16-mb1"),
+            ("t4-cp2-d4-mb4-z1", "t4-d8-mb2-z1"),
+            ("t2-p2-cp4-d2-mb4-sp", "t2-p2-d8-mb1-sp"),
+        ] {
+            let p = |s: &str| {
+                stackflow::distributed::predict(&w, &arch, &net, &Strategy::parse(s).unwrap())
+                    .unwrap()
+            };
+            let (a, b) = (p(with_cp), p(twin));
+            assert!(
+                b.time_per_iteration_s <= a.time_per_iteration_s * (1.0 + 1e-9),
+                "{attention}: {twin} {} s > {with_cp} {} s",
+                b.time_per_iteration_s,
+                a.time_per_iteration_s
+            );
+            let same = (b.memory_per_device_bytes / a.memory_per_device_bytes - 1.0).abs();
+            assert!(
+                same < 1e-9,
+                "{attention}: {twin} vs {with_cp}: memory {same:e}"
+            );
+        }
     }
 }

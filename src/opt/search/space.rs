@@ -5,9 +5,12 @@
 //!
 //! The rules keep only values the workload can take by construction (degrees that divide
 //! the devices, tensor degrees that divide the attention heads, pipeline stages the layers
-//! split over (evenly, or with the ends one fewer) and chunks that divide them, micro-batches that
-//! divide a replica's batch, ZeRO only with data parallelism, prefetching only under
-//! ZeRO-3); what is left for the fit to reject is counted as invalid by the search.
+//! split over (evenly, or with the ends one fewer) and chunks that divide them, context
+//! degrees that split the sequence into 2 x cp chunks (no ZeRO-3 or experts beside them),
+//! micro-batches that divide a replica's batch, ZeRO only with data (or context)
+//! parallelism, prefetching only under ZeRO-3); what is left for the fit to reject is
+//! counted as invalid by the search. Context parallelism's key/value exchange (ring or
+//! all-gather) is not an axis here: each mapping prices both and keeps the cheaper.
 
 use crate::domain::Recompute;
 use crate::parallel::strategy::KernelSplit;
@@ -91,6 +94,11 @@ pub const GRAMMAR: &[Rule] = &[
         name: "pipeline stages p",
         role: Role::Searched,
         expand: pipeline,
+    },
+    Rule {
+        name: "context parallelism cp (sequences split into 2 x cp chunks)",
+        role: Role::Searched,
+        expand: context,
     },
     Rule {
         name: "data replicas d (the devices left)",
@@ -263,6 +271,20 @@ fn pipeline(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
     }
 }
 
+/// Context-parallel degrees that split the sequence into 2 x cp chunks (with tensor
+/// parallelism only: not beside RC/CR).
+fn context(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
+    out.push(*s);
+    if shape.sequence == 0 || s.kernel.is_some() {
+        return;
+    }
+    for cp in divisors(shape.devices / (s.model_degree() * s.pipeline)) {
+        if cp > 1 && shape.sequence % (2 * cp) == 0 {
+            out.push(Strategy { context: cp, ..*s });
+        }
+    }
+}
+
 fn data(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
     let data = shape.devices / (s.model_degree() * s.pipeline * s.context);
     out.push(Strategy { data, ..*s });
@@ -286,6 +308,13 @@ fn micro_batch(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
     }
     let per_replica = shape.samples / s.data;
     for mb in divisors(per_replica) {
+        // A micro-batch whose sequences split over the context ranks is no better with them:
+        // cp x d replicas of mb / cp sequences each run the same tokens per device, hold the
+        // same weights, state and activations, and exchange no keys and values (with ZeRO-3
+        // open to them); context parallelism is for micro-batches too small to split.
+        if s.context > 1 && mb % s.context == 0 {
+            continue;
+        }
         // A micro-batch of the whole replica batch is written mb0.
         let micro_batch = if mb == per_replica { 0 } else { mb };
         out.push(Strategy { micro_batch, ..*s });
@@ -420,6 +449,44 @@ mod tests {
             .map(|s| s.pipeline)
             .collect();
         assert!(!degrees.contains(&8), "8 stages need 8 layers");
+    }
+
+    /// Context parallelism is searched where the sequence splits into 2 x cp chunks, with
+    /// ZeRO 0-2 (sharding over the data and context ranks) and no expert parallelism; a
+    /// workload without a sequence gets none.
+    #[test]
+    fn context_degrees_split_the_sequence_into_two_chunks_a_rank() {
+        let long = Shape {
+            sequence: 24,
+            ..shape(16)
+        };
+        let all = enumerate(&long, &Strategy::default()).unwrap();
+        let degrees: Vec<u64> = all.iter().map(|s| s.context).collect();
+        for cp in [1, 2, 4] {
+            assert!(degrees.contains(&cp), "cp{cp}");
+        }
+        for cp in [8, 16] {
+            assert!(
+                !degrees.contains(&cp),
+                "24 tokens do not split into {} chunks",
+                2 * cp
+            );
+        }
+        assert!(all.iter().all(|s| s.devices() == 16));
+        assert!(all.iter().all(|s| s.context == 1 || s.zero < 3));
+        assert!(all
+            .iter()
+            .any(|s| s.context > 1 && s.data == 1 && s.zero == 2));
+        assert!(all.iter().all(|s| s.context_attention.is_none()));
+        let moe = Shape { experts: 4, ..long };
+        assert!(enumerate(&moe, &Strategy::default())
+            .unwrap()
+            .iter()
+            .all(|s| s.context == 1 || s.expert == 1));
+        assert!(enumerate(&shape(16), &Strategy::default())
+            .unwrap()
+            .iter()
+            .all(|s| s.context == 1));
     }
 
     #[test]
