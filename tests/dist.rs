@@ -2405,3 +2405,56 @@ fn bad_context_parallelism_is_refused_by_name() {
     assert_eq!(Strategy::parse(&y.to_string()).unwrap(), y);
     assert_eq!(y.devices(), 256);
 }
+
+// ------------------------------------------------------------------ parallel blocks
+
+/// Parallel blocks under tensor parallelism (PaLM Sec. 2): the attention and the
+/// feed-forward read one all-gathered input and add into one sum, so each layer needs one
+/// all-gather and one reduce-scatter forward (and one of each backward) instead of two; with
+/// no sequence parallelism, one all-reduce each way instead of two. Same messages, fewer.
+#[test]
+fn parallel_blocks_share_their_tensor_parallel_collectives() {
+    let (system, arch) = system("templates/dgx-h100.yaml");
+    let net = system.network(&arch, 8).unwrap();
+    let text = "version: 1\nkind: transformer\nname: palm-small\nhidden: 1024\nlayers: 4\n\
+                heads: 8\nhead_dim: 256\nkv_heads: 1\nffn_hidden: 4096\ngated_ffn: true\n\
+                parallel_blocks: true\nsequence: 2048\nvocab: 32000\nglobal_batch: 8\n\
+                precision: bf16\n";
+    let parallel = Workload::from_yaml("palm.yaml", text).unwrap();
+    let sequential = Workload::from_yaml(
+        "palm.yaml",
+        &text.replace("parallel_blocks: true", "parallel_blocks: false"),
+    )
+    .unwrap();
+    let calls = |p: &stackflow::distributed::DistPrediction, name: &str| {
+        p.communication
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| (c.calls, c.bytes))
+            .unwrap_or_else(|| panic!("no {name}: {:?}", p.communication))
+    };
+    // 4 layers x 4 micro-batches, forward and backward.
+    let fewer = 2.0 * 4.0 * 4.0;
+    for (strategy, names) in [
+        (
+            "t4-d2-mb1-sp",
+            &["tensor all-gather", "tensor reduce-scatter"][..],
+        ),
+        ("t4-d2-mb1", &["tensor all-reduce"][..]),
+    ] {
+        let s = Strategy::parse(strategy).unwrap();
+        let (par, seq) = (
+            predict(&parallel, &arch, &net, &s).unwrap(),
+            predict(&sequential, &arch, &net, &s).unwrap(),
+        );
+        for name in names {
+            let (p, q) = (calls(&par, name), calls(&seq, name));
+            assert_eq!(q.0 - p.0, fewer, "{strategy} {name}");
+            assert_close(name, p.1, q.1, 1e-12);
+        }
+        assert!(
+            par.time_per_iteration_s < seq.time_per_iteration_s,
+            "{strategy}"
+        );
+    }
+}

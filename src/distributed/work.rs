@@ -214,8 +214,9 @@ fn divide_stream(op: &mut Op, d: f64) {
 
 /// One device's share of kernel `k` (already scaled to a micro-batch) under `s`: the
 /// blocking collectives it needs, per instance, and by how much fewer instances of it the
-/// device runs (expert parallelism: a device holds 1/e of the experts).
-fn split_kernel(k: &mut Kernel, s: &Strategy) -> (Vec<Need>, u64) {
+/// device runs (expert parallelism: a device holds 1/e of the experts). `parallel_blocks`:
+/// the layers run attention and feed-forward side by side ([`Carried`]).
+fn split_kernel(k: &mut Kernel, s: &Strategy, parallel_blocks: bool) -> (Vec<Need>, u64) {
     let mut needs = Vec::new();
     if matches!(k.split, Split::Expert | Split::ExpertWhole) {
         split_expert(k, s, &mut needs);
@@ -228,7 +229,14 @@ fn split_kernel(k: &mut Kernel, s: &Strategy) -> (Vec<Need>, u64) {
     match s.kernel {
         Some(KernelSplit::Rc { kp1, kp2 }) => split_rc(k, kp1, kp2, &mut needs),
         Some(KernelSplit::Cr { kp1 }) => split_cr(k, kp1, &mut needs),
-        None if s.tensor > 1 => split_tensor(k, s.tensor, s.sequence_parallel, &mut needs),
+        None if s.tensor > 1 => {
+            let carried = match (parallel_blocks, k.split, k.layer) {
+                (true, Split::Column, LayerType::Dense) => Carried::Input,
+                (true, Split::Row, LayerType::Attention) => Carried::Output,
+                _ => Carried::Neither,
+            };
+            split_tensor(k, s.tensor, s.sequence_parallel, carried, &mut needs)
+        }
         None => {}
     }
     (needs, 1)
@@ -404,10 +412,24 @@ fn linear_need(needs: &mut Vec<Need>, collective: Collective, bytes: f64, sp: bo
     });
 }
 
+/// Which collective of a tensor-parallel linear layer another layer's carries (parallel
+/// blocks, PaLM Sec. 2): the feed-forward's up projection reads the input the QKV
+/// projection's all-gather brings (sequence parallelism; backward, one reduction of both
+/// input gradients); the attention's output projection adds into the sum the feed-forward's
+/// down projection reduces (backward, one all-gather of the shared output gradient).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carried {
+    Neither,
+    /// The collective on the layer's input side (a column layer's).
+    Input,
+    /// The collective on the layer's output side (a row layer's).
+    Output,
+}
+
 /// Megatron tensor parallelism over `t` devices (column then row layers, an all-reduce
 /// after the row layer), with sequence parallelism's reduce-scatter and all-gather
-/// (Korthikanti et al. 2022) when `sp`.
-fn split_tensor(k: &mut Kernel, t: u64, sp: bool, needs: &mut Vec<Need>) {
+/// (Korthikanti et al. 2022) when `sp`; less what another layer carries.
+fn split_tensor(k: &mut Kernel, t: u64, sp: bool, carried: Carried, needs: &mut Vec<Need>) {
     let b = k.wire.bytes();
     let forward = matches!(k.phase, Phase::Forward | Phase::Recompute);
     let reduce = if sp {
@@ -420,10 +442,12 @@ fn split_tensor(k: &mut Kernel, t: u64, sp: bool, needs: &mut Vec<Need>) {
             Phase::BackwardWeight => div(n, t),
             Phase::BackwardInput => {
                 div(kk, t);
-                linear_need(needs, reduce, (*m * *n) as f64 * b, sp);
+                if carried != Carried::Input {
+                    linear_need(needs, reduce, (*m * *n) as f64 * b, sp);
+                }
             }
             _ => {
-                if sp {
+                if sp && carried != Carried::Input {
                     linear_need(needs, Collective::AllGather, (*m * *kk) as f64 * b, sp);
                 }
                 div(n, t);
@@ -432,14 +456,16 @@ fn split_tensor(k: &mut Kernel, t: u64, sp: bool, needs: &mut Vec<Need>) {
         (Split::Row, Op::Gemm { m, k: kk, n, .. }) => match k.phase {
             Phase::BackwardWeight => div(m, t),
             Phase::BackwardInput => {
-                if sp {
+                if sp && carried != Carried::Output {
                     linear_need(needs, Collective::AllGather, (*m * *kk) as f64 * b, sp);
                 }
                 div(n, t);
             }
             _ => {
                 div(kk, t);
-                linear_need(needs, reduce, (*m * *n) as f64 * b, sp);
+                if carried != Carried::Output {
+                    linear_need(needs, reduce, (*m * *n) as f64 * b, sp);
+                }
             }
         },
         (Split::Sharded, op) => divide_stream(op, t as f64),
@@ -640,7 +666,8 @@ pub(super) fn stage_work(
         if s.context > 1 {
             split_context(&mut k, s.context);
         }
-        let (needs, fewer) = split_kernel(&mut k, s);
+        let parallel_blocks = graph.parallel_blocks && graph.part_of.is_none();
+        let (needs, fewer) = split_kernel(&mut k, s, parallel_blocks);
         let count = count / fewer.max(1);
         let t = evaluator.kernel_ref(&k);
         let mut needs = needs;
@@ -1011,7 +1038,7 @@ mod tests {
                 k.split
             );
             let mut split = k.clone();
-            let (needs, fewer) = split_kernel(&mut split, &s);
+            let (needs, fewer) = split_kernel(&mut split, &s, false);
             assert!(needs.is_empty(), "{name}");
             assert_eq!(fewer, 4, "{name}: a device runs a quarter of the experts");
             // The expert slots take the tokens of 4 devices; only split tensors halve.

@@ -58,6 +58,7 @@ pub(super) fn gemm_graph(g: &Gemm) -> Graph {
         experts: 1,
         heads: 0,
         attention: None,
+        parallel_blocks: false,
         layer_parts: Vec::new(),
         part_of: None,
     }

@@ -333,6 +333,9 @@ pub struct Graph {
     /// A language model's attention as context parallelism splits it (training graphs of
     /// transformers; `None` otherwise).
     pub attention: Option<AttentionShape>,
+    /// Attention and feed-forward side by side from one input, summed (parallel blocks):
+    /// under tensor parallelism they share the input's collective and the sum's.
+    pub parallel_blocks: bool,
     /// What each layer type present holds of the totals above (training graphs built by
     /// the builder; empty otherwise).
     pub layer_parts: Vec<LayerPart>,
@@ -483,6 +486,7 @@ impl Graph {
             experts: self.experts,
             heads: self.heads,
             attention: self.attention,
+            parallel_blocks: self.parallel_blocks,
             layer_parts: Vec::new(),
             part_of: None,
         }
@@ -1248,6 +1252,7 @@ impl Builder {
             experts: 1,
             heads: 0,
             attention: None,
+            parallel_blocks: false,
             layer_parts,
             part_of: None,
         }

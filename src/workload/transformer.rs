@@ -388,6 +388,9 @@ pub(super) fn transformer_pass(
         t * h as f64 * roles.communication.bytes(),
     );
     graph.heads = w.heads;
+    // A dense feed-forward beside the attention shares its tensor-parallel collectives
+    // (an expert layer's run among the expert group).
+    graph.parallel_blocks = shape.parallel && w.moe.is_none();
     if training && queries == keys {
         graph.attention = Some(AttentionShape {
             sequence: queries,
@@ -401,8 +404,9 @@ pub(super) fn transformer_pass(
 
 /// `l` transformer layers over `batch` sequences of `s` queries attending to `keys` keys:
 /// norms, attention, residuals and the (dense or mixture-of-experts) feed-forward; with
-/// parallel blocks, one norm feeds both and one add sums them into the residual (their
-/// tensor- and sequence-parallel collectives stay one per linear layer, not fused).
+/// parallel blocks, one norm feeds both and one add sums them into the residual (under
+/// tensor parallelism one collective brings the shared input and one reduces the sum:
+/// `distributed::work::split_tensor`).
 pub(super) fn transformer_layers(
     g: &mut Builder,
     w: &LayerShape,
