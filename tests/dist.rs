@@ -2289,16 +2289,69 @@ fn context_parallel_attention_rings_or_gathers_and_takes_the_cheaper() {
     );
     assert!(gathered.blocking);
     assert_eq!(find(&gather, "context reduce-scatter").calls, 20.0 * 16.0);
-    // Only the kind taken is listed and timed.
+    // Only the kind taken is listed and timed, in the per-layer report too: the first
+    // stage's collectives by layer type are its tensor-parallel collectives and the ring.
     assert!(!ring
         .communication
         .iter()
         .any(|c| c.name == "context all-gather"));
+    for p in [&ring, &gather] {
+        let by_type: f64 = p
+            .per_layer
+            .iter()
+            .filter(|l| l.stage == 0)
+            .map(|l| l.collectives_s)
+            .sum();
+        let listed: f64 = p
+            .communication
+            .iter()
+            .filter(|c| c.name.starts_with("tensor ") || c.name.starts_with("context "))
+            .map(|c| c.time_s)
+            .sum();
+        assert_close("collectives by layer type", by_type, listed, 1e-9);
+        // The busiest stage (the last, with the logits) sets the compute time.
+        let layers: f64 = p
+            .per_layer
+            .iter()
+            .filter(|l| l.stage == 3)
+            .map(|l| l.forward_s + l.backward_s + l.recompute_s)
+            .sum();
+        assert_close(
+            "per-layer compute",
+            layers + p.optimizer_step_s,
+            p.compute_s,
+            1e-9,
+        );
+    }
     let fastest = ring.time_per_iteration_s.min(gather.time_per_iteration_s);
     assert_eq!(open.context_attention, Some(ContextAttention::Ring));
     assert_close("the cheaper", open.time_per_iteration_s, fastest, 1e-12);
     // Beside the attention, the ring costs less than the blocking gathers here.
     assert!(ring.time_per_iteration_s < gather.time_per_iteration_s);
+    // Where gathering wins (a short sequence, its attention too short to hide the ring
+    // steps' launches and messages), left open takes it, also beside tensor-parallel
+    // overlap: the ring not taken adds nothing.
+    let (a100, arch) = self::system("templates/dgx-a100.yaml");
+    let net = a100.network(&arch, 64).unwrap();
+    let small = Workload::load(Source::Disk, &root().join("workloads/gpt-1.7b.yaml")).unwrap();
+    for overlap in ["", "-tp=overlap"] {
+        let run = |kind: &str| {
+            let s = Strategy::parse(&format!("t8-cp8-mb1-sp{kind}{overlap}")).unwrap();
+            predict(&small, &arch, &net, &s).unwrap()
+        };
+        let (ring, gather, open) = (run("-cp=ring"), run("-cp=gather"), run(""));
+        assert!(
+            gather.time_per_iteration_s < ring.time_per_iteration_s,
+            "{overlap}"
+        );
+        assert_eq!(open.context_attention, Some(ContextAttention::AllGather));
+        assert_close(
+            overlap,
+            open.time_per_iteration_s,
+            gather.time_per_iteration_s,
+            1e-12,
+        );
+    }
     // The same compute either way.
     assert_close("compute", ring.compute_s, gather.compute_s, 1e-12);
 }
@@ -2389,7 +2442,7 @@ fn bad_context_parallelism_is_refused_by_name() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.starts_with("s.yaml: context_attention = spiral:") && e.contains("ring or all_gather"),
+        e.starts_with("s.yaml: context_attention = spiral:") && e.contains("ring, or all_gather"),
         "{e}"
     );
     let e = Strategy::from_yaml("s.yaml", "context: 0\n")
@@ -2402,6 +2455,8 @@ fn bad_context_parallelism_is_refused_by_name() {
     )
     .unwrap();
     assert_eq!(y, Strategy::parse("t8-p4-cp8-cp=gather").unwrap());
+    let short = Strategy::from_yaml("s.yaml", "context: 8\ncontext_attention: gather\n");
+    assert_eq!(short.unwrap().context_attention, y.context_attention);
     assert_eq!(Strategy::parse(&y.to_string()).unwrap(), y);
     assert_eq!(y.devices(), 256);
 }

@@ -10,6 +10,7 @@ use stackflow::distributed::{
     LayeredPrediction, Workspace,
 };
 use stackflow::network::System;
+use stackflow::parallel::strategy::ContextAttention;
 use stackflow::parallel::Strategy;
 use stackflow::workload::Workload;
 
@@ -318,6 +319,17 @@ pub fn render(p: &DistPrediction, peak: f64) -> String {
         describe_mapping(&p.mapping),
         p.mappings_tried
     );
+    if let Some(kind) = p.context_attention {
+        let how = match kind {
+            ContextAttention::Ring => {
+                "keys and values round a ring, each step beside the attention (cp=ring)"
+            }
+            ContextAttention::AllGather => {
+                "keys and values all-gathered before the attention, blocking (cp=gather)"
+            }
+        };
+        let _ = writeln!(s, "context exchange  {how}");
+    }
     let _ = writeln!(s, "time / iteration  {}", seconds(p.time_per_iteration_s));
     let _ = writeln!(s, "throughput        {}", si(p.tokens_per_s, "tokens/s"));
     let _ = writeln!(

@@ -143,9 +143,10 @@ enum Command {
     /// With no arguments, runs the embedded workloads/gpt-1.7b.yaml on budgets/h100.yaml.
     Predict(PredictArgs),
     /// Search parallelism strategies for a workload on a system (tensor or RC/CR, pipeline,
-    /// data, expert, micro-batch, interleave, recompute, sequence parallelism, ZeRO 0-3,
-    /// hybrid shard groups, prefetch, placements): the top N, the Pareto front of time
-    /// against memory per device, and the search's counts. Exits 3 when no strategy fits.
+    /// context, data, expert, micro-batch, interleave, recompute, sequence parallelism,
+    /// ZeRO 0-3, hybrid shard groups, prefetch, placements): the top N, the Pareto front of
+    /// time against memory per device, and the search's counts. Exits 3 when no strategy
+    /// fits.
     Search(search::SearchArgs),
 }
 

@@ -138,7 +138,7 @@ fn check_context(graph: &Graph, context: u64) -> Result<(), String> {
              workload has none to split"
         ));
     };
-    if a.sequence % (2 * context) != 0 {
+    if a.sequence % context != 0 || (a.sequence / context) % 2 != 0 {
         return Err(format!(
             "cp{context} does not divide the sequence of {} tokens: each of the {context} \
              ranks takes two chunks of sequence / (2 x {context}) tokens, one from each end \

@@ -599,10 +599,11 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
     let report = (inputs.listing && i == 0).then_some(inputs.m as f64);
     let beside_linear = |n: &Need| !blocks_compute(inputs.s, n);
     let context = ledger.context;
+    let kept = |n: &Need| n.context.map_or(true, |kind| Some(kind) == context);
     let mut blocking = |needs: &[(f64, Need)]| -> f64 {
         needs
             .iter()
-            .filter(|(_, n)| n.context.map_or(true, |kind| Some(kind) == context))
+            .filter(|(_, n)| kept(n))
             .map(|(count, n)| {
                 // Only listed collectives need their name.
                 let label = match report {
@@ -628,7 +629,8 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
         let share = inputs.collective_compute_share;
         let mut step = |compute: f64, needs: &[(f64, Need)]| {
             let mut t = compute;
-            for one in needs {
+            // The context exchange not taken adds nothing, not even its launches.
+            for one in needs.iter().filter(|(_, n)| kept(n)) {
                 let comm = blocking(std::slice::from_ref(one));
                 let (count, n) = one;
                 t += if beside_linear(n) {
@@ -894,6 +896,7 @@ fn sync_of<'a>(
         stage_bytes: st.trained * inputs.gradient_bytes * (s.weight_replicas() / s.data) as f64
             / held as f64,
         report: (inputs.listing && i == 0).then_some(1.0),
+        context: s.context,
     }
 }
 
@@ -1054,6 +1057,8 @@ struct Sync<'a> {
     /// The stage's gradient bytes (all its chunks).
     stage_bytes: f64,
     report: Option<f64>,
+    /// Context-parallel ranks (the data group carries 1/context of the bytes).
+    context: u64,
 }
 
 impl Sync<'_> {
@@ -1072,10 +1077,9 @@ fn layers_per_chunk(inputs: &Inputs, st: &StageWork) -> usize {
 /// A bucket per weight, when its gradient is computed (DDP's order: last layers first); an
 /// expert's among its replicas. `chunks`: the stage's chunks (the step is one of them).
 fn weight_buckets(ledger: &mut Ledger, st: &StageWork, sync: &Sync, chunks: f64) -> Vec<Piece> {
-    let context = ledger.map.link(Axis::Context).p;
     let (dense, experts) = (
-        sync_parts(sync.axes, 0.0, context),
-        sync_parts(sync.axes, 1.0, context),
+        sync_parts(sync.axes, 0.0, sync.context),
+        sync_parts(sync.axes, 1.0, sync.context),
     );
     let traffic = StreamTraffic {
         bytes: sync.stage_bytes / chunks,

@@ -34,7 +34,7 @@ pub enum KernelSplit {
 impl KernelSplit {
     pub fn degree(self) -> u64 {
         match self {
-            KernelSplit::Rc { kp1, kp2 } => kp1 * kp2,
+            KernelSplit::Rc { kp1, kp2 } => kp1.saturating_mul(kp2),
             KernelSplit::Cr { kp1 } => kp1,
         }
     }
@@ -323,9 +323,13 @@ impl Strategy {
         }
     }
 
-    /// Devices one copy of the strategy occupies.
+    /// Devices one copy of the strategy occupies (saturating: degrees whose product
+    /// overflows match no system).
     pub fn devices(&self) -> u64 {
-        self.data * self.model_degree() * self.pipeline * self.context
+        self.data
+            .saturating_mul(self.model_degree())
+            .saturating_mul(self.pipeline)
+            .saturating_mul(self.context)
     }
 
     /// Devices one layer's kernels are split over (tensor or kernel parallelism).
@@ -538,13 +542,14 @@ impl Strategy {
             context_attention: match raw.context_attention.as_deref() {
                 None => None,
                 Some("ring") => Some(ContextAttention::Ring),
-                Some("all_gather") => Some(ContextAttention::AllGather),
+                Some("all_gather" | "gather") => Some(ContextAttention::AllGather),
                 Some(other) => {
                     return Err(ConfigError::invalid(
                         file,
                         "context_attention",
                         other,
-                        "ring or all_gather (omit it to price both and take the cheaper)",
+                        "ring, or all_gather (also written gather); omit it to price both and \
+                         take the cheaper",
                     ))
                 }
             },
@@ -670,7 +675,7 @@ impl Strategy {
     /// parallelism over a whole level. The micro-batch, sequence parallelism and
     /// recomputation are not part of the notation.
     pub fn madmax(&self, devices_per_node: u64) -> Option<String> {
-        if self.pipeline > 1 || self.kernel.is_some() || self.expert > 1 {
+        if self.pipeline > 1 || self.kernel.is_some() || self.expert > 1 || self.context > 1 {
             return None;
         }
         let n = devices_per_node.max(1);

@@ -1,9 +1,12 @@
 //! Strategy search (DeepFlow Sec. 9.2, MAD Max Sec. 4): every strategy of the grammar in
-//! [`space`] (tensor or RC/CR, pipeline, data, expert, micro-batch, interleave, recompute,
-//! sequence parallelism, ZeRO 0-3, hybrid shard groups, prefetch) and every placement of its axes, for the
-//! fastest that fits, the top N and the Pareto front of time against memory per device.
+//! [`space`] (tensor or RC/CR, pipeline, context, data, expert, micro-batch, interleave,
+//! recompute, sequence parallelism, ZeRO 0-3, hybrid shard groups, prefetch) and every
+//! placement of its axes, for the fastest that fits, the top N and the Pareto front of time
+//! against memory per device.
 //!
-//! Exact, with pruning that cannot change the answer:
+//! Exact over the grammar's strategies (which leave out, by construction, micro-batches
+//! that the context ranks divide: see [`space`]), with pruning that cannot change the
+//! answer:
 //! 1. every strategy is fitted (batch and layer splits: the rest are *invalid*) and its
 //!    fullest device's memory counted before any kernel is timed (*pruned by memory*);
 //! 2. the strategies that fit are timed stage by stage with one kernel cache per thread
