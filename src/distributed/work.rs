@@ -181,9 +181,12 @@ fn scale_stream(op: &mut Op, factor: f64) {
 /// queries against the whole sequence's keys, 1/cp of the score tiles (the causal load
 /// balance gives every rank an equal share): one of its two sequence-long dimensions is
 /// cut, `m` where it is at least `k`, else `k` (the FLOPs are the same either way; the
-/// dimension is the queries' but in the values' gradient, whose two are equal). The key and
+/// dimension is the queries' but in the values' gradient, whose two are equal). A fused
+/// attention kernel (flash) does 1/cp of the work on 1/cp of the queries and outputs but
+/// reads the whole sequence's keys and values (`kv_bytes`, both, for the micro-batch), and
+/// its backward writes their gradients' partial sums for the whole sequence. The key and
 /// value exchange is priced apart ([`StageWork::add_context_exchange`]).
-fn split_context(k: &mut Kernel, cp: u64) {
+fn split_context(k: &mut Kernel, cp: u64, kv_bytes: f64) {
     let attention = k.class == KernelClass::Attention;
     let phase = k.phase;
     match &mut k.op {
@@ -199,6 +202,24 @@ fn split_context(k: &mut Kernel, cp: u64) {
                 div(kk, cp);
             } else {
                 div(m, cp);
+            }
+        }
+        op @ Op::Fused { .. } if attention => {
+            scale_stream(op, 1.0 / cp as f64);
+            let rest = kv_bytes * (1.0 - 1.0 / cp as f64);
+            if let Op::Fused {
+                read_bytes,
+                write_bytes,
+                ..
+            } = op
+            {
+                // The backward's recomputed scores read nothing of their own.
+                if *read_bytes > 0.0 {
+                    *read_bytes += rest;
+                }
+                if phase == Phase::BackwardInput {
+                    *write_bytes += rest;
+                }
             }
         }
         op => scale_stream(op, 1.0 / cp as f64),
@@ -653,6 +674,14 @@ pub(super) fn stage_work(
     // instances and the launches of one instance's kernels: what context-parallel
     // exchanges run beside.
     let mut attention = [AttentionPass::default(); 2];
+    // The keys and values of a micro-batch's whole sequences (what fused attention reads
+    // on every context-parallel rank).
+    let kv_bytes = graph.attention.map_or(0.0, |a| {
+        f_tok
+            * graph.samples
+            * (a.sequence * 2 * a.kv_heads * a.head_dim) as f64
+            * graph.precisions.activations.bytes()
+    });
     for kernel in &graph.kernels {
         let count = instances(kernel, graph, span, trained);
         if count == 0 {
@@ -665,7 +694,7 @@ pub(super) fn stage_work(
         }
         scale_tokens(&mut k, f_tok);
         if s.context > 1 {
-            split_context(&mut k, s.context);
+            split_context(&mut k, s.context, kv_bytes);
         }
         let parallel_blocks = graph.parallel_blocks && graph.part_of.is_none();
         let (needs, fewer) = split_kernel(&mut k, s, parallel_blocks);
@@ -948,7 +977,8 @@ mod tests {
     /// ranks add up to the whole sequence's (the attention's score tiles included: its
     /// queries against every key), a product cut along one of its tokens' dimensions (the
     /// sequence's, 1024, for an attention product; the 2 x 1024 tokens' for a weight
-    /// product); streams, gathers and fused attention move 1/cp of the bytes.
+    /// product); streams and gathers move 1/cp of the bytes; fused attention reads (and its
+    /// backward writes) the whole sequence's keys and values besides its 1/cp share.
     #[test]
     fn context_parallel_ranks_share_every_kernel_whole() {
         for attention in ["flash", "materialized"] {
@@ -958,10 +988,12 @@ mod tests {
                  global_batch: 2\nprecision: bf16\nattention: {attention}\n"
             );
             let graph = Workload::from_yaml("g.yaml", &text).unwrap().graph();
+            // Keys and values: 2 sequences x 1024 tokens x 2 heads x 64 x 2 tensors x 2 B.
+            let kv = 2.0 * 1024.0 * 2.0 * 64.0 * 2.0 * 2.0;
             let mut fused = 0;
             for k in graph.kernels.iter().filter(|k| k.phase != Phase::Update) {
                 let mut split = k.clone();
-                split_context(&mut split, 4);
+                split_context(&mut split, 4, kv);
                 if k.flops() > 0.0 {
                     let ratio = split.flops() * 4.0 / k.flops();
                     assert!(
@@ -989,10 +1021,16 @@ mod tests {
                     Op::Gemm { .. } => (0.0, 0.0),
                 };
                 let ((r, w), (r4, w4)) = (moved(&k.op), moved(&split.op));
-                if matches!(k.op, Op::Fused { .. }) {
-                    fused += 1;
-                }
-                let (read, write) = (r / 4.0, w / 4.0);
+                let rest = kv * 0.75;
+                let (read, write) = match k.op {
+                    Op::Fused { .. } if k.class == KernelClass::Attention => {
+                        fused += 1;
+                        let read = if r > 0.0 { r / 4.0 + rest } else { 0.0 };
+                        let backward = k.phase == Phase::BackwardInput;
+                        (read, w / 4.0 + if backward { rest } else { 0.0 })
+                    }
+                    _ => (r / 4.0, w / 4.0),
+                };
                 assert!((r4 - read).abs() <= 1e-9 * r.max(1.0), "{}: read", k.name);
                 assert!((w4 - write).abs() <= 1e-9 * w.max(1.0), "{}: write", k.name);
                 if let (
