@@ -2438,6 +2438,33 @@ fn bad_context_parallelism_is_refused_by_name() {
         assert_eq!(code, 2, "{strategy}: {err}");
         assert!(err.contains(says), "{strategy}: {err}");
     }
+    // Sequence parallelism splits a rank's tokens of each sequence over the tensor ranks;
+    // a device count beyond the bound is refused before any network is sized by it.
+    let run = |devices: &str, strategy: &str| {
+        common::stackflow(&[
+            "predict",
+            "--system",
+            "templates/dgx-h100.yaml",
+            "--devices",
+            devices,
+            "--workload",
+            "workloads/llama3-70b-128k.yaml",
+            "--strategy",
+            strategy,
+        ])
+    };
+    let (code, _, err) = run("524288", "t8-cp65536-mb1-sp");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("the 2 tokens a rank holds of each sequence over t8"),
+        "{err}"
+    );
+    let (code, _, err) = run("268435456", "t8-cp8");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("devices = 268435456: at most 1048576 devices"),
+        "{err}"
+    );
     let e = Strategy::from_yaml("s.yaml", "context: 4\ncontext_attention: spiral\n")
         .unwrap_err()
         .to_string();

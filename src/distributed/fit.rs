@@ -89,6 +89,18 @@ fn check_model_split(graph: &Graph, s: &Strategy) -> Result<(), String> {
     if s.context > 1 {
         check_context(graph, s.context)?;
     }
+    if let Some(a) = graph.attention.filter(|_| s.sequence_parallel) {
+        // Sequence parallelism splits each rank's tokens of a sequence over the tensor
+        // ranks (Megatron-LM requires the sequence to divide by the tensor degree).
+        let tokens = a.sequence / s.context;
+        if tokens % s.tensor != 0 {
+            return Err(format!(
+                "sequence parallelism (sp) splits the {tokens} tokens a rank holds of each \
+                 sequence over t{}: they must be a multiple of {}",
+                s.tensor, s.tensor
+            ));
+        }
+    }
     let has_tensor_split = graph
         .kernels
         .iter()

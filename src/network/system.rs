@@ -18,6 +18,9 @@ use crate::generator::Architecture;
 use crate::tech::TechLibrary;
 use crate::template::check_topology;
 
+/// Devices a system may join (a bound on every count sized by it: group shapes, links).
+pub const MAX_DEVICES: u64 = 1 << 20;
+
 /// Where a fabric's bandwidth and latency come from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "from", rename_all = "snake_case")]
@@ -369,7 +372,7 @@ impl System {
         Ok(like.rebuilt(self.fabrics_for(arch, devices)?))
     }
 
-    /// The network for `devices` devices of `arch`.
+    /// The network for `devices` devices of `arch` (at most [`MAX_DEVICES`]).
     pub fn network(&self, arch: &Architecture, devices: u64) -> Result<Network, ConfigError> {
         Ok(Network::new(self.fabrics_for(arch, devices)?))
     }
@@ -382,6 +385,14 @@ impl System {
         devices: u64,
     ) -> Result<Vec<Fabric>, ConfigError> {
         let file = &self.file;
+        if devices > MAX_DEVICES {
+            return Err(ConfigError::invalid(
+                file,
+                "devices",
+                devices,
+                format!("at most {MAX_DEVICES} devices (2^20)"),
+            ));
+        }
         let last = self.fabrics.len() - 1;
         let inner: u64 = self.fabrics[..last].iter().filter_map(|f| f.size).product();
         let outer = match self.fabrics[last].size {

@@ -285,8 +285,18 @@ fn candidate(p: &DistPrediction, parsed: Strategy, order: usize) -> Candidate {
             }
         })
         .1;
+    // The key/value exchange the mapping took, written into the strategy so that the string
+    // reproduces the answer (`predict` prices both kinds when it is left open).
+    let strategy = match (parsed.context_attention, p.context_attention) {
+        (None, Some(kind)) => Strategy {
+            context_attention: Some(kind),
+            ..parsed
+        }
+        .to_string(),
+        _ => p.strategy.clone(),
+    };
     Candidate {
-        strategy: p.strategy.clone(),
+        strategy,
         placement: p
             .mapping
             .order
