@@ -2540,3 +2540,32 @@ fn parallel_blocks_share_their_tensor_parallel_collectives() {
         );
     }
 }
+
+/// With stages of unequal layers the fullest device is one stage's, all its parts together:
+/// Llama 3 70B at 131,072 tokens on two stages of 30 and 50 layers, the second (20 more
+/// layers' weights, gradients and optimizer state) outweighs the first's extra micro-batch
+/// of activations; the report gives the second stage's activations (one micro-batch of 50
+/// layers), not the first's (two of 30) beside the second's weights.
+#[test]
+fn the_fullest_device_is_one_stage_with_all_its_parts() {
+    let (system, arch) = system("templates/dgx-h100.yaml");
+    let net = system.network(&arch, 128).unwrap();
+    let w = Workload::load(Source::Disk, &root().join("workloads/llama3-70b-128k.yaml")).unwrap();
+    let run = |s: &str| predict(&w, &arch, &net, &Strategy::parse(s).unwrap()).unwrap();
+    let even = run("t8-p2-cp8-mb1-sp");
+    let uneven = run("t8-p2-cp8-mb1-sp-ends=30.50");
+    // One micro-batch's activations per layer: the even first stage holds 2 of 40 layers.
+    let per_layer = even.activations_bytes / 80.0;
+    assert_close(
+        "one stage's activations",
+        uneven.activations_bytes,
+        50.0 * per_layer,
+        1e-9,
+    );
+    assert!(uneven.weights_bytes > even.weights_bytes);
+    let parts = uneven.weights_bytes
+        + uneven.gradients_bytes
+        + uneven.optimizer_state_bytes
+        + uneven.activations_bytes;
+    assert_close("parts", parts, uneven.memory_per_device_bytes, 1e-12);
+}

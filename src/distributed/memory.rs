@@ -58,7 +58,9 @@ impl Footprint {
     }
 }
 
-/// The footprint of the fullest device of `stages` under `s`.
+/// The footprint of the fullest device of `stages` under `s`: each stage's weights,
+/// gradients, optimizer state and activations in flight, the stage with the most in all
+/// (its components reported; the first stage on a tie).
 pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: u64) -> Footprint {
     let graph = &fit.graph;
     let p = s.pipeline;
@@ -74,9 +76,8 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
     // Experts are split over the expert-parallel group, not the model-parallel one.
     let expert_stage = graph.expert_parameters / p as f64;
     let expert_params = expert_stage / (s.expert * s.tensor) as f64;
-    let max_params = (stages.iter().map(|st| st.parameters).fold(0.0, f64::max) - expert_stage)
-        / model_shard
-        + expert_params;
+    // A stage's parameters on one device before ZeRO-3 sharding.
+    let held = |st: &StageWork| (st.parameters - expert_stage) / model_shard + expert_params;
     // ZeRO shards dense weights over their replicas, and an expert over its d/e replicas.
     let expert_replicas = weight_replicas / s.expert as f64;
     let z = s.zero;
@@ -91,28 +92,40 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
         - graph.parameters_by_position.iter().sum::<f64>() * bytes)
         .max(0.0);
     let sparse = tables / devices as f64;
-    let weights_bytes = sharded(3, max_params, expert_params) * bytes + sparse;
-    // Frozen weights (fine-tuning) have no gradients or optimizer state.
-    let max_trained = |stage: u8| {
-        stages
-            .iter()
-            .map(|st| sharded(stage, st.trained, st.trained_experts))
-            .fold(0.0, f64::max)
+    let activations = stage_activations(fit, s, stages);
+    // Per stage: weights, gradients (frozen weights have none), optimizer state (the
+    // tables' beside their rows), activations.
+    let of = |(st, act): (&StageWork, f64)| -> [f64; 4] {
+        let gradients = if optimizer {
+            sharded(2, st.trained, st.trained_experts) * gradient_bytes
+        } else {
+            0.0
+        };
+        [
+            sharded(3, held(st), expert_params) * bytes + sparse,
+            gradients,
+            sharded(1, st.trained, st.trained_experts) * opt_state
+                + graph.table_state_bytes / devices as f64,
+            act,
+        ]
     };
-    let gradients_bytes = if optimizer {
-        max_trained(2) * gradient_bytes
-    } else {
-        0.0
-    };
-    // The tables' optimizer state lives beside their rows.
-    let optimizer_state_bytes =
-        max_trained(1) * opt_state + graph.table_state_bytes / devices as f64;
+    let fullest = stages
+        .iter()
+        .zip(activations)
+        .map(of)
+        .fold(None, |best: Option<[f64; 4]>, c| match best {
+            Some(b) if b.iter().sum::<f64>() >= c.iter().sum::<f64>() => Some(b),
+            _ => Some(c),
+        })
+        .unwrap_or([0.0; 4]);
+    let [weights_bytes, gradients_bytes, optimizer_state_bytes, activations_bytes] = fullest;
     Footprint {
         weights_bytes,
         gradients_bytes,
         optimizer_state_bytes,
-        activations_bytes: activations(fit, s),
-        stage_parameters: max_params,
+        activations_bytes,
+        // The most any stage holds: what its ZeRO-3 gathers move.
+        stage_parameters: stages.iter().map(held).fold(0.0, f64::max),
         expert_parameters: expert_params,
         bytes_per_weight: bytes,
         bytes_per_gradient: gradient_bytes,
@@ -121,13 +134,14 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
     }
 }
 
-/// Activations of the micro-batches in flight on the fullest stage (a context-parallel rank
-/// keeps its share of the tokens' activations; Narayanan et al. 2021:
-/// 1F1B holds p on the first stage, interleaving p(1 + (p-1)/(pv)), GPipe all m; never more
-/// than the micro-batches there are). With stages of unequal layers (one chunk each), stage
-/// i holds p - i micro-batches of its own layers' activations: the most of those.
-fn activations(fit: &Fit, s: &Strategy) -> f64 {
-    let (p, v, m) = (s.pipeline, s.interleave, fit.micro_batches);
+/// Each stage's activations of the micro-batches it holds in flight (a context-parallel
+/// rank keeps its share of the tokens'): its layers' share of a micro-batch's, times the
+/// micro-batches in flight (never more than there are): GPipe all m; 1F1B p - i on stage i
+/// (Narayanan et al. 2021); interleaved 1F1B with v chunks (2 (p - i - 1) + (v - 1) p + 1)
+/// chunks of 1/v of the stage (Megatron-LM's warm-up plus one; on the first stage
+/// Narayanan's p (1 + (p - 1) / (p v))); one without pipelining.
+fn stage_activations(fit: &Fit, s: &Strategy, stages: &[StageWork]) -> Vec<f64> {
+    let (p, v, m) = (s.pipeline, s.interleave, fit.micro_batches as f64);
     let act = &fit.graph.memory;
     let tensor_split = s.activation_split();
     let whole = ((act.activations_bytes - act.replicated_activations_bytes) / tensor_split.0
@@ -135,25 +149,28 @@ fn activations(fit: &Fit, s: &Strategy) -> f64 {
         * fit.f_tok
         / s.context as f64;
     let layers = fit.graph.layers;
-    let uneven = s
-        .split_of(layers)
-        .filter(|split| split.first != split.middle || split.last != split.middle);
-    if let Some(split) = uneven.filter(|_| p > 1 && v == 1) {
-        let in_flight = |stage: u64| if s.gpipe { m } else { (p - stage).min(m) } as f64;
-        return (0..p)
-            .map(|i| whole * split.layers(i) as f64 / layers as f64 * in_flight(i))
-            .fold(0.0, f64::max);
-    }
-    let per_micro_batch = whole / p as f64;
-    let in_flight = if s.gpipe || p == 1 {
-        m as f64
-    } else if v == 1 {
-        p.min(m) as f64
-    } else {
-        (p as f64 * (1.0 + (p as f64 - 1.0) / (p * v) as f64)).min(m as f64)
-    };
-    let in_flight = if p == 1 { 1.0 } else { in_flight };
-    per_micro_batch * in_flight
+    stages
+        .iter()
+        .enumerate()
+        .map(|(i, st)| {
+            let i = i as u64;
+            let in_flight = if p == 1 {
+                1.0
+            } else if s.gpipe {
+                m
+            } else if v == 1 {
+                ((p - i) as f64).min(m)
+            } else {
+                ((2 * (p - i - 1) + (v - 1) * p + 1) as f64 / v as f64).min(m)
+            };
+            let share = if layers > 0 {
+                st.layers as f64 / layers as f64
+            } else {
+                1.0 / p as f64
+            };
+            whole * share * in_flight
+        })
+        .collect()
 }
 
 /// The architecture's own violations, then the tables beyond all devices' memory and the
