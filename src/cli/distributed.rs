@@ -424,9 +424,12 @@ fn describe_mapping(m: &stackflow::parallel::mapping::Mapping) -> String {
     if m.spans.is_empty() {
         return "one device".into();
     }
-    let axes: Vec<String> = m
-        .spans
-        .iter()
+    // In placement order, innermost first; the groups that are not strategy axes
+    // (experts, shards) after them.
+    let mut spans: Vec<&(stackflow::parallel::Axis, Vec<String>)> = m.spans.iter().collect();
+    spans.sort_by_key(|(a, _)| m.order.iter().position(|o| o == a).unwrap_or(usize::MAX));
+    let axes: Vec<String> = spans
+        .into_iter()
         .map(|(a, f)| {
             let fabrics = if f.is_empty() {
                 "-".into()

@@ -351,7 +351,10 @@ impl Strategy {
         let number = |token: &str, what: &str| -> Result<u64, StrategyError> {
             match token.parse::<u64>() {
                 Ok(v) if v > 0 => Ok(v),
-                _ => Err(fail(format!("{what} = {token:?} is not an integer > 0"))),
+                _ => Err(fail(format!(
+                    "{what} = {token:?} is not an integer from 1 to {}",
+                    u64::MAX
+                ))),
             }
         };
         let mut i = 0;
