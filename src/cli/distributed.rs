@@ -308,9 +308,14 @@ pub fn load_strategy(
 pub fn render(p: &DistPrediction, peak: f64) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "workload          {}", p.workload);
+    let batches = if p.micro_batches == 1 {
+        "micro-batch"
+    } else {
+        "micro-batches"
+    };
     let _ = writeln!(
         s,
-        "strategy          {} ({} micro-batches of {})",
+        "strategy          {} ({} {batches} of {})",
         p.strategy, p.micro_batches, p.micro_batch
     );
     let _ = writeln!(

@@ -284,7 +284,11 @@ fn render_layered(s: &mut String, l: &LayeredResult) {
         l.pruned_by_bound
     );
     let (Some(u), Some(b)) = (&l.uniform, &l.best) else {
-        let _ = writeln!(s, "  no uniform start runs per layer type");
+        let _ = writeln!(
+            s,
+            "  no uniform start runs per layer type (starts with RC/CR kernel splits or \
+             context parallelism are not split per layer type)"
+        );
         return;
     };
     let line = |s: &mut String, label: &str, p: &LayeredPrediction| {

@@ -482,7 +482,11 @@ impl Strategy {
             seen.push(key.to_string());
             i += 1;
         }
-        s.structure().map_err(|(_, _, message)| fail(message))?;
+        // The fields parsed; how they fit together is its own message, without examples.
+        s.structure().map_err(|(_, _, message)| StrategyError {
+            input: text.to_string(),
+            message,
+        })?;
         Ok(s)
     }
 
@@ -1183,6 +1187,8 @@ mod tests {
         }
     }
 
+    /// A string that does not parse shows the forms it could take; one that parses into
+    /// axes that do not go together says which rule it breaks, without the examples.
     #[test]
     fn bad_strings_say_what_is_expected() {
         for bad in [
@@ -1193,19 +1199,27 @@ mod tests {
             "t2-t4",
             "z7",
             "rc=some",
-            "CR-2-t2",
             "prefetch=no",
-            "t1-d8-sp",
-            "t2-d4-i2",
-            "t2-p2-d2-i2-gpipe",
-            "d8-prefetch=off",
-            "d6-e4",
+            "cp=spiral",
         ] {
             let e = Strategy::parse(bad).unwrap_err().to_string();
             assert!(
                 e.contains("expected a string such as RC-4-2-d8-p2"),
                 "{bad}: {e}"
             );
+        }
+        for (bad, rule) in [
+            ("CR-2-t2", "exclude each other"),
+            ("t1-d8-sp", "it needs t > 1"),
+            ("t2-d4-i2", "needs pipeline parallelism"),
+            ("t2-p2-d2-i2-gpipe", "not GPipe"),
+            ("d8-prefetch=off", "it needs z3"),
+            ("d6-e4", "must divide data parallelism"),
+            ("t2-cp4-z3", "ZeRO-3 with context parallelism"),
+        ] {
+            let e = Strategy::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(rule), "{bad}: {e}");
+            assert!(!e.contains("expected a string such as"), "{bad}: {e}");
         }
     }
 
