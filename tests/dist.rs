@@ -2132,6 +2132,29 @@ fn a_tensor_degree_that_splits_a_head_is_refused() {
 
 // ------------------------------------------------------------------ context parallelism
 
+/// Llama 3 70B at 131,072 tokens on `devices` H100s (templates/dgx-h100.yaml).
+fn llama3_128k(devices: u64) -> (Architecture, stackflow::network::Network, Workload) {
+    let (system, arch) = system("templates/dgx-h100.yaml");
+    let net = system.network(&arch, devices).unwrap();
+    let path = root().join("workloads/llama3-70b-128k.yaml");
+    (arch, net, Workload::load(Source::Disk, &path).unwrap())
+}
+
+/// `stackflow predict` of `workload` under `strategy` on `devices` H100s.
+fn predict_h100(devices: &str, workload: &str, strategy: &str) -> (i32, String, String) {
+    common::stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--devices",
+        devices,
+        "--workload",
+        workload,
+        "--strategy",
+        strategy,
+    ])
+}
+
 /// Llama 3 70B at 131,072 tokens on 256 H100s (issue 19): with tensor parallelism t8 and
 /// sequence parallelism, four stages and a context-parallel degree of 8 it fits, its
 /// memory the arithmetic's (Korthikanti et al. 2022: 34 s b h / t bytes of activations per
@@ -2140,10 +2163,7 @@ fn a_tensor_degree_that_splits_a_head_is_refused() {
 /// of memory, its activations alone beyond the device.
 #[test]
 fn llama3_70b_at_128k_tokens_fits_with_context_parallelism_only() {
-    let (system, arch) = system("templates/dgx-h100.yaml");
-    let net = system.network(&arch, 256).unwrap();
-    let path = root().join("workloads/llama3-70b-128k.yaml");
-    let w = Workload::load(Source::Disk, &path).unwrap();
+    let (arch, net, w) = llama3_128k(256);
     let cp = predict(
         &w,
         &arch,
@@ -2212,19 +2232,7 @@ fn llama3_70b_at_128k_tokens_fits_with_context_parallelism_only() {
         without.violations
     );
     // The command line prints the memory per device and the verdict.
-    let run = |strategy: &str| {
-        common::stackflow(&[
-            "predict",
-            "--system",
-            "templates/dgx-h100.yaml",
-            "--devices",
-            "256",
-            "--workload",
-            "workloads/llama3-70b-128k.yaml",
-            "--strategy",
-            strategy,
-        ])
-    };
+    let run = |strategy: &str| predict_h100("256", "workloads/llama3-70b-128k.yaml", strategy);
     let (code, out, err) = run("t8-p4-cp8-mb1-sp");
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -2254,9 +2262,7 @@ fn llama3_70b_at_128k_tokens_fits_with_context_parallelism_only() {
 /// gradients, blocking. Left open, the model takes the cheaper under the mapping.
 #[test]
 fn context_parallel_attention_rings_or_gathers_and_takes_the_cheaper() {
-    let (system, arch) = system("templates/dgx-h100.yaml");
-    let net = system.network(&arch, 256).unwrap();
-    let w = Workload::load(Source::Disk, &root().join("workloads/llama3-70b-128k.yaml")).unwrap();
+    let (arch, net, w) = llama3_128k(256);
     let run = |s: &str| predict(&w, &arch, &net, &Strategy::parse(s).unwrap()).unwrap();
     let (ring, gather, open) = (
         run("t8-p4-cp8-mb1-sp-cp=ring"),
@@ -2394,19 +2400,6 @@ fn context_parallel_ranks_synchronise_gradients_and_share_zero_shards() {
 /// Bad context-parallel input exits 2 naming the field, value and expectation.
 #[test]
 fn bad_context_parallelism_is_refused_by_name() {
-    let predict_with = |workload: &str, strategy: &str| {
-        common::stackflow(&[
-            "predict",
-            "--system",
-            "templates/dgx-h100.yaml",
-            "--devices",
-            "48",
-            "--workload",
-            workload,
-            "--strategy",
-            strategy,
-        ])
-    };
     for (workload, strategy, says) in [
         (
             "workloads/gpt-1.7b.yaml",
@@ -2434,24 +2427,14 @@ fn bad_context_parallelism_is_refused_by_name() {
             "splits a transformer's training sequences",
         ),
     ] {
-        let (code, _, err) = predict_with(workload, strategy);
+        let (code, _, err) = predict_h100("48", workload, strategy);
         assert_eq!(code, 2, "{strategy}: {err}");
         assert!(err.contains(says), "{strategy}: {err}");
     }
     // Sequence parallelism splits a rank's tokens of each sequence over the tensor ranks;
     // a device count beyond the bound is refused before any network is sized by it.
     let run = |devices: &str, strategy: &str| {
-        common::stackflow(&[
-            "predict",
-            "--system",
-            "templates/dgx-h100.yaml",
-            "--devices",
-            devices,
-            "--workload",
-            "workloads/llama3-70b-128k.yaml",
-            "--strategy",
-            strategy,
-        ])
+        predict_h100(devices, "workloads/llama3-70b-128k.yaml", strategy)
     };
     let (code, _, err) = run("524288", "t8-cp65536-mb1-sp");
     assert_eq!(code, 2, "{err}");
@@ -2548,9 +2531,7 @@ fn parallel_blocks_share_their_tensor_parallel_collectives() {
 /// layers), not the first's (two of 30) beside the second's weights.
 #[test]
 fn the_fullest_device_is_one_stage_with_all_its_parts() {
-    let (system, arch) = system("templates/dgx-h100.yaml");
-    let net = system.network(&arch, 128).unwrap();
-    let w = Workload::load(Source::Disk, &root().join("workloads/llama3-70b-128k.yaml")).unwrap();
+    let (arch, net, w) = llama3_128k(128);
     let run = |s: &str| predict(&w, &arch, &net, &Strategy::parse(s).unwrap()).unwrap();
     let even = run("t8-p2-cp8-mb1-sp");
     let uneven = run("t8-p2-cp8-mb1-sp-ends=30.50");

@@ -87,7 +87,7 @@ fn check_model_split(graph: &Graph, s: &Strategy) -> Result<(), String> {
         ));
     }
     if s.context > 1 {
-        check_context(graph, s.context)?;
+        check_context(graph, s)?;
     }
     if let Some(a) = graph.attention.filter(|_| s.sequence_parallel) {
         // Sequence parallelism splits each rank's tokens of a sequence over the tensor
@@ -140,17 +140,17 @@ fn check_model_split(graph: &Graph, s: &Strategy) -> Result<(), String> {
     Ok(())
 }
 
-/// Context parallelism splits a language model's sequences into `2 context` chunks, each
-/// rank taking one from each end (Megatron-LM's causal load balance): the sequence must
-/// divide into them.
-fn check_context(graph: &Graph, context: u64) -> Result<(), String> {
+/// Context parallelism splits a language model's sequences ([`Strategy::splits_sequence`]):
+/// the sequence must divide into its chunks.
+fn check_context(graph: &Graph, s: &Strategy) -> Result<(), String> {
+    let context = s.context;
     let Some(a) = graph.attention else {
         return Err(format!(
             "context parallelism (cp{context}) splits a transformer's training sequences; the \
              workload has none to split"
         ));
     };
-    if a.sequence % context != 0 || (a.sequence / context) % 2 != 0 {
+    if !s.splits_sequence(a.sequence) {
         return Err(format!(
             "cp{context} does not divide the sequence of {} tokens: each of the {context} \
              ranks takes two chunks of sequence / (2 x {context}) tokens, one from each end \

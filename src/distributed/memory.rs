@@ -113,9 +113,12 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
         .iter()
         .zip(activations)
         .map(of)
-        .fold(None, |best: Option<[f64; 4]>, c| match best {
-            Some(b) if b.iter().sum::<f64>() >= c.iter().sum::<f64>() => Some(b),
-            _ => Some(c),
+        .reduce(|b, c| {
+            if b.iter().sum::<f64>() >= c.iter().sum::<f64>() {
+                b
+            } else {
+                c
+            }
         })
         .unwrap_or([0.0; 4]);
     let [weights_bytes, gradients_bytes, optimizer_state_bytes, activations_bytes] = fullest;

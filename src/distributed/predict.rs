@@ -454,7 +454,7 @@ impl Plan {
                     .iter()
                     .chain(&st.backward_needs)
                     .filter(|(_, n)| n.layer == layer)
-                    .filter(|(_, n)| n.context.map_or(true, |kind| Some(kind) == context))
+                    .filter(|(_, n)| n.taken(context))
                     .map(|(count, n)| count * map.link(n.axis).time(n.collective, n.bytes))
                     .sum();
                 out.push(LayerTimes {

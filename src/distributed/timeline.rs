@@ -13,7 +13,6 @@ use crate::network::collective::Collective;
 use crate::parallel::strategy::{ContextAttention, Strategy};
 use crate::parallel::{Axis, Mapping};
 use crate::workload::Graph;
-use crate::workload::LayerType;
 
 /// Prices collectives under one mapping and lists those of the reported stage.
 struct Ledger<'a> {
@@ -27,7 +26,7 @@ impl Ledger<'_> {
     /// Whether `need` runs under this mapping: every need but the context-parallel
     /// exchanges of the kind not taken.
     fn keeps(&self, need: &Need) -> bool {
-        need.context.map_or(true, |kind| Some(kind) == self.context)
+        need.taken(self.context)
     }
 
     /// [`Ledger::charge`] for `bytes` of `collective` split over `parts` (axis, fraction);
@@ -43,16 +42,7 @@ impl Ledger<'_> {
     ) -> f64 {
         let mut t = 0.0;
         for &(axis, f) in parts.iter().filter(|p| p.1 > 0.0) {
-            let need = Need {
-                collective,
-                axis,
-                bytes: bytes * f,
-                of_linear: false,
-                product_s: 0.0,
-                launch_s: 0.0,
-                layer: LayerType::Dense,
-                context: None,
-            };
+            let need = Need::new(collective, axis, bytes * f);
             t += if axis == Axis::ExpertReplica && report.is_some() {
                 self.charge(&format!("expert {name}"), &need, calls, blocking, report)
             } else {
@@ -383,10 +373,7 @@ fn context_choice(inputs: &Inputs, map: &Mapping) -> Option<ContextAttention> {
     for (count, n) in st.forward_needs.iter().chain(&st.backward_needs) {
         let comm = map.link(n.axis).time(n.collective, n.bytes) * count;
         match n.context {
-            Some(ContextAttention::Ring) => {
-                let product = n.product_s * count;
-                ring += beside(product, comm, share) - product + n.launch_s * count;
-            }
+            Some(ContextAttention::Ring) => ring += added_beside(n, *count, comm, share),
             Some(ContextAttention::AllGather) => gather += comm,
             None => {}
         }
@@ -599,11 +586,10 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
     let report = (inputs.listing && i == 0).then_some(inputs.m as f64);
     let beside_linear = |n: &Need| !blocks_compute(inputs.s, n);
     let context = ledger.context;
-    let kept = |n: &Need| n.context.map_or(true, |kind| Some(kind) == context);
     let mut blocking = |needs: &[(f64, Need)]| -> f64 {
         needs
             .iter()
-            .filter(|(_, n)| kept(n))
+            .filter(|(_, n)| n.taken(context))
             .map(|(count, n)| {
                 // Only listed collectives need their name.
                 let label = match report {
@@ -630,12 +616,11 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
         let mut step = |compute: f64, needs: &[(f64, Need)]| {
             let mut t = compute;
             // The context exchange not taken adds nothing, not even its launches.
-            for one in needs.iter().filter(|(_, n)| kept(n)) {
+            for one in needs.iter().filter(|(_, n)| n.taken(context)) {
                 let comm = blocking(std::slice::from_ref(one));
                 let (count, n) = one;
                 t += if beside_linear(n) {
-                    let product = n.product_s * count;
-                    beside(product, comm, share) - product + n.launch_s * count
+                    added_beside(n, *count, comm, share)
                 } else {
                     comm
                 };
@@ -665,6 +650,13 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
 /// reduce-scatter nor the expert layers' all-reduce.
 fn blocks_compute(s: &Strategy, n: &Need) -> bool {
     !(s.tp_overlap && n.of_linear || n.context == Some(ContextAttention::Ring))
+}
+
+/// What `count` calls of `n`, taking `comm_s` alone, add to a step beside the product each
+/// runs next to ([`beside`]), with the launches they bring.
+fn added_beside(n: &Need, count: f64, comm_s: f64, share: f64) -> f64 {
+    let product = n.product_s * count;
+    beside(product, comm_s, share) - product + n.launch_s * count
 }
 
 /// Linear layers taking `linear_s` alone, with collectives taking `comm_s` alone run beside
@@ -787,16 +779,7 @@ fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
         .time(Collective::PointToPoint, boundary);
     if s.pipeline > 1 {
         let calls = 2.0 * (inputs.m as f64) * s.interleave as f64;
-        let need = Need {
-            collective: Collective::PointToPoint,
-            axis: Axis::Pipeline,
-            bytes: boundary,
-            of_linear: false,
-            product_s: 0.0,
-            launch_s: 0.0,
-            layer: LayerType::Dense,
-            context: None,
-        };
+        let need = Need::new(Collective::PointToPoint, Axis::Pipeline, boundary);
         let blocking = !s.send_overlap;
         ledger.charge("pipeline activations", &need, calls, blocking, Some(1.0));
     }

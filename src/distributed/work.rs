@@ -37,6 +37,29 @@ pub(super) struct Need {
     pub(super) launch_s: f64,
 }
 
+impl Need {
+    /// A collective of `bytes` over `axis` that blocks its kernel: not beside a product,
+    /// not a context-parallel exchange (its layer type set where the kernel is known).
+    pub(super) fn new(collective: Collective, axis: Axis, bytes: f64) -> Need {
+        Need {
+            collective,
+            axis,
+            bytes,
+            of_linear: false,
+            product_s: 0.0,
+            layer: LayerType::Dense,
+            context: None,
+            launch_s: 0.0,
+        }
+    }
+
+    /// Whether it runs when the context-parallel ranks exchange keys and values as
+    /// `context`: every need but the exchanges of the kind not taken.
+    pub(super) fn taken(&self, context: Option<ContextAttention>) -> bool {
+        self.context.map_or(true, |kind| Some(kind) == context)
+    }
+}
+
 /// What a graph without repeated layers does next in its backward step.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum StepEvent {
@@ -265,16 +288,7 @@ fn split_kernel(k: &mut Kernel, s: &Strategy, parallel_blocks: bool) -> (Vec<Nee
 }
 
 fn need(needs: &mut Vec<Need>, collective: Collective, axis: Axis, bytes: f64) {
-    needs.push(Need {
-        collective,
-        axis,
-        bytes,
-        of_linear: false,
-        product_s: 0.0,
-        launch_s: 0.0,
-        layer: LayerType::Dense,
-        context: None,
-    })
+    needs.push(Need::new(collective, axis, bytes))
 }
 
 /// A product with one weight operand (not attention's batched products).
@@ -423,14 +437,8 @@ fn split_cr(k: &mut Kernel, kp1: u64, needs: &mut Vec<Need>) {
 /// or reduce-scatter next to the product, which `tp=overlap` can run beside it.
 fn linear_need(needs: &mut Vec<Need>, collective: Collective, bytes: f64, sp: bool) {
     needs.push(Need {
-        collective,
-        axis: Axis::Tensor,
-        bytes,
         of_linear: sp,
-        product_s: 0.0,
-        launch_s: 0.0,
-        layer: LayerType::Dense,
-        context: None,
+        ..Need::new(collective, Axis::Tensor, bytes)
     });
 }
 
@@ -674,6 +682,9 @@ pub(super) fn stage_work(
     // instances and the launches of one instance's kernels: what context-parallel
     // exchanges run beside.
     let mut attention = [AttentionPass::default(); 2];
+    // Attention and feed-forward side by side share collectives (not in one layer type's
+    // part of a model: the types may split differently).
+    let parallel_blocks = graph.parallel_blocks && graph.part_of.is_none();
     // The keys and values of a micro-batch's whole sequences (what fused attention reads
     // on every context-parallel rank).
     let kv_bytes = graph.attention.map_or(0.0, |a| {
@@ -696,7 +707,6 @@ pub(super) fn stage_work(
         if s.context > 1 {
             split_context(&mut k, s.context, kv_bytes);
         }
-        let parallel_blocks = graph.parallel_blocks && graph.part_of.is_none();
         let (needs, fewer) = split_kernel(&mut k, s, parallel_blocks);
         let count = count / fewer.max(1);
         let t = evaluator.kernel_ref(&k);
@@ -776,14 +786,9 @@ impl StageWork {
             samples * (shape.sequence / cp) as f64 * 2.0 * kv_heads * shape.head_dim as f64 * wire;
         let reruns = f64::from(u8::from(shape.reruns_forward));
         let exchange = |collective, bytes, kind| Need {
-            collective,
-            axis: Axis::Context,
-            bytes,
-            of_linear: false,
-            product_s: 0.0,
-            launch_s: 0.0,
             layer: LayerType::Attention,
             context: Some(kind),
+            ..Need::new(collective, Axis::Context, bytes)
         };
         let [forward, backward] = attention;
         if s.context_attention != Some(ContextAttention::AllGather) {

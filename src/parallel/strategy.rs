@@ -323,6 +323,12 @@ impl Strategy {
         }
     }
 
+    /// Whether context parallelism splits a sequence of `sequence` tokens: into 2 x context
+    /// chunks, each rank taking one from either end (Megatron-LM's causal load balance).
+    pub fn splits_sequence(&self, sequence: u64) -> bool {
+        sequence % self.context == 0 && (sequence / self.context) % 2 == 0
+    }
+
     /// Devices one copy of the strategy occupies (saturating: degrees whose product
     /// overflows match no system).
     pub fn devices(&self) -> u64 {

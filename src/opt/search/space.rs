@@ -279,8 +279,9 @@ fn context(shape: &Shape, s: &Strategy, out: &mut Vec<Strategy>) {
         return;
     }
     for cp in divisors(shape.devices / (s.model_degree() * s.pipeline)) {
-        if cp > 1 && shape.sequence % (2 * cp) == 0 {
-            out.push(Strategy { context: cp, ..*s });
+        let split = Strategy { context: cp, ..*s };
+        if cp > 1 && split.splits_sequence(shape.sequence) {
+            out.push(split);
         }
     }
 }
