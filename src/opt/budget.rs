@@ -1,4 +1,5 @@
-//! Budget optimization: S restarts of T projected-gradient steps (DeepFlow Sec. 7), run in
+//! Budget optimization: S restarts of T projected-gradient steps (DeepFlow Sec. 7), each
+//! finished by a transfer search of at most T sweeps ([`super::transfer`]), run in
 //! parallel, and the sensitivities of the optimum.
 
 use std::sync::{Arc, Mutex};
@@ -12,6 +13,7 @@ use serde::Serialize;
 
 use super::problem::{with_shares, BudgetProblem, Evaluation, Resource, Share};
 use super::solver::ProjectedGradient;
+use super::transfer::TransferSearch;
 use super::Progress;
 use crate::domain::Component;
 use crate::error::ModelError;
@@ -26,6 +28,9 @@ pub struct Settings {
     pub eta: f64,
     pub beta: f64,
     pub tolerance: f64,
+    /// The transfer search that finishes each restart stops when its moves fall below
+    /// this share of a budget ([`super::transfer`]).
+    pub resolution: f64,
 }
 
 impl Default for Settings {
@@ -38,6 +43,8 @@ impl Default for Settings {
             beta: 0.5,
             // Moves much finer than the finite-difference step (0.5%) cannot be resolved.
             tolerance: 1e-4,
+            // A quarter percent of a budget: finer moves mostly land on the same stair.
+            resolution: 2.5e-3,
         }
     }
 }
@@ -58,7 +65,10 @@ pub struct Restart {
     pub start: Vec<f64>,
     pub best: Vec<f64>,
     pub objective: f64,
+    /// Projected-gradient steps taken.
     pub steps: u64,
+    /// Sweeps of the transfer search that finished the restart.
+    pub sweeps: u64,
 }
 
 /// The outcome of a budget optimization.
@@ -196,11 +206,29 @@ pub fn optimize_budgets(
             let state = result.state();
             // Steps the early stop saved still count as progress.
             progress.inc(settings.steps.saturating_sub(state.get_iter()));
-            let best = state
+            let descended = state
                 .get_best_param()
                 .cloned()
                 .unwrap_or_else(|| start.clone());
-            let objective = state.get_best_cost();
+            let gradient_steps = state.get_iter();
+            // Then a transfer search from where the gradient stopped, at most T sweeps.
+            let polished = Executor::new(Shared(problem), search_from(problem, settings))
+                .configure(|s| s.param(descended.clone()).max_iters(settings.steps))
+                .run()
+                .map_err(|e| ModelError::Solver {
+                    restart: r,
+                    message: e.to_string(),
+                })?;
+            let finish = polished.state();
+            let best = finish.get_best_param().cloned().unwrap_or(descended);
+            let objective = finish.get_best_cost();
+            if let Ok(mut t) = trace.lock() {
+                t.push(TracePoint {
+                    restart: r,
+                    step: gradient_steps + finish.get_iter(),
+                    objective,
+                });
+            }
             let trace = trace.lock().map(|t| t.clone()).unwrap_or_default();
             Ok((
                 Restart {
@@ -208,7 +236,8 @@ pub fn optimize_budgets(
                     start,
                     best,
                     objective,
-                    steps: state.get_iter(),
+                    steps: gradient_steps,
+                    sweeps: finish.get_iter(),
                 },
                 trace,
             ))
@@ -233,6 +262,11 @@ pub fn optimize_budgets(
         restarts: restarts.clone(),
         trace,
     })
+}
+
+/// The transfer search that finishes a restart.
+fn search_from(problem: &BudgetProblem, settings: &Settings) -> TransferSearch {
+    TransferSearch::new(problem.set.clone()).with_resolution(settings.resolution)
 }
 
 /// The problem behind a shared reference, so parallel restarts need no copies.

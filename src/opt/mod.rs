@@ -4,8 +4,9 @@
 //! Owns: [`problem`] (the design's shares as parameters, the objective: log of the iteration
 //! time plus a smooth penalty on the typed out-of-memory excess, Sec. 7), [`simplex`] (the
 //! exact Euclidean projection onto the capped simplices of area, power and perimeter),
-//! [`solver`] (projected gradient as an `argmin` solver, Sec. 7.2), [`budget`] (restarts,
-//! sensitivities), [`search`] (strategy enumeration and search, Sec. 9.2), and
+//! [`solver`] (projected gradient as an `argmin` solver, Sec. 7.2), [`transfer`] (the
+//! compass search over pairwise transfers that finishes each restart on the objective's
+//! staircase), [`budget`] (restarts, sensitivities), [`search`] (strategy enumeration and search, Sec. 9.2), and
 //! [`co_optimize`] (Fig. 10). Progress reaches the caller through [`Progress`]; errors are
 //! [`crate::error::ModelError`]. Imports the model stages, nothing downstream.
 //!
@@ -19,6 +20,7 @@ pub mod problem;
 pub mod search;
 pub mod simplex;
 pub mod solver;
+pub mod transfer;
 
 pub use problem::{BudgetProblem, Resource, Share};
 pub use simplex::{SimplexGroup, Simplices};
