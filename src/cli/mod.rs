@@ -79,7 +79,8 @@ enum Command {
         #[arg(long)]
         devices: Option<u64>,
         /// Fixed strategy (file or string): budgets only. Without it, or with
-        /// --search-strategy, strategies are searched too (from pure data parallelism).
+        /// --search-strategy, strategies are searched too (from data parallelism with the least ZeRO stage that
+        /// fits).
         #[arg(long, conflicts_with = "search_strategy")]
         strategy: Option<String>,
         /// Search strategies as well as budgets (DeepFlow Fig. 10).

@@ -37,8 +37,9 @@ pub struct SearchArgs {
     slice: Option<String>,
     /// The strategy to start from, always a candidate (the result is never slower when it
     /// fits): a YAML file, MAD Max's (INTRA, INTER), the paper's notation or the short
-    /// form. Its schedule (GPipe or 1F1B) is kept for every candidate. Default: pure data
-    /// parallelism, else the first strategy that runs the workload.
+    /// form. Its schedule (GPipe or 1F1B) is kept for every candidate. Default: data
+    /// parallelism over every device with the least ZeRO stage that fits, else the first
+    /// strategy that fits, else the first that runs the workload.
     #[arg(long)]
     base: Option<String>,
     /// Strategies listed by time.
@@ -112,7 +113,7 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
                 .with_context(|| format!("--base {base}"))?;
             base
         }
-        // Pure data parallelism, else the first strategy that runs the workload.
+        // Data parallelism with the least sharding that fits (see `search::baseline`).
         None => search::baseline(&workload, &arch, &net, devices).ok_or_else(|| {
             let tried = search::enumerate(&workload, devices).map_or(0, |s| s.len());
             anyhow::anyhow!(
