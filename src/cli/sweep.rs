@@ -452,6 +452,10 @@ struct PlotAxes<'a> {
     xs: &'a [String],
     /// The axis whose values are the lines of a line plot, if any.
     series: Option<usize>,
+    /// The slowest time per iteration of the plot (every panel), s: a line plot's 1.0.
+    slowest: f64,
+    /// The top of a line plot's y axis (every panel).
+    top: f64,
 }
 
 /// A point of a plot's slice: its coordinates on every axis, and its result.
@@ -469,12 +473,24 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
     let xs = &study.axes[x].labels;
     let panel_count = panels.map_or(1, |i| study.axes[i].values.len());
     let title = p.title.clone().unwrap_or_else(|| study.name.clone());
+    // Every panel of a line plot relative to the slowest point of the whole plot, on one
+    // y range, so that what the panel axis buys shows as a shift between panels.
+    let slowest = points
+        .iter()
+        .filter_map(|(_, r)| r.time_per_iteration_s)
+        .fold(0.0f64, f64::max);
+    let fastest = points
+        .iter()
+        .filter_map(|(_, r)| r.time_per_iteration_s)
+        .fold(f64::INFINITY, f64::min);
     let axes = PlotAxes {
         study,
         kind: p.kind,
         x,
         xs,
         series,
+        slowest,
+        top: (slowest / fastest).max(1.0) * 1.1,
     };
     let mut svg = String::new();
     {
@@ -515,13 +531,10 @@ fn draw_lines(
         x,
         xs,
         series,
+        slowest,
+        top,
         ..
     } = *axes;
-    // Performance relative to the slowest point of the panel.
-    let slowest = in_panel
-        .iter()
-        .filter_map(|(_, r)| r.time_per_iteration_s)
-        .fold(0.0f64, f64::max);
     let lines: Vec<(String, Vec<(usize, f64)>)> = (0..series
         .map_or(1, |s| study.axes[s].values.len()))
         .map(|si| {
@@ -535,21 +548,18 @@ fn draw_lines(
             (name, pts)
         })
         .collect();
-    let top = lines
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|q| q.1))
-        .fold(1.0f64, f64::max)
-        * 1.1;
+    let y_desc = format!("performance (x the slowest point, {slowest:.4} s)");
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 15))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(50)
-        .build_cartesian_2d((0..xs.len()).into_segmented(), 0.0..top)?;
+        // A segmented range includes its end: one segment per label, none after the last.
+        .build_cartesian_2d((0..xs.len().saturating_sub(1)).into_segmented(), 0.0..top)?;
     chart
         .configure_mesh()
         .x_desc(&study.axes[x].name)
-        .y_desc("performance (x slowest)")
+        .y_desc(&y_desc)
         .x_label_formatter(&|v| match v {
             SegmentValue::CenterOf(i) => xs.get(*i).cloned().unwrap_or_default(),
             _ => String::new(),
@@ -568,6 +578,7 @@ fn draw_lines(
     if series.is_some() {
         chart
             .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()?;
@@ -594,26 +605,33 @@ fn draw_bars(
                 .filter_map(move |(g, (_, f))| f(r).map(|y| (c[x], g, y)))
         })
         .collect();
-    let top = bars.iter().map(|b| b.2).fold(1.0f64, f64::max) * 1.15;
-    let slots = xs.len() * (width + 1);
+    // Headroom above the tallest bar for the legend, which sits there.
+    let top = bars.iter().map(|b| b.2).fold(1.0f64, f64::max) * if width > 1 { 1.4 } else { 1.1 };
+    // Each x value takes `width` bar slots and a gap slot, the last value no gap; a
+    // segmented range includes its end.
+    let last = (xs.len() * (width + 1)).saturating_sub(2);
+    let y_desc = match bar_reference(axes, in_panel) {
+        Some((label, _)) if width == 1 => format!("speedup over {} = {label}", study.axes[x].name),
+        _ => "speedup".to_string(),
+    };
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 15))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(50)
-        .build_cartesian_2d(0..slots, 0.0..top)?;
+        .build_cartesian_2d((0..last).into_segmented(), 0.0..top)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
         .x_desc(&study.axes[x].name)
-        .y_desc("speedup")
-        .x_labels(slots)
-        .x_label_formatter(&|v| {
-            if v % (width + 1) == width / 2 {
+        .y_desc(&y_desc)
+        .x_labels(last + 1)
+        // A label under the middle bar of its group (the group's centre: widths are odd).
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(v) if v % (width + 1) == width / 2 => {
                 xs.get(v / (width + 1)).cloned().unwrap_or_default()
-            } else {
-                String::new()
             }
+            _ => String::new(),
         })
         .draw()?;
     for (g, (name, _)) in groups.iter().enumerate() {
@@ -621,17 +639,33 @@ fn draw_bars(
         chart
             .draw_series(bars.iter().filter(|b| b.1 == g).map(|&(xi, _, y)| {
                 let left = xi * (width + 1) + g;
-                Rectangle::new([(left, 0.0), (left + 1, y)], color.filled())
+                Rectangle::new(
+                    [
+                        (SegmentValue::Exact(left), 0.0),
+                        (SegmentValue::Exact(left + 1), y),
+                    ],
+                    color.filled(),
+                )
             }))?
             .label(*name)
             .legend(move |(a, b)| Rectangle::new([(a, b - 5), (a + 12, b + 5)], color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
+    // One series needs no legend (the y axis names it).
+    if width > 1 {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
     Ok(())
+}
+
+/// The first x value of a panel and its time: what single bars are speedups over.
+fn bar_reference(axes: &PlotAxes, in_panel: &[&Placed]) -> Option<(String, f64)> {
+    let (c, r) = in_panel.iter().find(|(c, _)| c[axes.x] == 0)?;
+    Some((axes.xs[c[axes.x]].clone(), r.time_per_iteration_s?))
 }
 
 /// The bars of each group: the co-optimization speedups, or the speedup over the first x.
@@ -639,20 +673,17 @@ fn bar_groups(axes: &PlotAxes, in_panel: &[&Placed]) -> Vec<(&'static str, Measu
     if axes.kind == StudyPlotKind::GroupedBars {
         vec![
             (
-                "strategy search",
+                "(a) strategy search",
                 Box::new(|r: &PointResult| r.strategy_only_speedup),
             ),
             (
-                "budget optimization",
+                "(b) budget optimization",
                 Box::new(|r: &PointResult| r.budgets_only_speedup),
             ),
-            ("both", Box::new(|r: &PointResult| r.both_speedup)),
+            ("(c) both", Box::new(|r: &PointResult| r.both_speedup)),
         ]
     } else {
-        let first = in_panel
-            .iter()
-            .find(|(c, _)| c[axes.x] == 0)
-            .and_then(|(_, r)| r.time_per_iteration_s);
+        let first = bar_reference(axes, in_panel).map(|(_, t)| t);
         vec![(
             "speedup over the first",
             Box::new(move |r: &PointResult| Some(first? / r.time_per_iteration_s?)),

@@ -82,7 +82,9 @@ pub struct PointResult {
     pub compute_s: Option<f64>,
     pub exposed_communication_s: Option<f64>,
     pub pipeline_bubble_s: Option<f64>,
-    /// The kernel class taking most compute time and the resource bounding it.
+    /// What sets the iteration time: `network: <collective>` where the communication takes
+    /// at least as long as the compute it runs beside, else the kernel class taking most
+    /// compute time and the resource bounding it (`gemm: dram`).
     pub bound_by: String,
     /// Budget shares after the action, in the design's layout order (`share_names`).
     pub shares: Vec<f64>,
@@ -391,13 +393,7 @@ impl Study {
             r.compute_s = finite(p.compute_s);
             r.exposed_communication_s = finite(p.exposed_communication_s);
             r.pipeline_bubble_s = finite(p.pipeline_bubble_s);
-            if let Some(c) = p
-                .compute
-                .iter()
-                .max_by(|a, b| a.time_s.total_cmp(&b.time_s))
-            {
-                r.bound_by = format!("{}: {}", c.class.name(), c.bound);
-            }
+            r.bound_by = bound_by(p);
         }
         if matches!(self.action, StudyAction::Optimize | StudyAction::Both) {
             r.sensitivities = sensitivities(&problem, &shares)
@@ -413,6 +409,28 @@ impl Study {
         r.shares = shares;
         Ok(())
     }
+}
+
+/// What sets the iteration time (see [`PointResult::bound_by`]). Communication beside
+/// compute is hidden only while it is the shorter of the two: where the collectives of the
+/// busiest stage take at least its compute time, the network is on the critical path and
+/// a faster chip buys nothing; the collective named is the longest.
+fn bound_by(p: &crate::distributed::DistPrediction) -> String {
+    let communication: f64 = p.communication.iter().map(|c| c.time_s).sum();
+    if communication > 0.0 && communication >= p.compute_s {
+        if let Some(c) = p
+            .communication
+            .iter()
+            .max_by(|a, b| a.time_s.total_cmp(&b.time_s))
+        {
+            return format!("network: {}", c.name);
+        }
+    }
+    p.compute
+        .iter()
+        .max_by(|a, b| a.time_s.total_cmp(&b.time_s))
+        .map(|c| format!("{}: {}", c.class.name(), c.bound))
+        .unwrap_or_default()
 }
 
 /// How a value prints as a label: strings without quotes, file paths by their stem.
