@@ -97,9 +97,14 @@ pub struct DesignPoint {
     pub speedup: f64,
 }
 
+/// Strategies whose budgets step (c) of [`co_optimize`] optimizes first: the fastest at the
+/// given budget.
+pub const CO_STARTS: usize = 3;
+
 /// DeepFlow Fig. 10: from a baseline (the given budget and strategy), (a) the strategy
 /// search alone, (b) the budget optimization alone, (c) both, alternated until the
-/// strategy stops changing (at most three rounds).
+/// strategy stops changing (at most three rounds), from each of the [`CO_STARTS`] fastest
+/// strategies at the given budget.
 #[derive(Debug, Clone, Serialize)]
 pub struct CoOptimization {
     pub baseline: DesignPoint,
@@ -108,6 +113,7 @@ pub struct CoOptimization {
     pub both: DesignPoint,
     pub search: search::SearchResult,
     pub budgets: budget::BudgetResult,
+    /// Budget optimizations step (c) ran, over all its starting strategies.
     pub rounds: usize,
 }
 
@@ -190,27 +196,42 @@ pub fn co_optimize(
         &budgets_only_result.best,
         baseline_s,
     );
-    // (c) both: budgets under the searched strategy, then search again, until stable.
-    // Each round optimizes the budgets for the strategy of the last search; the best round
-    // is kept.
-    let mut next = chosen;
+    // (c) both: from each of the CO_STARTS fastest strategies at the given budget, budgets
+    // under the strategy, then search again, until stable. Each round optimizes the
+    // budgets for the strategy of the last search; the best round of all is kept. One
+    // chain alone ends where its first strategy leads: a strategy a little slower at the
+    // given budget can be the faster one once the budget is its own.
+    let mut starts: Vec<Strategy> = vec![chosen];
+    for c in &first.top {
+        if starts.len() < CO_STARTS && !starts.contains(&c.parsed) {
+            starts.push(c.parsed);
+        }
+    }
     let mut best: Option<(Strategy, budget::BudgetResult, search::SearchResult)> = None;
     let mut rounds = 0;
-    loop {
-        rounds += 1;
-        let strategy = next;
-        problem.strategy = strategy;
-        let result = budget::optimize_budgets(problem, settings, progress)?;
-        let again = best_strategy(problem, &result.best)?;
-        next = again.best.as_ref().map(|c| c.parsed).unwrap_or(strategy);
-        if best
-            .as_ref()
-            .map_or(true, |b| result.best_objective < b.1.best_objective)
-        {
-            best = Some((strategy, result, again));
-        }
-        if next == strategy || rounds >= 3 {
-            break;
+    for start_strategy in starts {
+        let mut next = start_strategy;
+        let mut tried: Vec<Strategy> = Vec::new();
+        for _ in 0..3 {
+            let strategy = next;
+            if tried.contains(&strategy) {
+                break;
+            }
+            tried.push(strategy);
+            rounds += 1;
+            problem.strategy = strategy;
+            let result = budget::optimize_budgets(problem, settings, progress)?;
+            let again = best_strategy(problem, &result.best)?;
+            next = again.best.as_ref().map(|c| c.parsed).unwrap_or(strategy);
+            if best
+                .as_ref()
+                .map_or(true, |b| result.best_objective < b.1.best_objective)
+            {
+                best = Some((strategy, result, again));
+            }
+            if next == strategy {
+                break;
+            }
         }
     }
     let (strategy, result, search_result) = best.expect("at least one round");
