@@ -179,6 +179,42 @@ fn multi_node_packages_gain_little() {
     assert!(gains.iter().all(|&g| g <= 1.35), "{gains:?}");
 }
 
+/// An `edits` axis makes all of a value's edits together, files and optimizer alike: the
+/// published optimizer (no transfer search) is never better than the default, and a
+/// pinned network changes the result.
+#[test]
+fn an_edits_axis_applies_each_variant_whole() {
+    let dir = Scratch::new("study-edits");
+    let axes = "  - name: input\n    labels: [stackflow, paper optimizer, paper optimizer at 400 GB/s]\n    edits:\n      - {}\n      - {optimizer.finish: none}\n      - {optimizer.finish: none, \"system.fabrics[0].bandwidth_gb_per_s\": 400}\n";
+    let base = sec9_base("templates/deepflow-sec9.yaml") + "  strategy: RC-1-4-d128-z3\n";
+    let r = run(&study(&dir, "edits", &base, "optimize", axes));
+    let (ours, paper, fast) = (
+        time(&r, &["stackflow"]),
+        time(&r, &["paper optimizer"]),
+        time(&r, &["paper optimizer at 400 GB/s"]),
+    );
+    println!("{ours:.4} {paper:.4} {fast:.4}");
+    assert!(ours <= paper, "{ours} vs {paper}");
+    assert!(fast < paper, "{fast} vs {paper}");
+    // The variant equals the same settings given on the command line.
+    let (code, out, err) = stackflow(&[
+        "optimize",
+        "--strategy",
+        "RC-1-4-d128-z3",
+        "--restarts",
+        "2",
+        "--steps",
+        "20",
+        "--finish",
+        "none",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let cli = report["best_time_per_iteration_s"].as_f64().unwrap();
+    assert!((cli - paper).abs() <= 1e-12 * paper, "{cli} vs {paper}");
+}
+
 fn roadmap(dir: &Scratch) -> String {
     let r = root();
     let base = format!(
@@ -307,6 +343,31 @@ fn bad_studies_exit_2_naming_the_valid_choices() {
         (
             "  - name: x\n    field: template.memory[9].technology\n    values: [hbm3]\n",
             "which has 4 entries",
+        ),
+        // An ablation's edits: an unknown field in one variant, before any point runs.
+        (
+            "  - name: x\n    labels: [a, b]\n    edits:\n      - {}\n      - {budget.power.breakdown.hbm: 0.2}\n",
+            "axes[0].edits[1]",
+        ),
+        (
+            "  - name: x\n    labels: [a]\n    edits:\n      - {optimizer.finish: newton}\n",
+            "one of [transfer, none]",
+        ),
+        (
+            "  - name: x\n    labels: [a]\n    edits:\n      - {optimizer.restarts: 0}\n",
+            "optimizer.restarts",
+        ),
+        (
+            "  - name: x\n    labels: [a]\n    edits:\n      - {optimizer.step: 3}\n",
+            "unknown field `step`",
+        ),
+        (
+            "  - name: x\n    edits:\n      - {}\n",
+            "one label per entry of edits",
+        ),
+        (
+            "  - name: x\n    field: budget.technology\n    labels: [a]\n    edits:\n      - {}\n",
+            "either field and values, or edits",
         ),
     ];
     for (i, (axes, says)) in cases.iter().enumerate() {

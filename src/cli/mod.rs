@@ -98,6 +98,10 @@ enum Command {
         /// Seed of the random starts.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// What finishes each restart: a transfer search over pairwise share moves, or
+        /// nothing (DeepFlow's optimizer as published).
+        #[arg(long, default_value = "transfer", value_parser = ["transfer", "none"])]
+        finish: String,
         /// Directory for budget.yaml, report.json, trace.csv and convergence.svg.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -213,6 +217,7 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
             restarts,
             steps,
             seed,
+            finish,
             out,
             json,
         } => {
@@ -230,6 +235,8 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
                     restarts: restarts as usize,
                     steps,
                     seed,
+                    finish: stackflow::opt::budget::Finish::parse(&finish)
+                        .unwrap_or(stackflow::opt::budget::Finish::Transfer),
                     ..Default::default()
                 },
                 out,

@@ -601,16 +601,23 @@ pub struct StudyOptimizer {
     pub restarts: Option<u64>,
     pub steps: Option<u64>,
     pub seed: Option<u64>,
+    /// What finishes each restart: `transfer` (default) or `none` (DeepFlow's optimizer).
+    pub finish: Option<String>,
 }
 
-/// One axis: a field (`system.`, `budget.`, `template.` or `workload.` then its path in
-/// that file) and the values it takes, with optional labels.
+/// One axis: either a field (`system.`, `budget.`, `template.`, `workload.` or
+/// `optimizer.` then its path) and the values it takes, or `edits`: per value, a mapping of
+/// fields to the values they take together (an ablation's variants), with optional labels.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StudyAxis {
     pub name: String,
-    pub field: String,
-    pub values: Vec<serde_json::Value>,
+    #[serde(default)]
+    pub field: Option<String>,
+    #[serde(default)]
+    pub values: Option<Vec<serde_json::Value>>,
+    #[serde(default)]
+    pub edits: Option<Vec<std::collections::BTreeMap<String, serde_json::Value>>>,
     #[serde(default)]
     pub labels: Option<Vec<String>>,
 }

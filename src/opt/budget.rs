@@ -19,7 +19,29 @@ use crate::domain::Component;
 use crate::error::ModelError;
 use crate::generator::generate;
 
-/// Search settings; defaults are DeepFlow's (T = 100, S = 10).
+/// What finishes each restart after its projected-gradient steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finish {
+    /// A transfer search ([`super::transfer`]): stackflow's default.
+    Transfer,
+    /// Nothing: DeepFlow's optimizer as published (Sec. 7).
+    None,
+}
+
+impl Finish {
+    pub const NAMES: [&'static str; 2] = ["transfer", "none"];
+
+    pub fn parse(text: &str) -> Option<Finish> {
+        match text {
+            "transfer" => Some(Finish::Transfer),
+            "none" => Some(Finish::None),
+            _ => None,
+        }
+    }
+}
+
+/// Search settings; defaults are DeepFlow's (T = 100, S = 10), finished by a transfer search.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Settings {
     pub restarts: usize,
@@ -31,6 +53,7 @@ pub struct Settings {
     /// The transfer search that finishes each restart stops when its moves fall below
     /// this share of a budget ([`super::transfer`]).
     pub resolution: f64,
+    pub finish: Finish,
 }
 
 impl Default for Settings {
@@ -45,6 +68,7 @@ impl Default for Settings {
             tolerance: 1e-4,
             // A quarter percent of a budget: finer moves mostly land on the same stair.
             resolution: 2.5e-3,
+            finish: Finish::Transfer,
         }
     }
 }
@@ -211,24 +235,30 @@ pub fn optimize_budgets(
                 .cloned()
                 .unwrap_or_else(|| start.clone());
             let gradient_steps = state.get_iter();
-            // Then a transfer search from where the gradient stopped, at most T sweeps.
-            let polished = Executor::new(Shared(problem), search_from(problem, settings))
-                .configure(|s| s.param(descended.clone()).max_iters(settings.steps))
-                .run()
-                .map_err(|e| ModelError::Solver {
-                    restart: r,
-                    message: e.to_string(),
-                })?;
-            let finish = polished.state();
-            let best = finish.get_best_param().cloned().unwrap_or(descended);
-            let objective = finish.get_best_cost();
-            if let Ok(mut t) = trace.lock() {
-                t.push(TracePoint {
-                    restart: r,
-                    step: gradient_steps + finish.get_iter(),
-                    objective,
-                });
-            }
+            let (best, objective, sweeps) = match settings.finish {
+                Finish::None => (descended, state.get_best_cost(), 0),
+                Finish::Transfer => {
+                    // A transfer search from where the gradient stopped, at most T sweeps.
+                    let polished = Executor::new(Shared(problem), search_from(problem, settings))
+                        .configure(|s| s.param(descended.clone()).max_iters(settings.steps))
+                        .run()
+                        .map_err(|e| ModelError::Solver {
+                            restart: r,
+                            message: e.to_string(),
+                        })?;
+                    let finish = polished.state();
+                    let objective = finish.get_best_cost();
+                    if let Ok(mut t) = trace.lock() {
+                        t.push(TracePoint {
+                            restart: r,
+                            step: gradient_steps + finish.get_iter(),
+                            objective,
+                        });
+                    }
+                    let best = finish.get_best_param().cloned().unwrap_or(descended);
+                    (best, objective, finish.get_iter())
+                }
+            };
             let trace = trace.lock().map(|t| t.clone()).unwrap_or_default();
             Ok((
                 Restart {
@@ -237,7 +267,7 @@ pub fn optimize_budgets(
                     best,
                     objective,
                     steps: gradient_steps,
-                    sweeps: finish.get_iter(),
+                    sweeps,
                 },
                 trace,
             ))

@@ -3,10 +3,12 @@
 //! The grid is the product of the axes; every point is evaluated on its own, so any subset
 //! (a shard, the points a resumed run still lacks) gives the same numbers.
 //!
-//! Owns: [`Study`] (a study file checked: axes over `system.`, `budget.`, `template.` or
-//! `workload.` fields, plots, optimizer settings) and the evaluation of one point
-//! ([`PointResult`]). Writing results, plots and progress is the command line's. A new axis
-//! target: a base file kind in `TARGETS` and its edit in `Study::inputs`.
+//! Owns: [`Study`] (a study file checked: axes over `system.`, `budget.`, `template.`,
+//! `workload.` or `optimizer.` fields, or `edits` axes whose values each set several fields
+//! at once (an ablation's variants); plots; optimizer settings) and the evaluation of one
+//! point ([`PointResult`]). Writing results, plots and progress is the command line's. A new
+//! axis target: a kind in `TARGETS` and its edit in `Study::inputs` (a file) or
+//! `Study::point_settings` (a setting).
 
 use std::path::{Path, PathBuf};
 
@@ -18,7 +20,7 @@ use crate::config::{edit_yaml, normalize, parse_yaml, Checker, ConfigError, Sour
 use crate::design::Design;
 use crate::error::ModelError;
 use crate::network::System;
-use crate::opt::budget::{optimize_budgets, sensitivities, Settings};
+use crate::opt::budget::{optimize_budgets, sensitivities, Finish, Settings};
 use crate::opt::problem::{feasible_set, layout};
 use crate::opt::Progress;
 use crate::opt::{co_optimize, search, BudgetProblem};
@@ -28,18 +30,26 @@ use crate::template::Template;
 use crate::violation::Violation;
 use crate::workload::Workload;
 
-/// The files an axis can edit.
-const TARGETS: [&str; 4] = ["system", "budget", "template", "workload"];
+/// What an axis can edit: the base files, and the optimizer settings.
+const TARGETS: [&str; 5] = ["system", "budget", "template", "workload", "optimizer"];
+
+/// One edit a point makes: a field and the value it takes.
+#[derive(Debug, Clone, Serialize)]
+pub struct Edit {
+    /// `system`, `budget`, `template`, `workload` or `optimizer`.
+    pub target: String,
+    /// Path inside that file (or the optimizer setting).
+    pub path: String,
+    pub value: serde_json::Value,
+}
 
 /// One axis, checked.
 #[derive(Debug, Clone, Serialize)]
 pub struct Axis {
     pub name: String,
-    /// `system`, `budget`, `template` or `workload`.
-    pub target: String,
-    /// Path inside that file.
-    pub path: String,
-    pub values: Vec<serde_json::Value>,
+    /// Per value of the axis, the edits it makes: one for a `field` axis, any number (all
+    /// made together) for an `edits` axis.
+    pub values: Vec<Vec<Edit>>,
     pub labels: Vec<String>,
 }
 
@@ -50,7 +60,9 @@ pub struct Study {
     pub name: String,
     pub description: Option<String>,
     pub action: StudyAction,
+    /// The study's optimizer settings (an `optimizer.` axis changes them per point).
     pub settings: Settings,
+    optimizer: Option<StudyOptimizer>,
     pub axes: Vec<Axis>,
     pub plots: Vec<StudyPlot>,
     pub devices: Option<u64>,
@@ -141,6 +153,7 @@ impl Study {
             description: raw.description,
             action: raw.action,
             settings,
+            optimizer: raw.optimizer,
             axes,
             plots: raw.plots,
             devices: raw.base.devices,
@@ -152,14 +165,31 @@ impl Study {
         };
         // Every value on its own against the base: type and unit errors surface now.
         for (i, a) in study.axes.iter().enumerate() {
-            for (k, _) in a.values.iter().enumerate() {
+            for (k, edits) in a.values.iter().enumerate() {
                 let mut coords = vec![0; study.axes.len()];
                 coords[i] = k;
-                study.inputs(&coords).map_err(|e| {
+                let checked = study
+                    .inputs(&coords)
+                    .and_then(|_| study.point_settings(&coords));
+                checked.map_err(|e| {
+                    let (at, value) = match edits.as_slice() {
+                        [one] if raw.axes[i].field.is_some() => {
+                            (format!("axes[{i}].values[{k}]"), one.value.clone())
+                        }
+                        _ => (
+                            format!("axes[{i}].edits[{k}]"),
+                            serde_json::Value::Object(
+                                edits
+                                    .iter()
+                                    .map(|e| (format!("{}.{}", e.target, e.path), e.value.clone()))
+                                    .collect(),
+                            ),
+                        ),
+                    };
                     ConfigError::invalid(
                         &file,
-                        format!("axes[{i}].values[{k}]"),
-                        &a.values[k],
+                        at,
+                        value,
                         format!("a value {} accepts: {e}", a.name),
                     )
                 })?;
@@ -233,8 +263,8 @@ impl Study {
         let edit = |target: &str, file: &Path, text: &str| -> Result<String, ConfigError> {
             let mut t = text.to_string();
             for (a, &k) in self.axes.iter().zip(coords) {
-                if a.target == target {
-                    t = edit_yaml(&file.display().to_string(), &t, &a.path, &a.values[k])?;
+                for e in a.values[k].iter().filter(|e| e.target == target) {
+                    t = edit_yaml(&file.display().to_string(), &t, &e.path, &e.value)?;
                 }
             }
             Ok(t)
@@ -280,6 +310,37 @@ impl Study {
         Ok((system, design, workload))
     }
 
+    /// The optimizer settings of a point: the study's, with its `optimizer.` edits made.
+    fn point_settings(&self, coords: &[usize]) -> Result<Settings, ConfigError> {
+        let edits: Vec<&Edit> = self
+            .axes
+            .iter()
+            .zip(coords)
+            .flat_map(|(a, &k)| a.values[k].iter().filter(|e| e.target == "optimizer"))
+            .collect();
+        if edits.is_empty() {
+            return Ok(self.settings);
+        }
+        let mut raw = serde_json::json!({});
+        if let Some(o) = &self.optimizer {
+            raw = serde_json::json!({
+                "restarts": o.restarts, "steps": o.steps, "seed": o.seed, "finish": o.finish,
+            });
+        }
+        for e in edits {
+            raw[e.path.as_str()] = e.value.clone();
+        }
+        let o: StudyOptimizer = serde_json::from_value(raw).map_err(|e| {
+            ConfigError::invalid(
+                &self.file,
+                "optimizer",
+                "",
+                format!("restarts, steps, seed (counts) and finish: {e}"),
+            )
+        })?;
+        study_settings(&Checker { file: &self.file }, &Some(o))
+    }
+
     /// Evaluates point `index`: its inputs, then the study's action.
     pub fn evaluate(&self, index: usize) -> PointResult {
         let labels = self.labels(index);
@@ -315,7 +376,9 @@ impl Study {
     }
 
     fn run(&self, index: usize, r: &mut PointResult) -> Result<(), ModelError> {
-        let (system, design, workload) = self.inputs(&self.coords(index))?;
+        let coords = self.coords(index);
+        let (system, design, workload) = self.inputs(&coords)?;
+        let settings = self.point_settings(&coords)?;
         let devices = self.devices.unwrap_or_else(|| system.default_devices());
         let strategy = match &self.strategy {
             Some(s) => Strategy::parse(s)?,
@@ -345,7 +408,7 @@ impl Study {
         let (shares, strategy) = match self.action {
             StudyAction::Predict => (start, problem.strategy),
             StudyAction::Optimize => {
-                let b = optimize_budgets(&problem, &self.settings, &quiet)?;
+                let b = optimize_budgets(&problem, &settings, &quiet)?;
                 (b.best, problem.strategy)
             }
             StudyAction::Search => {
@@ -367,7 +430,7 @@ impl Study {
                 (start, best)
             }
             StudyAction::Both => {
-                let co = co_optimize(&mut problem, &self.settings, &quiet)?;
+                let co = co_optimize(&mut problem, &settings, &quiet)?;
                 r.strategy_only_speedup = finite(co.strategy_only.speedup);
                 r.budgets_only_speedup = finite(co.budgets_only.speedup);
                 r.both_speedup = finite(co.both.speedup);
@@ -444,43 +507,95 @@ fn label_of(v: &serde_json::Value) -> String {
     }
 }
 
-/// Checks the study's axes: a field of a base file, values, labels, unique names.
+/// Checks the study's axes: a field of a base file (or of the optimizer) and its values,
+/// or per value a mapping of such fields (`edits`); labels; unique names.
 fn check_axes(file: &str, raw: &[StudyAxis]) -> Result<Vec<Axis>, ConfigError> {
     let file = file.to_string();
     let mut axes = Vec::new();
     for (i, a) in raw.iter().enumerate() {
         let at = |k: &str| format!("axes[{i}].{k}");
-        let (target, rest) = a.field.split_once('.').unwrap_or((a.field.as_str(), ""));
-        if !TARGETS.contains(&target) || rest.is_empty() {
+        let split = |field_at: String, field: &str| -> Result<(String, String), ConfigError> {
+            match field.split_once('.') {
+                Some((target, rest)) if TARGETS.contains(&target) && !rest.is_empty() => {
+                    Ok((target.to_string(), rest.to_string()))
+                }
+                _ => Err(ConfigError::invalid(
+                    &file,
+                    field_at,
+                    field,
+                    format!(
+                        "a field of one of the base files or the optimizer: {}, then its path (e.g. budget.technology, template.memory[3].technology, system.fabrics[0].bandwidth_gb_per_s, optimizer.restarts)",
+                        TARGETS.map(|t| format!("{t}.")).join(", ")
+                    ),
+                )),
+            }
+        };
+        let (values, default_labels): (Vec<Vec<Edit>>, Vec<String>) =
+            match (&a.field, &a.values, &a.edits) {
+                (Some(field), Some(values), None) => {
+                    let (target, path) = split(at("field"), field)?;
+                    let edits = values
+                        .iter()
+                        .map(|v| {
+                            vec![Edit {
+                                target: target.clone(),
+                                path: path.clone(),
+                                value: v.clone(),
+                            }]
+                        })
+                        .collect();
+                    (edits, values.iter().map(label_of).collect())
+                }
+                (None, None, Some(edits)) => {
+                    let mut out = Vec::new();
+                    for (k, m) in edits.iter().enumerate() {
+                        let mut one = Vec::new();
+                        for (field, value) in m {
+                            let (target, path) = split(format!("axes[{i}].edits[{k}]"), field)?;
+                            one.push(Edit {
+                                target,
+                                path,
+                                value: value.clone(),
+                            });
+                        }
+                        out.push(one);
+                    }
+                    if a.labels.is_none() {
+                        return Err(ConfigError::invalid(
+                            &file,
+                            at("labels"),
+                            "(none)",
+                            "one label per entry of edits",
+                        ));
+                    }
+                    (out, Vec::new())
+                }
+                _ => return Err(ConfigError::invalid(
+                    &file,
+                    at("field"),
+                    a.field.as_deref().unwrap_or("(none)"),
+                    "either field and values, or edits (per value, a mapping of fields to values)",
+                )),
+            };
+        if values.is_empty() {
             return Err(ConfigError::invalid(
                 &file,
-                at("field"),
-                &a.field,
-                format!(
-                    "a field of one of the base files: {}, then its path (e.g. budget.technology, template.memory[3].technology, system.fabrics[0].bandwidth_gb_per_s)",
-                    TARGETS.map(|t| format!("{t}.")).join(", ")
-                ),
-            ));
-        }
-        if a.values.is_empty() {
-            return Err(ConfigError::invalid(
-                &file,
-                at("values"),
+                at(if a.edits.is_some() { "edits" } else { "values" }),
                 "[]",
                 "at least one value (an empty axis empties the grid)",
             ));
         }
         let labels = match &a.labels {
-            Some(l) if l.len() != a.values.len() => {
+            Some(l) if l.len() != values.len() => {
                 return Err(ConfigError::invalid(
                     &file,
                     at("labels"),
                     l.len(),
-                    format!("one label per value ({})", a.values.len()),
+                    format!("one label per value ({})", values.len()),
                 ))
             }
             Some(l) => l.clone(),
-            None => a.values.iter().map(label_of).collect(),
+            None => default_labels,
         };
         if axes.iter().any(|b: &Axis| b.name == a.name) {
             return Err(ConfigError::invalid(
@@ -492,9 +607,7 @@ fn check_axes(file: &str, raw: &[StudyAxis]) -> Result<Vec<Axis>, ConfigError> {
         }
         axes.push(Axis {
             name: a.name.clone(),
-            target: target.to_string(),
-            path: rest.to_string(),
-            values: a.values.clone(),
+            values,
             labels,
         });
     }
@@ -552,6 +665,17 @@ fn study_settings(check: &Checker, raw: &Option<StudyOptimizer>) -> Result<Setti
                 check.positive_count("optimizer.steps", v)
             })?,
             seed: o.seed.unwrap_or(defaults.seed),
+            finish: match &o.finish {
+                None => defaults.finish,
+                Some(f) => Finish::parse(f).ok_or_else(|| {
+                    ConfigError::invalid(
+                        check.file,
+                        "optimizer.finish",
+                        f,
+                        format!("one of [{}]", Finish::NAMES.join(", ")),
+                    )
+                })?,
+            },
             ..defaults
         },
     };
