@@ -341,6 +341,10 @@ struct Frontier {
     /// 2 B stationary, 3 done) and the candidate size within it.
     order: u8,
     next: usize,
+    /// Every tile's index, by the elements it moves from the level above (then by index):
+    /// listed once the list is complete, for the least-traffic choice among tiles that
+    /// reach the floor.
+    by_traffic: Vec<usize>,
 }
 
 impl Frontier {
@@ -353,6 +357,7 @@ impl Frontier {
             innermost: level == 0,
             order: 0,
             next: 0,
+            by_traffic: Vec::new(),
         }
     }
 
@@ -445,8 +450,11 @@ impl Frontier {
         false
     }
 
-    /// The cheapest tile under `lc`, stopping at the first that reaches `floor_s`, with its
-    /// reload counts and what its cost read.
+    /// The cheapest tile under `lc` with its reload counts and what its cost read. Tiles
+    /// that reach `floor_s` are all equally fast (no level can make the kernel faster):
+    /// among them, the one moving the least from the level above (the kernel's traffic,
+    /// energy and compute intensity are those of a real tiler, which would not reload what
+    /// it need not).
     fn best(&mut self, h: &Hierarchy, p: &Problem, lc: &LevelCost, floor_s: f64) -> Considered {
         let mut best: Option<(f64, usize)> = None;
         let mut i = 0;
@@ -457,6 +465,7 @@ impl Frontier {
                 best = Some((cost, i));
             }
             if cost <= floor_s {
+                best = Some((cost, self.least_traffic(h, p, lc, floor_s, i)));
                 break;
             }
             i += 1;
@@ -469,6 +478,40 @@ impl Frontier {
                 Considered::of(h, p, self.innermost, tile, q)
             }
         }
+    }
+    /// Of the tiles whose cost under `lc` reaches `floor_s`, the index of one moving the
+    /// least from the level above; `reached` is one of them.
+    fn least_traffic(
+        &mut self,
+        h: &Hierarchy,
+        p: &Problem,
+        lc: &LevelCost,
+        floor_s: f64,
+        reached: usize,
+    ) -> usize {
+        if self.by_traffic.len() != self.tiles.len() || self.order < 3 {
+            while self.extend(h, p) {}
+            let tiles = &self.tiles;
+            let mut order: Vec<usize> = (0..tiles.len()).collect();
+            order.sort_by(|&a, &b| {
+                tiles[a]
+                    .traffic
+                    .total_cmp(&tiles[b].traffic)
+                    .then(a.cmp(&b))
+            });
+            self.by_traffic = order;
+        }
+        let limit = self.tiles[reached].traffic;
+        for &j in &self.by_traffic {
+            let t = &self.tiles[j];
+            if t.traffic >= limit {
+                break;
+            }
+            if lc.cost(t, f64::INFINITY) <= floor_s {
+                return j;
+            }
+        }
+        reached
     }
 }
 
