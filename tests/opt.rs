@@ -471,3 +471,42 @@ fn a_workload_that_fits_no_strategy_gets_an_infeasible_report_and_exit_3() {
         "{out}"
     );
 }
+
+/// The baseline on `devices` of `system` for `workload`: DeepFlow's data parallelism with
+/// the least ZeRO stage that fits, else the first strategy that fits, else the first that
+/// runs.
+fn baseline(system: &str, workload: &str, devices: u64) -> (String, bool) {
+    let system = System::load(Source::Embedded, Path::new(system)).unwrap();
+    let arch = stackflow::generator::generate(&system.design().unwrap());
+    let net = system.network(&arch, devices).unwrap();
+    let workload = Workload::load(Source::Embedded, Path::new(workload)).unwrap();
+    let s = stackflow::opt::search::baseline(&workload, &arch, &net, devices).unwrap();
+    let p = stackflow::distributed::predict(&workload, &arch, &net, &s).unwrap();
+    (s.to_string(), p.feasible)
+}
+
+#[test]
+fn the_baseline_is_data_parallelism_with_the_least_sharding_that_fits() {
+    // Sec. 9: d512 needs 116 GiB per device of 64 and so does ZeRO-1; ZeRO-2 fits.
+    let (s, fits) = baseline(
+        "templates/deepflow-sec9.yaml",
+        "workloads/lstm-sec9.yaml",
+        512,
+    );
+    assert_eq!(s, "t1-d512-p1-z2");
+    assert!(fits);
+    // The LSTM of issue 9 on one DGX A100: plain data parallelism does not fit at any ZeRO
+    // stage, its variant with micro-batches of 1 does under ZeRO-3.
+    let (s, fits) = baseline("templates/dgx-a100.yaml", "workloads/lstm-o1.yaml", 8);
+    assert_eq!(s, "t1-d8-p1-mb1-z3");
+    assert!(fits);
+    // GPT-1.7B has a global batch of 4: data parallelism cannot split it 8 ways, and the
+    // first enumerated strategy that fits is the baseline.
+    let (s, fits) = baseline("templates/dgx-a100.yaml", "workloads/gpt-1.7b.yaml", 8);
+    assert!(!s.contains("d8"), "{s}");
+    assert!(fits, "{s}");
+    // LLaMA-65B on 8 A100s fits no strategy: the baseline runs, and is infeasible.
+    let (s, fits) = baseline("templates/dgx-a100.yaml", "workloads/llama-65b.yaml", 8);
+    assert_eq!(s, "t1-d8-p1");
+    assert!(!fits);
+}

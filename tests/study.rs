@@ -70,13 +70,16 @@ fn technology_scaling_findings() {
         // 1. DeepFlow: "going from N12 to N7, we observe a jump in performance irrespective
         //    of memory technology": with the network off the critical path (400 GB/s), the
         //    N12 -> N7 step is the largest logic step.
-        let steps: Vec<f64> = nodes
-            .windows(2)
-            .map(|p| t(p[0], m, "400") / t(p[1], m, "400"))
-            .collect();
-        let largest = steps.iter().cloned().fold(0.0, f64::max);
-        assert_eq!(steps[0], largest, "{m}: steps {steps:.3?}\n{report}");
-        assert!(steps[0] > 1.08, "{m}: steps {steps:.3?}\n{report}");
+        for w in ["100", "400"] {
+            let steps: Vec<f64> = nodes
+                .windows(2)
+                .map(|p| t(p[0], m, w) / t(p[1], m, w))
+                .collect();
+            let largest = steps.iter().cloned().fold(0.0, f64::max);
+            assert_eq!(steps[0], largest, "{m} {w}: steps {steps:.3?}\n{report}");
+        }
+        let jump = t("N12", m, "400") / t("N7", m, "400");
+        assert!(jump > 1.08, "{m}: N12 -> N7 {jump:.3}\n{report}");
         for w in ["100", "400"] {
             // 2. Beyond N3 logic buys little (under 10%) at any network speed.
             let gain = t("N3", m, w) / t("N1", m, w);
@@ -108,10 +111,9 @@ fn technology_scaling_findings() {
 /// A reduced study with the shipped study's own optimizer (DeepFlow's S = 10, T = 100).
 fn paper_optimizer(path: &str) -> String {
     let text = std::fs::read_to_string(path).unwrap();
-    let text = text.replace(
-        "optimizer: {restarts: 2, steps: 20, seed: 0}",
-        "optimizer: {restarts: 10, steps: 100, seed: 0}",
-    );
+    let reduced = "optimizer: {restarts: 2, steps: 20, seed: 0}";
+    assert!(text.contains(reduced), "{text}");
+    let text = text.replace(reduced, "optimizer: {restarts: 10, steps: 100, seed: 0}");
     std::fs::write(path, text).unwrap();
     path.to_string()
 }
@@ -194,7 +196,8 @@ fn an_edits_axis_applies_each_variant_whole() {
         time(&r, &["paper optimizer at 400 GB/s"]),
     );
     println!("{ours:.4} {paper:.4} {fast:.4}");
-    assert!(ours <= paper, "{ours} vs {paper}");
+    // The transfer search finds a better design here (never a worse one by construction).
+    assert!(ours < paper, "{ours} vs {paper}");
     assert!(fast < paper, "{fast} vs {paper}");
     // The variant equals the same settings given on the command line.
     let (code, out, err) = stackflow(&[
@@ -369,9 +372,23 @@ fn bad_studies_exit_2_naming_the_valid_choices() {
             "  - name: x\n    field: budget.technology\n    labels: [a]\n    edits:\n      - {}\n",
             "either field and values, or edits",
         ),
+        (
+            "  - name: x\n    field: system.fabrics[0].bandwidth_gb_per_s\n    values: [100, 200]\n    labels: [slow, slow]\n",
+            "axes[0].labels[1]",
+        ),
+        (
+            "  - name: x\n    field: system.fabrics[0].bandwidth_gb_per_s\n    values: [100]\n  - name: y\n    labels: [a]\n    edits:\n      - {\"system.fabrics[0].bandwidth_gb_per_s\": 400}\n",
+            "axes[0] (x) sets system.fabrics[0].bandwidth_gb_per_s too",
+        ),
     ];
     for (i, (axes, says)) in cases.iter().enumerate() {
-        let s = study(&dir, &format!("bad{i}"), &base, "predict", axes);
+        // Optimizer settings need an action that runs the optimizer.
+        let action = if axes.contains("optimizer.") {
+            "optimize"
+        } else {
+            "predict"
+        };
+        let s = study(&dir, &format!("bad{i}"), &base, action, axes);
         let (code, _, err) = stackflow(&["sweep", &s, "--out", &dir.write("o", "")]);
         assert_eq!(code, 2, "{axes}");
         assert!(err.contains(says), "{axes}: {err}");
@@ -386,6 +403,16 @@ fn bad_studies_exit_2_naming_the_valid_choices() {
     let (code, _, err) = stackflow(&["sweep", &ok, "--shard", "5/4"]);
     assert_eq!(code, 2);
     assert!(err.contains("expected K/N with 1 <= K <= N"), "{err}");
+    let idle = study(
+        &dir,
+        "idle",
+        &base,
+        "predict",
+        "  - name: x\n    field: optimizer.restarts\n    values: [3]\n",
+    );
+    let (code, _, err) = stackflow(&["sweep", &idle, "--out", &dir.write("o", "")]);
+    assert_eq!(code, 2);
+    assert!(err.contains("only with action optimize or both"), "{err}");
 }
 
 #[test]

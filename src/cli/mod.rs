@@ -100,7 +100,7 @@ enum Command {
         seed: u64,
         /// What finishes each restart: a transfer search over pairwise share moves, or
         /// nothing (DeepFlow's optimizer as published).
-        #[arg(long, default_value = "transfer", value_parser = ["transfer", "none"])]
+        #[arg(long, default_value = "transfer", value_parser = stackflow::opt::budget::Finish::NAMES)]
         finish: String,
         /// Directory for budget.yaml, report.json, trace.csv and convergence.svg.
         #[arg(long)]
@@ -236,7 +236,7 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
                     steps,
                     seed,
                     finish: stackflow::opt::budget::Finish::parse(&finish)
-                        .unwrap_or(stackflow::opt::budget::Finish::Transfer),
+                        .expect("clap accepts only Finish::NAMES"),
                     ..Default::default()
                 },
                 out,

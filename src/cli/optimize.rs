@@ -244,7 +244,8 @@ fn optimize_problem(
         stackflow::opt::Progress::new(move |steps| bar.inc(steps))
     };
     let (result, co) = if search {
-        bar.set_length(per_run * 3);
+        // (b), then at most three rounds from each of (c)'s starting strategies.
+        bar.set_length(per_run * (1 + 3 * stackflow::opt::CO_STARTS as u64));
         bar.set_message("strategy search and budget optimization");
         let co = co_optimize(problem, &args.settings, &progress)?;
         (co.budgets.clone(), Some(co))

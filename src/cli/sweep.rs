@@ -328,8 +328,10 @@ fn write_results(study: &Study, out: &Path, results: &[PointResult]) -> anyhow::
     header.extend(study.axes.iter().map(|a| a.name.clone()));
     header.extend(
         [
+            "baseline_strategy",
             "strategy",
             "initial_time_per_iteration_s",
+            "initial_violations",
             "time_per_iteration_s",
             "speedup",
             "feasible",
@@ -354,8 +356,14 @@ fn write_results(study: &Study, out: &Path, results: &[PointResult]) -> anyhow::
         let mut row = vec![r.index.to_string()];
         row.extend(r.labels.iter().cloned());
         row.extend([
+            r.baseline_strategy.clone(),
             r.strategy.clone(),
             opt(r.initial_time_per_iteration_s),
+            r.initial_violations
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join("; "),
             opt(r.time_per_iteration_s),
             opt(r.speedup),
             r.feasible.to_string(),

@@ -595,7 +595,7 @@ pub enum StudyAction {
     Both,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StudyOptimizer {
     pub restarts: Option<u64>,

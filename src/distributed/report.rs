@@ -120,3 +120,25 @@ pub struct DistPrediction {
     pub feasible: bool,
     pub violations: Vec<Violation>,
 }
+
+impl DistPrediction {
+    /// The largest part of the iteration: `compute` (the busiest stage's kernels),
+    /// `communication` (collectives compute waits for) or `pipeline bubble`. What a search
+    /// lists as a strategy's binding and a study as its `bound_by`.
+    pub fn binding(&self) -> &'static str {
+        [
+            (self.compute_s, "compute"),
+            (self.exposed_communication_s, "communication"),
+            (self.pipeline_bubble_s, "pipeline bubble"),
+        ]
+        .iter()
+        .fold((f64::NEG_INFINITY, "compute"), |a, &(t, n)| {
+            if t > a.0 {
+                (t, n)
+            } else {
+                a
+            }
+        })
+        .1
+    }
+}

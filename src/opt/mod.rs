@@ -209,15 +209,17 @@ pub fn co_optimize(
     }
     let mut best: Option<(Strategy, budget::BudgetResult, search::SearchResult)> = None;
     let mut rounds = 0;
+    // Strategies whose budgets some chain already optimized: a chain reaching one has
+    // nothing new to find (the optimization is deterministic).
+    let mut done: Vec<Strategy> = Vec::new();
     for start_strategy in starts {
         let mut next = start_strategy;
-        let mut tried: Vec<Strategy> = Vec::new();
         for _ in 0..3 {
             let strategy = next;
-            if tried.contains(&strategy) {
+            if done.contains(&strategy) {
                 break;
             }
-            tried.push(strategy);
+            done.push(strategy);
             rounds += 1;
             problem.strategy = strategy;
             let result = budget::optimize_budgets(problem, settings, progress)?;

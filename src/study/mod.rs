@@ -18,6 +18,7 @@ use crate::budget::Budget;
 use crate::config::raw::{StudyAction, StudyAxis, StudyFile, StudyOptimizer, StudyPlot};
 use crate::config::{edit_yaml, normalize, parse_yaml, Checker, ConfigError, Source};
 use crate::design::Design;
+use crate::distributed::DistPrediction;
 use crate::error::ModelError;
 use crate::network::System;
 use crate::opt::budget::{optimize_budgets, sensitivities, Finish, Settings};
@@ -80,8 +81,15 @@ pub struct PointResult {
     pub index: usize,
     pub labels: Vec<String>,
     pub strategy: String,
+    /// The strategy the point starts from: the study's, else the baseline
+    /// ([`search::baseline`]: data parallelism with the least sharding that fits).
+    pub baseline_strategy: String,
     /// Time per iteration at the base budget and strategy of the point.
     pub initial_time_per_iteration_s: Option<f64>,
+    /// Why the starting design has no time (empty when it has one): its speedups are then
+    /// absent too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub initial_violations: Vec<Violation>,
     /// After the point's action (equal to the initial time for `predict`).
     pub time_per_iteration_s: Option<f64>,
     pub speedup: Option<f64>,
@@ -90,13 +98,16 @@ pub struct PointResult {
     pub peak_flops_per_s: f64,
     pub memory_bandwidth_bytes_per_s: f64,
     pub memory_capacity_bytes: f64,
+    /// What a device sends into the outermost fabric, each way: its generated port, or the
+    /// bandwidth the system pins.
     pub network_bandwidth_bytes_per_s: Option<f64>,
     pub compute_s: Option<f64>,
     pub exposed_communication_s: Option<f64>,
     pub pipeline_bubble_s: Option<f64>,
-    /// What sets the iteration time: `network: <collective>` where the communication takes
-    /// at least as long as the compute it runs beside, else the kernel class taking most
-    /// compute time and the resource bounding it (`gemm: dram`).
+    /// What sets the iteration time, the largest of its parts: `network: <the longest
+    /// collective>` where the communication compute waits for exceeds the compute, `pipeline
+    /// bubble`, else the kernel class taking most compute time and the resource bounding it
+    /// (`gemm: dram`).
     pub bound_by: String,
     /// Budget shares after the action, in the design's layout order (`share_names`).
     pub shares: Vec<f64>,
@@ -143,6 +154,20 @@ impl Study {
         let axes = check_axes(&file, &raw.axes)?;
         check_plots(&file, &raw.plots, &axes)?;
         let settings = study_settings(&check, &raw.optimizer)?;
+        if !matches!(raw.action, StudyAction::Optimize | StudyAction::Both) {
+            if let Some((i, a)) = axes
+                .iter()
+                .enumerate()
+                .find(|(_, a)| a.values.iter().flatten().any(|e| e.target == "optimizer"))
+            {
+                return Err(ConfigError::invalid(
+                    &file,
+                    format!("axes[{i}]"),
+                    &a.name,
+                    "optimizer. fields only with action optimize or both (the others run no budget optimizer)",
+                ));
+            }
+        }
         if let Some(s) = &raw.base.strategy {
             Strategy::parse(s)
                 .map_err(|e| ConfigError::invalid(&file, "base.strategy", s, e.to_string()))?;
@@ -321,23 +346,19 @@ impl Study {
         if edits.is_empty() {
             return Ok(self.settings);
         }
-        let mut raw = serde_json::json!({});
-        if let Some(o) = &self.optimizer {
-            raw = serde_json::json!({
-                "restarts": o.restarts, "steps": o.steps, "seed": o.seed, "finish": o.finish,
-            });
-        }
+        let mut o = self.optimizer.clone().unwrap_or_default();
         for e in edits {
+            let mut raw = serde_json::to_value(&o).unwrap_or_default();
             raw[e.path.as_str()] = e.value.clone();
+            o = serde_json::from_value(raw).map_err(|err| {
+                ConfigError::invalid(
+                    &self.file,
+                    format!("optimizer.{}", e.path),
+                    &e.value,
+                    format!("an optimizer setting (restarts, steps, seed: counts; finish: one of [{}]): {err}", Finish::NAMES.join(", ")),
+                )
+            })?;
         }
-        let o: StudyOptimizer = serde_json::from_value(raw).map_err(|e| {
-            ConfigError::invalid(
-                &self.file,
-                "optimizer",
-                "",
-                format!("restarts, steps, seed (counts) and finish: {e}"),
-            )
-        })?;
         study_settings(&Checker { file: &self.file }, &Some(o))
     }
 
@@ -348,7 +369,9 @@ impl Study {
             index,
             labels,
             strategy: String::new(),
+            baseline_strategy: String::new(),
             initial_time_per_iteration_s: None,
+            initial_violations: Vec::new(),
             time_per_iteration_s: None,
             speedup: None,
             feasible: false,
@@ -399,7 +422,11 @@ impl Study {
         let mut problem = BudgetProblem::new(system, design, devices, workload, strategy, set)?;
         let start = problem.initial();
         let initial = problem.evaluate(&start);
+        r.baseline_strategy = problem.strategy.to_string();
         r.initial_time_per_iteration_s = finite(initial.time_per_iteration_s);
+        if r.initial_time_per_iteration_s.is_none() {
+            r.initial_violations = initial.violations.clone();
+        }
         r.share_names = lay
             .iter()
             .map(|s| format!("{}.{}", s.resource, s.component))
@@ -451,7 +478,13 @@ impl Study {
         r.peak_flops_per_s = a.peak_flops_per_s;
         r.memory_bandwidth_bytes_per_s = a.memory_bandwidth_bytes_per_s;
         r.memory_capacity_bytes = a.memory_capacity_bytes;
-        r.network_bandwidth_bytes_per_s = a.inter_package.as_ref().map(|n| n.bandwidth_bytes_per_s);
+        // The outermost fabric as the prediction ran it: a generated port, or the bandwidth
+        // the system pins (a pinned port takes no budget).
+        r.network_bandwidth_bytes_per_s = problem
+            .system
+            .network(a, problem.devices)
+            .ok()
+            .and_then(|n| n.fabrics.last().map(|f| f.egress_bytes_per_s));
         if let Some(p) = &e.prediction {
             r.compute_s = finite(p.compute_s);
             r.exposed_communication_s = finite(p.exposed_communication_s);
@@ -474,26 +507,27 @@ impl Study {
     }
 }
 
-/// What sets the iteration time (see [`PointResult::bound_by`]). Communication beside
-/// compute is hidden only while it is the shorter of the two: where the collectives of the
-/// busiest stage take at least its compute time, the network is on the critical path and
-/// a faster chip buys nothing; the collective named is the longest.
-fn bound_by(p: &crate::distributed::DistPrediction) -> String {
-    let communication: f64 = p.communication.iter().map(|c| c.time_s).sum();
-    if communication > 0.0 && communication >= p.compute_s {
-        if let Some(c) = p
-            .communication
-            .iter()
-            .max_by(|a, b| a.time_s.total_cmp(&b.time_s))
-        {
-            return format!("network: {}", c.name);
-        }
+/// What sets the iteration time (see [`PointResult::bound_by`]): the largest part of the
+/// iteration ([`DistPrediction::binding`], as the search lists it), with what bounds it.
+fn bound_by(p: &DistPrediction) -> String {
+    let longest = |of: &mut dyn Iterator<Item = (f64, String)>| {
+        of.max_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|x| x.1)
+            .unwrap_or_default()
+    };
+    match p.binding() {
+        "communication" => format!(
+            "network: {}",
+            longest(&mut p.communication.iter().map(|c| (c.time_s, c.name.clone())))
+        ),
+        "compute" => longest(
+            &mut p
+                .compute
+                .iter()
+                .map(|c| (c.time_s, format!("{}: {}", c.class.name(), c.bound))),
+        ),
+        other => other.to_string(),
     }
-    p.compute
-        .iter()
-        .max_by(|a, b| a.time_s.total_cmp(&b.time_s))
-        .map(|c| format!("{}: {}", c.class.name(), c.bound))
-        .unwrap_or_default()
 }
 
 /// How a value prints as a label: strings without quotes, file paths by their stem.
@@ -604,6 +638,40 @@ fn check_axes(file: &str, raw: &[StudyAxis]) -> Result<Vec<Axis>, ConfigError> {
                 &a.name,
                 "a name no other axis has",
             ));
+        }
+        if let Some((k, l)) = labels
+            .iter()
+            .enumerate()
+            .find(|(k, l)| labels[..*k].contains(l))
+        {
+            return Err(ConfigError::invalid(
+                &file,
+                format!("axes[{i}].labels[{k}]"),
+                l,
+                "a label no other value of the axis has (results are keyed by labels)",
+            ));
+        }
+        // Two axes setting one field: the later would silently win.
+        let fields = |edits: &[Vec<Edit>]| -> Vec<String> {
+            edits
+                .iter()
+                .flatten()
+                .map(|e| format!("{}.{}", e.target, e.path))
+                .collect()
+        };
+        let ours = fields(&values);
+        for (j, b) in axes.iter().enumerate() {
+            if let Some(f) = fields(&b.values).into_iter().find(|f| ours.contains(f)) {
+                return Err(ConfigError::invalid(
+                    &file,
+                    at("name"),
+                    &a.name,
+                    format!(
+                        "axes that set different fields: axes[{j}] ({}) sets {f} too",
+                        b.name
+                    ),
+                ));
+            }
         }
         axes.push(Axis {
             name: a.name.clone(),

@@ -148,23 +148,33 @@ pub fn enumerate(workload: &Workload, devices: u64) -> Result<Vec<Strategy>, Too
 
 /// The baseline of a search and of a co-optimization: DeepFlow's, data parallelism over
 /// every device, with the least ZeRO sharding that fits in memory (stages 0, 1, 2, 3 in
-/// turn); where none of those fits, the first enumerated strategy that fits; where nothing
-/// fits, the first of them that runs at all (an infeasible baseline, which every report
-/// marks as such). Speedups over a baseline are thus over one that fits whenever any does.
+/// turn; within a stage, plain first, then the enumeration's data-parallel variants:
+/// micro-batches, recomputation); where none of those fits, the first enumerated strategy
+/// that fits; where nothing fits, the first of them that runs at all (an infeasible
+/// baseline, which every report marks as such). Speedups over a baseline are thus over one
+/// that fits whenever any does.
 pub fn baseline(
     workload: &Workload,
     arch: &Architecture,
     network: &Network,
     devices: u64,
 ) -> Option<Strategy> {
-    let data = (0..=3).map(|zero| Strategy {
-        data: devices,
-        zero,
-        ..Strategy::default()
+    let all = enumerate(workload, devices).ok()?;
+    let data = (0..=3u8).flat_map(|zero| {
+        let plain = Strategy {
+            data: devices,
+            zero,
+            ..Strategy::default()
+        };
+        std::iter::once(plain).chain(
+            all.iter()
+                .filter(move |s| s.data == devices && s.zero == zero)
+                .copied(),
+        )
     });
     let graphs = Graphs::new(workload);
     let mut runs = None;
-    for s in data.chain(enumerate(workload, devices).ok()?) {
+    for s in data.chain(all.iter().copied()) {
         let Ok(fitted) = Fitted::new(workload, graphs.get(s.recompute), arch, network, &s) else {
             continue;
         };
@@ -282,21 +292,7 @@ impl StageCache {
 }
 
 fn candidate(p: &DistPrediction, parsed: Strategy, order: usize) -> Candidate {
-    let parts = [
-        (p.compute_s, "compute"),
-        (p.exposed_communication_s, "communication"),
-        (p.pipeline_bubble_s, "pipeline bubble"),
-    ];
-    let binding = parts
-        .iter()
-        .fold((f64::NEG_INFINITY, "compute"), |a, &(t, n)| {
-            if t > a.0 {
-                (t, n)
-            } else {
-                a
-            }
-        })
-        .1;
+    let binding = p.binding();
     // The key/value exchange the mapping took, written into the strategy so that the string
     // reproduces the answer (`predict` prices both kinds when it is left open).
     let strategy = match (parsed.context_attention, p.context_attention) {
