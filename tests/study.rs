@@ -441,3 +441,64 @@ fn a_sweep_that_finds_nothing_feasible_exits_3_with_its_results_written() {
         assert_eq!(p["violations"][0]["kind"], "out_of_memory");
     }
 }
+
+/// DeepFlow Fig. 1 (`stackflow intensity`): a 64K x 64K x 64K product's intensity per
+/// device falls as it spreads over more devices, and at one count the splits spread it
+/// over orders of magnitude.
+#[test]
+fn intensity_falls_with_parallelism() {
+    let dir = Scratch::new("study-intensity");
+    let out = dir.write("placeholder", "");
+    let out = std::path::Path::new(&out).with_file_name("fig1");
+    let out = out.display().to_string();
+    let (code, json, err) = stackflow(&[
+        "intensity",
+        "--devices",
+        "1,64,4096,65536",
+        "--out",
+        &out,
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let points: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    let of = |d: u64| -> Vec<f64> {
+        let mut v: Vec<f64> = points
+            .iter()
+            .filter(|p| p["devices"].as_u64() == Some(d))
+            .map(|p| p["intensity_flops_per_byte"].as_f64().unwrap())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let median = |v: &[f64]| v[v.len() / 2];
+    let medians: Vec<f64> = [1, 64, 4096, 65536].map(|d| median(&of(d))).to_vec();
+    println!("median intensity at 1, 64, 4096, 65536 devices: {medians:.1?}");
+    // "Computation intensity is much smaller at higher degrees of parallelism."
+    assert!(medians.windows(2).all(|w| w[1] <= w[0]), "{medians:?}");
+    assert!(medians[3] * 10.0 < medians[0], "{medians:?}");
+    // "For each level of parallelism, we see a large spread": two orders of magnitude at 64K.
+    let at_64k = of(65536);
+    assert_eq!(at_64k.len(), 153);
+    assert!(at_64k[at_64k.len() - 1] / at_64k[0] > 100.0, "{at_64k:?}");
+    // One split of one device is the whole product.
+    assert_eq!(of(1).len(), 1);
+    let csv = std::fs::read_to_string(format!("{out}/intensity.csv")).unwrap();
+    assert_eq!(csv.lines().count(), points.len() + 1);
+    assert!(
+        std::fs::metadata(format!("{out}/intensity.svg"))
+            .unwrap()
+            .len()
+            > 0
+    );
+    // Bad input: not a product, a count out of range.
+    let (code, _, err) = stackflow(&[
+        "intensity",
+        "--workload",
+        &root().join("workloads/gpt-1.7b.yaml").display().to_string(),
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("kind: expected gemm"), "{err}");
+    let (code, _, err) = stackflow(&["intensity", "--devices", "0"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("device counts from 1 to 1,048,576"), "{err}");
+}

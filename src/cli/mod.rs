@@ -2,6 +2,7 @@
 //! The only place that uses `anyhow`; any error prints its chain and exits with code 2.
 
 mod distributed;
+mod intensity;
 mod optimize;
 mod predict;
 mod search;
@@ -42,13 +43,13 @@ struct Cli {
 struct DesignArgs {
     /// Budget file; it names its template and technology file.
     #[arg(long)]
-    budget: Option<PathBuf>,
+    pub(crate) budget: Option<PathBuf>,
     /// Template file overriding the one the budget names.
     #[arg(long)]
-    template: Option<PathBuf>,
+    pub(crate) template: Option<PathBuf>,
     /// Technology file overriding the one the budget names.
     #[arg(long)]
-    tech: Option<PathBuf>,
+    pub(crate) tech: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -153,6 +154,11 @@ enum Command {
     /// time against memory per device, and the search's counts. Exits 3 when no strategy
     /// fits.
     Search(search::SearchArgs),
+    /// DeepFlow Fig. 1: a matrix product (default 64K x 64K x 64K) split every way over m
+    /// (data), n (column) and k (row) parallelism at each device count, and the compute
+    /// intensity (FLOP per byte of main memory) and time of one device's shard, on one
+    /// accelerator (default budgets/v100.yaml). With --out, a CSV and the figure's SVG.
+    Intensity(intensity::Args),
 }
 
 /// What a command that ran to the end found.
@@ -245,6 +251,7 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         }
         Command::Predict(args) => return predict_command(args),
         Command::Search(args) => return search::run(args),
+        Command::Intensity(args) => intensity::run(args),
     };
     done.map(|()| Outcome::Done)
 }

@@ -167,6 +167,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../workloads/gemm-8192.yaml"),
     ),
     (
+        "workloads/gemm-64k.yaml",
+        include_str!("../../workloads/gemm-64k.yaml"),
+    ),
+    (
         "workloads/lstm-o1.yaml",
         include_str!("../../workloads/lstm-o1.yaml"),
     ),

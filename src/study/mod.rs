@@ -6,9 +6,12 @@
 //! Owns: [`Study`] (a study file checked: axes over `system.`, `budget.`, `template.`,
 //! `workload.` or `optimizer.` fields, or `edits` axes whose values each set several fields
 //! at once (an ablation's variants); plots; optimizer settings) and the evaluation of one
-//! point ([`PointResult`]). Writing results, plots and progress is the command line's. A new
-//! axis target: a kind in `TARGETS` and its edit in `Study::inputs` (a file) or
-//! `Study::point_settings` (a setting).
+//! point ([`PointResult`]); [`intensity`]: DeepFlow Fig. 1, one product's splits over many
+//! devices. Writing results, plots and progress is the command line's. A new axis target:
+//! a kind in `TARGETS` and its edit in `Study::inputs` (a file) or `Study::point_settings`
+//! (a setting).
+
+pub mod intensity;
 
 use std::path::{Path, PathBuf};
 
