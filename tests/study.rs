@@ -44,13 +44,13 @@ fn time(results: &BTreeMap<Vec<String>, PointResult>, labels: &[&str]) -> f64 {
 
 const NODES: &str = "  - name: node\n    field: budget.technology\n    values: [../tech_libs/n12.yaml, ../tech_libs/n7.yaml, ../tech_libs/n5.yaml, ../tech_libs/n3.yaml, ../tech_libs/n2.yaml, ../tech_libs/n1.yaml]\n    labels: [N12, N7, N5, N3, N2, N1]\n";
 
-/// DeepFlow Fig. 9 on a reduced grid (studies/tech-scaling.yaml without N16, HBM2e, HBM3
-/// and 200 GB/s), from the study's stand-in for data parallelism, d512-z2.
+/// DeepFlow Fig. 9 on a reduced grid (studies/tech-scaling.yaml without N16 and 200 GB/s),
+/// from the study's stand-in for data parallelism, d512-z2.
 #[test]
 fn technology_scaling_findings() {
     let dir = Scratch::new("study-tech");
     let axes = format!(
-        "{NODES}  - name: memory\n    field: template.memory[3].technology\n    values: [hbm2, hbm4]\n  - name: network\n    field: system.fabrics[0].bandwidth_gb_per_s\n    values: [100, 400]\n"
+        "{NODES}  - name: memory\n    field: template.memory[3].technology\n    values: [hbm2, hbm2e, hbm3, hbm4]\n  - name: network\n    field: system.fabrics[0].bandwidth_gb_per_s\n    values: [100, 400]\n"
     );
     let base = sec9_base("templates/deepflow-sec9.yaml") + "  strategy: d512-z2\n";
     let r = run(&study(&dir, "tech", &base, "optimize", &axes));
@@ -58,7 +58,7 @@ fn technology_scaling_findings() {
     let nodes = ["N12", "N7", "N5", "N3", "N2", "N1"];
     let mut report = String::new();
     for w in ["100", "400"] {
-        for m in ["hbm2", "hbm4"] {
+        for m in ["hbm2", "hbm2e", "hbm3", "hbm4"] {
             report += &format!(
                 "{w} GB/s {m}: {}\n",
                 nodes.map(|n| format!("{n} {:.3}", t(n, m, w))).join("  ")
@@ -66,7 +66,7 @@ fn technology_scaling_findings() {
         }
     }
     println!("{report}");
-    for m in ["hbm2", "hbm4"] {
+    for m in ["hbm2", "hbm2e", "hbm3", "hbm4"] {
         // 1. DeepFlow: "going from N12 to N7, we observe a jump in performance irrespective
         //    of memory technology": with the network off the critical path (400 GB/s), the
         //    N12 -> N7 step is the largest logic step.

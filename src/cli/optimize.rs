@@ -333,7 +333,7 @@ fn render_report(
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{} of {} on {} x {} ({}), {} restarts x {} steps, seed {}",
+        "{} of {} on {} x {} ({}), {} restarts x {} steps, seed {}, {}",
         r.mode,
         r.workload,
         r.devices,
@@ -341,7 +341,11 @@ fn render_report(
         r.system,
         r.settings.restarts,
         r.settings.steps,
-        r.settings.seed
+        r.settings.seed,
+        match r.settings.finish {
+            stackflow::opt::budget::Finish::Transfer => "each finished by a transfer search",
+            stackflow::opt::budget::Finish::None => "projected gradient only (--finish none)",
+        }
     );
     let _ = writeln!(
         s,
