@@ -768,6 +768,16 @@ mod tests {
                 proptest::prop_assert!(at_stop <= floor_s || at_stop == cheapest,
                     "level {}: stopped at {} above the floor {} and the cheapest {}",
                     level, at_stop, floor_s, cheapest);
+                // No tile at the floor moves less from the level above than the one chosen.
+                if at_stop <= floor_s {
+                    let least = lazy
+                        .tiles
+                        .iter()
+                        .filter(|t| cost(**t) <= floor_s)
+                        .map(|t| t.traffic)
+                        .fold(f64::INFINITY, f64::min);
+                    proptest::prop_assert_eq!(stopped.traffic, least);
+                }
             }
         }
     }
