@@ -464,6 +464,8 @@ struct PlotAxes<'a> {
     slowest: f64,
     /// The top of a line plot's y axis (every panel).
     top: f64,
+    /// The tallest bar of a bar plot (every panel): panels share a y range.
+    tallest: f64,
 }
 
 /// A point of a plot's slice: its coordinates on every axis, and its result.
@@ -491,7 +493,7 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
         .iter()
         .filter_map(|(_, r)| r.time_per_iteration_s)
         .fold(f64::INFINITY, f64::min);
-    let axes = PlotAxes {
+    let mut axes = PlotAxes {
         study,
         kind: p.kind,
         x,
@@ -499,7 +501,21 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
         series,
         slowest,
         top: (slowest / fastest).max(1.0) * 1.1,
+        tallest: 1.0,
     };
+    for pi in 0..panel_count {
+        let in_panel: Vec<&Placed> = points
+            .iter()
+            .filter(|(c, _)| panels.map_or(true, |i| c[i] == pi))
+            .collect();
+        for (_, measure) in bar_groups(&axes, &in_panel) {
+            for (_, r) in &in_panel {
+                if let Some(y) = measure(r).filter(|y| y.is_finite()) {
+                    axes.tallest = axes.tallest.max(y);
+                }
+            }
+        }
+    }
     let mut svg = String::new();
     {
         let width = 420 * panel_count as u32 + 40;
@@ -614,7 +630,7 @@ fn draw_bars(
         })
         .collect();
     // Headroom above the tallest bar for the legend, which sits there.
-    let top = bars.iter().map(|b| b.2).fold(1.0f64, f64::max) * if width > 1 { 1.4 } else { 1.1 };
+    let top = axes.tallest * if width > 1 { 1.4 } else { 1.1 };
     // Each x value takes `width` bar slots and a gap slot, the last value no gap; a
     // segmented range includes its end.
     let last = (xs.len() * (width + 1)).saturating_sub(2);
