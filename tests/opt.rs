@@ -487,7 +487,7 @@ fn baseline(system: &str, workload: &str, devices: u64) -> (String, bool) {
 
 #[test]
 fn the_baseline_is_data_parallelism_with_the_least_sharding_that_fits() {
-    // Sec. 9: d512 needs 116 GiB per device of 64 and so does ZeRO-1; ZeRO-2 fits.
+    // Sec. 9: d512 needs 456 GiB per device of 64, ZeRO-1 116 GiB; ZeRO-2 fits.
     let (s, fits) = baseline(
         "templates/deepflow-sec9.yaml",
         "workloads/lstm-sec9.yaml",

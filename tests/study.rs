@@ -413,6 +413,17 @@ fn bad_studies_exit_2_naming_the_valid_choices() {
     let (code, _, err) = stackflow(&["sweep", &idle, "--out", &dir.write("o", "")]);
     assert_eq!(code, 2);
     assert!(err.contains("only with action optimize or both"), "{err}");
+    assert!(err.contains("optimizer.restarts"), "{err}");
+    // The co-optimization's bars need its three speedups.
+    let bars = dir.write(
+        "bars.yaml",
+        &format!(
+            "version: 1\nname: bars\n{base}action: predict\naxes:\n  - name: x\n    field: system.fabrics[0].bandwidth_gb_per_s\n    values: [100]\nplots:\n  - {{kind: grouped_bars, x: x}}\n"
+        ),
+    );
+    let (code, _, err) = stackflow(&["sweep", &bars, "--out", &dir.write("o", "")]);
+    assert_eq!(code, 2);
+    assert!(err.contains("plots[0].kind"), "{err}");
 }
 
 #[test]
@@ -482,6 +493,22 @@ fn intensity_falls_with_parallelism() {
     assert!(at_64k[at_64k.len() - 1] / at_64k[0] > 100.0, "{at_64k:?}");
     // One split of one device is the whole product.
     assert_eq!(of(1).len(), 1);
+    // Counts are priced sorted and once each, whatever order the user gives.
+    let (code, json, err) = stackflow(&["intensity", "--devices", "64,4,4", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let again: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    let counts: Vec<u64> = again
+        .iter()
+        .map(|p| p["devices"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts.iter().filter(|&&d| d == 4).count(), 6);
+    assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
+    assert_eq!(
+        again[0]["split"]["m"].as_u64().unwrap()
+            * again[0]["split"]["n"].as_u64().unwrap()
+            * again[0]["split"]["k"].as_u64().unwrap(),
+        4
+    );
     let csv = std::fs::read_to_string(format!("{out}/intensity.csv")).unwrap();
     assert_eq!(csv.lines().count(), points.len() + 1);
     assert!(

@@ -66,6 +66,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         template: a.design.template.as_deref(),
         tech: a.design.tech.as_deref(),
     })?;
+    // What the product runs on: the budget, and the technology and template it was given.
+    let machine = format!(
+        "{} ({}, {})",
+        design.budget_file, design.tech_file, design.template_file
+    );
     let arch = stackflow::generator::generate(&design);
     let arch = stackflow::perf::as_run(&arch, &workload.graph());
     super::check_precision(&file, &workload, &arch)?;
@@ -78,7 +83,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&points)?);
     } else {
-        print!("{}", render(&workload.name(), &design.budget_file, &points));
+        print!("{}", render(&workload.name(), &machine, &points));
     }
     if let Some(out) = &a.out {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
@@ -128,11 +133,11 @@ fn by_count(points: &[ShardPoint]) -> Vec<(u64, Vec<&ShardPoint>)> {
         .collect()
 }
 
-fn render(workload: &str, budget: &str, points: &[ShardPoint]) -> String {
+fn render(workload: &str, machine: &str, points: &[ShardPoint]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{workload} on {budget}: compute intensity per device (FLOP per byte of main memory), every split of m (data), n (column) and k (row) parallelism\n"
+        "{workload} on {machine}: compute intensity per device (FLOP per byte of main memory), every split of m (data), n (column) and k (row) parallelism\n"
     );
     let _ = writeln!(
         s,
@@ -190,7 +195,7 @@ fn render(workload: &str, budget: &str, points: &[ShardPoint]) -> String {
                 s,
                 "  {:<18} {:>24} {:>11.1} {:>12} {:>10}  {}",
                 p.label(),
-                format!("{} x {} x {}", p.shard[0], p.shard[1], p.shard[2]),
+                format!("{} x {} x {}", p.shard.m, p.shard.k, p.shard.n),
                 p.intensity_flops_per_byte,
                 si(p.main_memory_bytes, "B"),
                 seconds(p.time_s),
@@ -222,12 +227,12 @@ fn csv(points: &[ShardPoint]) -> anyhow::Result<String> {
         w.write_record([
             p.devices.to_string(),
             p.label(),
-            p.split[0].to_string(),
-            p.split[1].to_string(),
-            p.split[2].to_string(),
-            p.shard[0].to_string(),
-            p.shard[1].to_string(),
-            p.shard[2].to_string(),
+            p.split.m.to_string(),
+            p.split.n.to_string(),
+            p.split.k.to_string(),
+            p.shard.m.to_string(),
+            p.shard.k.to_string(),
+            p.shard.n.to_string(),
             p.flops.to_string(),
             p.main_memory_bytes.to_string(),
             p.intensity_flops_per_byte.to_string(),

@@ -17,7 +17,27 @@ use argmin::core::{
 
 use super::simplex::Simplices;
 
-type State = IterState<Vec<f64>, Vec<f64>, (), (), (), f64>;
+pub(super) type State = IterState<Vec<f64>, Vec<f64>, (), (), (), f64>;
+
+/// A solver's starting point projected onto `set`; an error names the `solver` when there
+/// is none or its dimension is not the set's.
+pub(super) fn projected_start(
+    set: &Simplices,
+    state: &State,
+    solver: &str,
+) -> Result<Vec<f64>, Error> {
+    let start = state
+        .get_param()
+        .ok_or_else(|| Error::msg(format!("{solver} needs a starting point")))?;
+    if start.len() != set.dimension {
+        return Err(Error::msg(format!(
+            "starting point has {} coordinates, the feasible set {}",
+            start.len(),
+            set.dimension
+        )));
+    }
+    Ok(set.project(start))
+}
 
 /// Projected gradient descent with exponential averaging in parameter space.
 #[derive(Debug, Clone)]
@@ -83,17 +103,7 @@ where
         problem: &mut Problem<O>,
         state: State,
     ) -> Result<(State, Option<KV>), Error> {
-        let start = state
-            .get_param()
-            .ok_or_else(|| Error::msg("ProjectedGradient needs a starting point"))?;
-        if start.len() != self.set.dimension {
-            return Err(Error::msg(format!(
-                "starting point has {} coordinates, the feasible set {}",
-                start.len(),
-                self.set.dimension
-            )));
-        }
-        let w = self.set.project(start);
+        let w = projected_start(&self.set, &state, "ProjectedGradient")?;
         let cost = problem.cost(&w)?;
         self.average = w.clone();
         self.step = self.eta;

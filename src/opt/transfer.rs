@@ -12,13 +12,11 @@
 //! objective never rises, so the result is never worse than the start.
 
 use argmin::core::{
-    CostFunction, Error, IterState, Problem, Solver, State as _, TerminationReason,
-    TerminationStatus, KV,
+    CostFunction, Error, Problem, Solver, State as _, TerminationReason, TerminationStatus, KV,
 };
 
 use super::simplex::Simplices;
-
-type State = IterState<Vec<f64>, Vec<f64>, (), (), (), f64>;
+use super::solver::{projected_start, State};
 
 /// Compass search over pairwise transfers of a resource between components.
 #[derive(Debug, Clone)]
@@ -99,17 +97,7 @@ where
         problem: &mut Problem<O>,
         state: State,
     ) -> Result<(State, Option<KV>), Error> {
-        let start = state
-            .get_param()
-            .ok_or_else(|| Error::msg("TransferSearch needs a starting point"))?;
-        if start.len() != self.set.dimension {
-            return Err(Error::msg(format!(
-                "starting point has {} coordinates, the feasible set {}",
-                start.len(),
-                self.set.dimension
-            )));
-        }
-        let w = self.set.project(start);
+        let w = projected_start(&self.set, &state, "TransferSearch")?;
         let cost = problem.cost(&w)?;
         self.step = self.delta;
         Ok((state.param(w).cost(cost), None))

@@ -22,14 +22,22 @@ pub const MAX_DEVICE_COUNTS: usize = 64;
 /// The most devices one count may have (the distributed model's own cap).
 pub const MAX_DEVICES: u64 = crate::network::system::MAX_DEVICES;
 
+/// Sizes along the product's three dimensions: parts of each (a split) or elements (a shard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Dims {
+    pub m: u64,
+    pub k: u64,
+    pub n: u64,
+}
+
 /// One split of the product over `devices`, priced.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ShardPoint {
     pub devices: u64,
-    /// Parts of `m`, `n` and `k`.
-    pub split: [u64; 3],
-    /// The shard one device multiplies: `[m, k, n]`.
-    pub shard: [u64; 3],
+    /// Parts of each dimension (`m k n` of them multiply to `devices`).
+    pub split: Dims,
+    /// The shard one device multiplies.
+    pub shard: Dims,
     pub flops: f64,
     /// Bytes to and from main memory.
     pub main_memory_bytes: f64,
@@ -42,8 +50,8 @@ pub struct ShardPoint {
 impl ShardPoint {
     /// `m4.n2.k1`: the parts of each dimension.
     pub fn label(&self) -> String {
-        let [a, b, c] = self.split;
-        format!("m{a}.n{b}.k{c}")
+        let Dims { m, k, n } = self.split;
+        format!("m{m}.n{n}.k{k}")
     }
 }
 
@@ -61,9 +69,10 @@ pub fn splits(devices: u64) -> Vec<[u64; 3]> {
     out
 }
 
-/// Prices every split of the product `gemm` over each count of `devices` on `arch`; a split
-/// cutting a dimension into more parts than it has is skipped. Counts outside 1 to
-/// [`MAX_DEVICES`], or more than [`MAX_DEVICE_COUNTS`] of them, are errors.
+/// Prices every split of the product `gemm` over each count of `devices` (sorted, each
+/// once) on `arch`; a split cutting a dimension into more parts than it has is skipped.
+/// Counts outside 1 to [`MAX_DEVICES`], or more than [`MAX_DEVICE_COUNTS`] of them, are
+/// errors.
 pub fn shard_points(
     arch: &Architecture,
     gemm: &Gemm,
@@ -83,9 +92,12 @@ pub fn shard_points(
             expected: "device counts from 1 to 1,048,576",
         });
     }
+    let mut counts = devices.to_vec();
+    counts.sort_unstable();
+    counts.dedup();
     let mut evaluator = Evaluator::new(arch);
     let mut out = Vec::new();
-    for &p in devices {
+    for p in counts {
         for split in splits(p) {
             let [a, b, c] = split;
             if a > gemm.m || b > gemm.n || c > gemm.k {
@@ -97,13 +109,14 @@ pub fn shard_points(
                 n: gemm.n.div_ceil(b),
                 precision: gemm.precision,
             };
+            let split = Dims { m: a, k: c, n: b };
             out.push(price(&mut evaluator, p, split, &shard));
         }
     }
     Ok(out)
 }
 
-fn price(evaluator: &mut Evaluator, devices: u64, split: [u64; 3], g: &Gemm) -> ShardPoint {
+fn price(evaluator: &mut Evaluator, devices: u64, split: Dims, g: &Gemm) -> ShardPoint {
     let graph = Workload::Gemm(g.clone()).graph();
     let t = evaluator.kernel(&graph.kernels[0]);
     let (m, k, n) = (g.m as f64, g.k as f64, g.n as f64);
@@ -113,7 +126,11 @@ fn price(evaluator: &mut Evaluator, devices: u64, split: [u64; 3], g: &Gemm) -> 
     ShardPoint {
         devices,
         split,
-        shard: [g.m, g.k, g.n],
+        shard: Dims {
+            m: g.m,
+            k: g.k,
+            n: g.n,
+        },
         flops,
         main_memory_bytes,
         intensity_flops_per_byte: flops / main_memory_bytes,
@@ -132,6 +149,7 @@ mod tests {
             let s = splits(p);
             assert!(s.iter().all(|[a, b, c]| a * b * c == p));
             let mut sorted = s.clone();
+            sorted.sort_unstable();
             sorted.dedup();
             assert_eq!(sorted.len(), s.len());
         }

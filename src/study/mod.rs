@@ -158,16 +158,32 @@ impl Study {
         check_plots(&file, &raw.plots, &axes)?;
         let settings = study_settings(&check, &raw.optimizer)?;
         if !matches!(raw.action, StudyAction::Optimize | StudyAction::Both) {
-            if let Some((i, a)) = axes
+            for (i, a) in axes.iter().enumerate() {
+                if let Some(e) = a.values.iter().flatten().find(|e| e.target == "optimizer") {
+                    return Err(ConfigError::invalid(
+                        &file,
+                        format!("axes[{i}] ({})", a.name),
+                        format!("optimizer.{}", e.path),
+                        format!(
+                            "optimizer fields only with action optimize or both (action {:?} runs no budget optimizer)",
+                            raw.action
+                        )
+                        .to_lowercase(),
+                    ));
+                }
+            }
+        }
+        if raw.action != StudyAction::Both {
+            if let Some(i) = raw
+                .plots
                 .iter()
-                .enumerate()
-                .find(|(_, a)| a.values.iter().flatten().any(|e| e.target == "optimizer"))
+                .position(|p| p.kind == crate::config::raw::StudyPlotKind::GroupedBars)
             {
                 return Err(ConfigError::invalid(
                     &file,
-                    format!("axes[{i}]"),
-                    &a.name,
-                    "optimizer. fields only with action optimize or both (the others run no budget optimizer)",
+                    format!("plots[{i}].kind"),
+                    "grouped_bars",
+                    "grouped_bars (the co-optimization's three speedups) with action both; lines or bars otherwise",
                 ));
             }
         }
