@@ -628,11 +628,12 @@ fn convergence_svg(trace: &[TracePoint]) -> anyhow::Result<String> {
             .margin(15)
             .x_label_area_size(40)
             .y_label_area_size(70)
-            .build_cartesian_2d(0u64..steps, lo..hi)?;
+            // Log scale: a penalised start (tens of seconds) beside optima of tenths.
+            .build_cartesian_2d(0u64..steps, (lo..hi).log_scale())?;
         chart
             .configure_mesh()
-            .x_desc("step")
-            .y_desc("time per iteration (s, penalised when infeasible)")
+            .x_desc("step (a restart's last segment: its transfer search, all sweeps at once)")
+            .y_desc("time per iteration (s, log scale; penalised when infeasible)")
             .draw()?;
         let restarts = finite.iter().map(|t| t.restart).max().map_or(0, |r| r + 1);
         for r in 0..restarts {
