@@ -631,43 +631,42 @@ fn draw_bars(
         .collect();
     // Headroom above the tallest bar for the legend, which sits there.
     let top = axes.tallest * if width > 1 { 1.4 } else { 1.1 };
-    // Each x value takes `width` bar slots and a gap slot, the last value no gap; a
-    // segmented range includes its end.
-    let last = (xs.len() * (width + 1)).saturating_sub(2);
     let y_desc = match bar_reference(axes, in_panel) {
         Some((label, _)) if width == 1 => format!("speedup over {} = {label}", study.axes[x].name),
         _ => "speedup".to_string(),
     };
+    // Group i centred on x = i, its bars side by side within 0.8 of a unit: the ticks at
+    // the integers fall under each group's centre (a single bar's centre).
+    let bar = 0.8 / width as f64;
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 15))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(50)
-        .build_cartesian_2d((0..last).into_segmented(), 0.0..top)?;
+        .build_cartesian_2d(-0.5..xs.len() as f64 - 0.5, 0.0..top)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
         .x_desc(&study.axes[x].name)
         .y_desc(&y_desc)
-        .x_labels(last + 1)
-        // A label under the middle bar of its group (the group's centre: widths are odd).
-        .x_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(v) if v % (width + 1) == width / 2 => {
-                xs.get(v / (width + 1)).cloned().unwrap_or_default()
+        .x_labels(xs.len())
+        .x_label_formatter(&|v| {
+            let i = v.round();
+            if (v - i).abs() < 1e-6 && i >= 0.0 {
+                xs.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
             }
-            _ => String::new(),
         })
         .draw()?;
     for (g, (name, _)) in groups.iter().enumerate() {
         let color = Palette99::pick(g).to_rgba();
+        let offset = (g as f64 - (width as f64 - 1.0) / 2.0) * bar;
         chart
             .draw_series(bars.iter().filter(|b| b.1 == g).map(|&(xi, _, y)| {
-                let left = xi * (width + 1) + g;
+                let centre = xi as f64 + offset;
                 Rectangle::new(
-                    [
-                        (SegmentValue::Exact(left), 0.0),
-                        (SegmentValue::Exact(left + 1), y),
-                    ],
+                    [(centre - 0.48 * bar, 0.0), (centre + 0.48 * bar, y)],
                     color.filled(),
                 )
             }))?
