@@ -2550,3 +2550,79 @@ fn the_fullest_device_is_one_stage_with_all_its_parts() {
         + uneven.activations_bytes;
     assert_close("parts", parts, uneven.memory_per_device_bytes, 1e-12);
 }
+
+/// Bisection bandwidth (TPU v4 Sec. 3.5, Fig. 8): a torus cut across its longest dimension
+/// loses twice the links of a plane; a switch passes half its ports; a full mesh the links
+/// between its halves. TPU v4's 3D torus cuts 2x (64 chips) to 4x (512 chips) the links of
+/// TPU v3's 2D torus: Fig. 8's 2-4x. Per link TPU v4 has 50 GB/s against TPU v3's 70
+/// (Table 4), so the bandwidth ratio is that times 5/7.
+#[test]
+fn bisection_of_tori_switches_and_meshes() {
+    let g = 1e9;
+    let torus = one_fabric(
+        Topology::Torus {
+            dims: vec![4, 4, 4],
+        },
+        64,
+        6.0 * g,
+        1e-6,
+    );
+    // 16 rows of 4 cut twice (the wraparound): 32 links of 1 GB/s.
+    assert_close(
+        "4x4x4 torus",
+        torus.bisection_bytes_per_s(),
+        32.0 * g,
+        1e-12,
+    );
+    let mesh = one_fabric(Topology::Mesh { dims: vec![8, 8] }, 64, 4.0 * g, 1e-6);
+    assert_close("8x8 mesh", mesh.bisection_bytes_per_s(), 8.0 * g, 1e-12);
+    let switch = one_fabric(Topology::Switch, 8, 3.0 * g, 1e-6);
+    assert_close(
+        "switch of 8",
+        switch.bisection_bytes_per_s(),
+        12.0 * g,
+        1e-12,
+    );
+    let full = one_fabric(Topology::FullyConnected, 4, 3.0 * g, 1e-6);
+    assert_close(
+        "full mesh of 4",
+        full.bisection_bytes_per_s(),
+        4.0 * g,
+        1e-12,
+    );
+    assert_eq!(
+        one_fabric(Topology::Switch, 1, g, 1e-6).bisection_bytes_per_s(),
+        0.0
+    );
+    // TPU v4 over TPU v3 at the same chip count.
+    let ratio = |v4: &[u64], v3: &[u64]| {
+        let (s4, a4) = system("templates/tpu-v4-pod.yaml");
+        let (s3, a3) = system("templates/tpu-v3-pod.yaml");
+        let n4 = s4
+            .with_slice(v4)
+            .unwrap()
+            .network(&a4, v4.iter().product())
+            .unwrap();
+        let n3 = s3
+            .with_slice(v3)
+            .unwrap()
+            .network(&a3, v3.iter().product())
+            .unwrap();
+        n4.bisection_bytes_per_s() / n3.bisection_bytes_per_s()
+    };
+    let per_link = {
+        let (s4, a4) = system("templates/tpu-v4-pod.yaml");
+        let (s3, a3) = system("templates/tpu-v3-pod.yaml");
+        let f4 = s4.network(&a4, 512).unwrap().fabrics[0].egress_bytes_per_s / 6.0;
+        let f3 = s3.network(&a3, 512).unwrap().fabrics[0].egress_bytes_per_s / 4.0;
+        f4 / f3
+    };
+    assert!((0.6..0.8).contains(&per_link), "{per_link}");
+    assert_close("64 chips", ratio(&[4, 4, 4], &[8, 8]), 2.0 * per_link, 1e-9);
+    assert_close(
+        "512 chips",
+        ratio(&[8, 8, 8], &[16, 32]),
+        4.0 * per_link,
+        1e-9,
+    );
+}

@@ -324,6 +324,13 @@ pub fn render(p: &DistPrediction, peak: f64) -> String {
         describe_mapping(&p.mapping),
         p.mappings_tried
     );
+    if let Some(b) = p.bisection_bytes_per_s {
+        let _ = writeln!(
+            s,
+            "bisection         {} each way (the least across any halving cut of the devices)",
+            si(b, "B/s")
+        );
+    }
     if let Some(kind) = p.context_attention {
         let how = match kind {
             ContextAttention::Ring => {

@@ -581,6 +581,7 @@ impl Plan {
             mappings_tried,
             memory_per_device_bytes: memory.total_bytes(),
             memory_capacity_bytes: self.memory_capacity_bytes,
+            bisection_bytes_per_s: None,
             weights_bytes: memory.weights_bytes,
             gradients_bytes: memory.gradients_bytes,
             optimizer_state_bytes: memory.optimizer_state_bytes,
@@ -740,9 +741,11 @@ pub fn predict_with(
     workspace: &mut Workspace,
 ) -> Result<DistPrediction, FitError> {
     let plan = Plan::with(workload, arch, net, strategy, workspace)?;
-    Ok(plan
+    let mut p = plan
         .best_mapping(net, f64::INFINITY)
-        .expect("without a bound to beat a mapping is priced"))
+        .expect("without a bound to beat a mapping is priced");
+    p.bisection_bytes_per_s = Some(net.bisection_bytes_per_s());
+    Ok(p)
 }
 
 /// Prices `workload` under `strategy` with its used axes laid onto the devices in `order`,
@@ -782,5 +785,7 @@ pub fn evaluate_with(
         plan.needs_all_devices(),
         &mut Vec::new(),
     );
-    Ok(plan.evaluate(&map))
+    let mut p = plan.evaluate(&map);
+    p.bisection_bytes_per_s = Some(net.bisection_bytes_per_s());
+    Ok(p)
 }

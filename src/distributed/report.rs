@@ -113,6 +113,11 @@ pub struct DistPrediction {
     pub mappings_tried: usize,
     pub memory_per_device_bytes: f64,
     pub memory_capacity_bytes: f64,
+    /// The network's bisection bandwidth, bytes per second each way
+    /// ([`crate::network::Network::bisection_bytes_per_s`]); set by [`super::predict`] and
+    /// [`super::evaluate`], absent from the reports a search prices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bisection_bytes_per_s: Option<f64>,
     pub weights_bytes: f64,
     pub gradients_bytes: f64,
     pub optimizer_state_bytes: f64,

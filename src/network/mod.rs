@@ -121,6 +121,42 @@ impl PartialEq for Memo {
 }
 
 impl Network {
+    /// Bisection bandwidth, bytes per second each way: the least bandwidth across any cut
+    /// of the devices into halves along one fabric (every device of a member has its own
+    /// ports). A torus or mesh is cut across its longest dimension (the wraparound doubles
+    /// the links cut), a switch passes half its ports' bandwidth, a full mesh the links
+    /// between its halves. One device has none (0).
+    pub fn bisection_bytes_per_s(&self) -> f64 {
+        let mut inside = 1.0; // devices per member of the fabric
+        let mut best = f64::INFINITY;
+        for f in &self.fabrics {
+            let size = f.size as f64;
+            let outside = self.devices as f64 / (inside * size); // copies of this fabric
+            let links = match &f.shape {
+                Shape::Direct { dims, wrap, .. } => {
+                    let longest = dims.iter().copied().max().unwrap_or(1);
+                    if longest < 2 {
+                        f64::INFINITY
+                    } else {
+                        let wraps = if *wrap && longest > 2 { 2.0 } else { 1.0 };
+                        size / longest as f64 * wraps
+                    }
+                }
+                Shape::Switch { .. } => (size / 2.0).floor(),
+                Shape::FullyConnected => (size / 2.0).floor() * (size / 2.0).ceil(),
+            };
+            if f.size >= 2 && links.is_finite() {
+                best = best.min(outside * inside * links * f.port_bytes_per_s());
+            }
+            inside *= size;
+        }
+        if best.is_finite() {
+            best
+        } else {
+            0.0
+        }
+    }
+
     pub fn new(fabrics: Vec<Fabric>) -> Network {
         let mut stride = Vec::new();
         let mut port_base = Vec::new();
