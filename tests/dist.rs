@@ -2626,3 +2626,36 @@ fn bisection_of_tori_switches_and_meshes() {
         1e-9,
     );
 }
+
+/// TPU v4 Fig. 4 and its reading in Sec. 2.3: with OCS, slices of 1K chips give 75% goodput
+/// at 99.0% and 99.5% host availability (three fit beside the failed blocks), 2K chips 50%
+/// and 3K chips 75%; statically cabled, hosts must be 99.9% available for reasonable
+/// goodput, and at 99.5% a 1K slice is far less available than with OCS.
+#[test]
+fn ocs_slice_goodput_matches_the_papers_reading() {
+    use stackflow::network::availability::goodput;
+    for a in [0.99, 0.995] {
+        for (slice, expected) in [(1024, 0.75), (2048, 0.50), (3072, 0.75)] {
+            let g = goodput(slice, a).unwrap();
+            assert!(
+                (g.with_ocs - expected).abs() < 0.02,
+                "{slice} at {a}: {g:?}"
+            );
+        }
+    }
+    let g = goodput(1024, 0.995).unwrap();
+    assert!(g.with_ocs > 2.5 * g.static_cabled, "{g:?}");
+    assert!(
+        g.one_slice_with_ocs > 0.999 && g.one_slice_static < 0.75,
+        "{g:?}"
+    );
+    // Static goodput of 1K slices is reasonable (over 75%) only at 99.9%.
+    assert!(goodput(1024, 0.999).unwrap().static_cabled > 0.75);
+    assert!(goodput(1024, 0.995).unwrap().static_cabled < 0.3);
+    let (code, _, err) = common::stackflow(&["availability", "--host-availability", "1.5"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--host-availability = 1.5"), "{err}");
+    let (code, _, err) = common::stackflow(&["availability", "--slices", "100"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("multiple of the 64-chip block"), "{err}");
+}

@@ -159,6 +159,19 @@ enum Command {
     /// intensity (FLOP per byte of main memory) and time of one device's shard, on one
     /// accelerator (default budgets/v100.yaml). With --out, a CSV and the figure's SVG.
     Intensity(intensity::Args),
+    /// TPU v4 Fig. 4: the goodput of slices of a 4096-chip supercomputer (64-chip blocks,
+    /// 4 chips per CPU host) with optical circuit switches and statically cabled, by host
+    /// availability.
+    Availability {
+        /// Host availabilities, comma-separated (default 0.99, 0.995, 0.999).
+        #[arg(long, value_delimiter = ',')]
+        host_availability: Vec<f64>,
+        /// Slice sizes in chips, multiples of 64 (default 64, 128, ..., 4096 and 3072).
+        #[arg(long, value_delimiter = ',')]
+        slices: Vec<u64>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// What a command that ran to the end found.
@@ -252,8 +265,56 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Predict(args) => return predict_command(args),
         Command::Search(args) => return search::run(args),
         Command::Intensity(args) => intensity::run(args),
+        Command::Availability {
+            host_availability,
+            slices,
+            json,
+        } => availability(&host_availability, &slices, json),
     };
     done.map(|()| Outcome::Done)
+}
+
+/// Runs `availability` (TPU v4 Fig. 4): a table of goodput by slice size and host
+/// availability, with and without OCS.
+fn availability(hosts: &[f64], slices: &[u64], json: bool) -> anyhow::Result<()> {
+    use stackflow::network::availability::goodput;
+    let hosts = if hosts.is_empty() {
+        vec![0.99, 0.995, 0.999]
+    } else {
+        hosts.to_vec()
+    };
+    let slices = if slices.is_empty() {
+        vec![64, 128, 256, 512, 1024, 2048, 3072, 4096]
+    } else {
+        slices.to_vec()
+    };
+    let mut rows = Vec::new();
+    for &a in &hosts {
+        for &s in &slices {
+            rows.push(goodput(s, a)?);
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!("goodput: expected share of a 4096-chip TPU v4 supercomputer running slices (TPU v4 Fig. 4)");
+    println!(
+        "{:>6} {:>7} {:>10} {:>10} {:>16} {:>16}",
+        "hosts", "slice", "OCS", "static", "one slice, OCS", "one slice, static"
+    );
+    for r in rows {
+        println!(
+            "{:>5.1}% {:>7} {:>9.1}% {:>9.1}% {:>15.1}% {:>15.1}%",
+            100.0 * r.host_availability,
+            r.slice_chips,
+            100.0 * r.with_ocs,
+            100.0 * r.static_cabled,
+            100.0 * r.one_slice_with_ocs,
+            100.0 * r.one_slice_static
+        );
+    }
+    Ok(())
 }
 
 /// Runs `generate`: derives the design's architecture and prints it as JSON or tables.

@@ -18,6 +18,7 @@
 //! A new topology kind: see `fabric.rs`. A new collective: a [`collective::Collective`]
 //! variant with its time on a `GroupLink` and its per-fabric phases.
 
+pub mod availability;
 pub mod collective;
 mod direct;
 mod fabric;
