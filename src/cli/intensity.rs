@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use plotters::prelude::*;
 use stackflow::config::{write_atomic, Source};
-use stackflow::design::{Design, DesignFiles};
 use stackflow::study::intensity::{shard_points, ShardPoint};
 use stackflow::workload::Workload;
 
@@ -56,16 +55,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             workload.name()
         );
     };
-    let (budget_source, budget) = match &a.design.budget {
-        Some(b) => (Source::Disk, b.clone()),
-        None => (Source::Embedded, PathBuf::from(DEFAULT_BUDGET)),
-    };
-    let design = Design::load(DesignFiles {
-        source: budget_source,
-        budget: &budget,
-        template: a.design.template.as_deref(),
-        tech: a.design.tech.as_deref(),
-    })?;
+    let design = super::load_design_or(
+        a.design.budget.as_deref(),
+        a.design.template.as_deref(),
+        a.design.tech.as_deref(),
+        DEFAULT_BUDGET,
+    )?;
     // What the product runs on: the budget, and the technology and template it was given.
     let machine = format!(
         "{} ({}, {})",

@@ -542,9 +542,19 @@ fn load_design(
     template: Option<&std::path::Path>,
     tech: Option<&std::path::Path>,
 ) -> anyhow::Result<Design> {
+    load_design_or(budget, template, tech, DEFAULT_BUDGET)
+}
+
+/// [`load_design`] with another embedded budget, `default`, when none is given.
+fn load_design_or(
+    budget: Option<&std::path::Path>,
+    template: Option<&std::path::Path>,
+    tech: Option<&std::path::Path>,
+    default: &str,
+) -> anyhow::Result<Design> {
     let (source, budget_path) = match budget {
         Some(path) => (Source::Disk, path.to_path_buf()),
-        None => (Source::Embedded, PathBuf::from(DEFAULT_BUDGET)),
+        None => (Source::Embedded, PathBuf::from(default)),
     };
     Ok(Design::load(DesignFiles {
         source,

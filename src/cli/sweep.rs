@@ -503,13 +503,17 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
         top: (slowest / fastest).max(1.0) * 1.1,
         tallest: 1.0,
     };
-    for pi in 0..panel_count {
-        let in_panel: Vec<&Placed> = points
-            .iter()
-            .filter(|(c, _)| panels.map_or(true, |i| c[i] == pi))
-            .collect();
-        for (_, measure) in bar_groups(&axes, &in_panel) {
-            for (_, r) in &in_panel {
+    let by_panel: Vec<Vec<&Placed>> = (0..panel_count)
+        .map(|pi| {
+            points
+                .iter()
+                .filter(|(c, _)| panels.map_or(true, |i| c[i] == pi))
+                .collect()
+        })
+        .collect();
+    for in_panel in &by_panel {
+        for (_, measure) in bar_groups(&axes, in_panel) {
+            for (_, r) in in_panel {
                 if let Some(y) = measure(r).filter(|y| y.is_finite()) {
                     axes.tallest = axes.tallest.max(y);
                 }
@@ -523,18 +527,14 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
         root.fill(&WHITE)?;
         let root = root.titled(&title, ("sans-serif", 20))?;
         let areas = root.split_evenly((1, panel_count));
-        for (pi, area) in areas.iter().enumerate() {
-            let in_panel: Vec<&Placed> = points
-                .iter()
-                .filter(|(c, _)| panels.map_or(true, |i| c[i] == pi))
-                .collect();
+        for (pi, (area, in_panel)) in areas.iter().zip(&by_panel).enumerate() {
             let caption = panels.map_or(String::new(), |i| {
                 format!("{} = {}", study.axes[i].name, study.axes[i].labels[pi])
             });
             match p.kind {
-                StudyPlotKind::Lines => draw_lines(area, &axes, &in_panel, &caption)?,
+                StudyPlotKind::Lines => draw_lines(area, &axes, in_panel, &caption)?,
                 StudyPlotKind::GroupedBars | StudyPlotKind::Bars => {
-                    draw_bars(area, &axes, &in_panel, &caption)?
+                    draw_bars(area, &axes, in_panel, &caption)?
                 }
             }
         }

@@ -529,22 +529,19 @@ impl Study {
 /// What sets the iteration time (see [`PointResult::bound_by`]): the largest part of the
 /// iteration ([`DistPrediction::binding`], as the search lists it), with what bounds it.
 fn bound_by(p: &DistPrediction) -> String {
-    let longest = |of: &mut dyn Iterator<Item = (f64, String)>| {
-        of.max_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|x| x.1)
-            .unwrap_or_default()
-    };
     match p.binding() {
-        "communication" => format!(
-            "network: {}",
-            longest(&mut p.communication.iter().map(|c| (c.time_s, c.name.clone())))
-        ),
-        "compute" => longest(
-            &mut p
-                .compute
+        "communication" => {
+            let longest = p
+                .communication
                 .iter()
-                .map(|c| (c.time_s, format!("{}: {}", c.class.name(), c.bound))),
-        ),
+                .max_by(|a, b| a.time_s.total_cmp(&b.time_s));
+            format!("network: {}", longest.map_or("", |c| c.name.as_str()))
+        }
+        "compute" => p
+            .compute
+            .iter()
+            .max_by(|a, b| a.time_s.total_cmp(&b.time_s))
+            .map_or_else(String::new, |c| format!("{}: {}", c.class.name(), c.bound)),
         other => other.to_string(),
     }
 }
