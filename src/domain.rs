@@ -358,3 +358,26 @@ pub struct InferenceSpec {
     /// Tokens generated per sequence.
     pub output_tokens: u64,
 }
+
+/// How data crosses between host memory and an accelerator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transfers {
+    /// DMA between the host buffer and device memory, the link's full rate.
+    Direct,
+    /// Through a bounce buffer in host memory: an extra DDR copy, the link halved.
+    Staged,
+}
+
+/// Where a recommendation model's embedding tables live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TablePlacement {
+    /// Every table in the accelerators' memory, sharded over them.
+    Device,
+    /// Every table in the CPUs' DDR memory.
+    Host,
+    /// The hottest tables (most lookups per row) on the accelerators while they fit
+    /// beside the dense model, the rest in host memory.
+    Auto,
+}

@@ -59,6 +59,13 @@ pub enum Violation {
         capacity_bytes: f64,
         devices: u64,
     },
+    /// Embedding tables placed in host memory (with their optimizer state) exceed the
+    /// memory of every CPU socket together.
+    HostMemoryExceeded {
+        tables_bytes: f64,
+        capacity_bytes: f64,
+        sockets: f64,
+    },
     /// A kernel needs a memory level or compute unit that has no bandwidth or throughput in
     /// this design, so the time is endless.
     NoBandwidth,
@@ -77,6 +84,7 @@ impl Violation {
             Violation::OverBudget { .. } => "over_budget",
             Violation::OutOfMemory { .. } => "out_of_memory",
             Violation::TablesExceedSystem { .. } => "tables_exceed_system",
+            Violation::HostMemoryExceeded { .. } => "host_memory_exceeded",
             Violation::NoBandwidth => "no_bandwidth",
             Violation::CannotRun { .. } => "cannot_run",
         }
@@ -169,6 +177,18 @@ impl fmt::Display for Violation {
                 } else {
                     ""
                 },
+                capacity_bytes / GIB,
+            ),
+            Violation::HostMemoryExceeded {
+                tables_bytes,
+                capacity_bytes,
+                sockets,
+            } => write!(
+                f,
+                "embedding tables of {:.1} GiB in host memory (with their optimizer state) \
+                 exceed the {:.1} GiB of all {sockets} CPU sockets together: more hosts, or \
+                 more tables on the devices",
+                tables_bytes / GIB,
                 capacity_bytes / GIB,
             ),
             Violation::NoBandwidth => f.write_str(

@@ -24,6 +24,7 @@ pub struct Args<'a> {
     pub devices: Option<u64>,
     pub strategy: Option<&'a str>,
     pub slice: Option<&'a str>,
+    pub host: &'a HostFlags,
     pub carbon: Option<super::CarbonRates>,
     pub json: bool,
 }
@@ -34,7 +35,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => (Source::Embedded, PathBuf::from(DEFAULT_WORKLOAD)),
     };
     let workload = Workload::load(source, &workload_file)?;
-    let system = load_system(args.system, args.slice)?;
+    let system = load_system(args.system, args.slice, args.host)?;
     let design = system.design()?;
     // A lone kernel runs as measured alone, in a system as on its own (one device, one
     // answer).
@@ -94,8 +95,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let prediction = predict(&workload, &arch, &network, &strategy)?;
     // Operational emissions of every device's energy (TPU v4 paper Sec. 7.6).
     let carbon = args.carbon.map(|r| r.kg_per_joule() * prediction.energy_j);
+    let queries = workload.queries_per_batch();
     if args.json {
         let mut value = serde_json::to_value(&prediction)?;
+        if let Some(q) = queries {
+            value["serving"] = serde_json::json!({
+                "queries_per_batch": q,
+                "latency_s": prediction.time_per_iteration_s,
+                "queries_per_s": q as f64 / prediction.time_per_iteration_s,
+                "joules_per_query": prediction.energy_j / q as f64,
+            });
+        }
         if let Some(kg) = carbon {
             value["co2e_kg_per_iteration"] = kg.into();
         }
@@ -110,6 +120,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "System: {} ({} devices of {}).\n",
         system.name, devices, design.budget_file
     );
+    if let Some(q) = queries {
+        println!(
+            "serving: batches of {q} queries, forward only (lookups, the pooled embeddings' \
+             all-to-all, the MLPs)\nlatency / batch   {}\nthroughput        {}\nenergy / query    {}\n",
+            seconds(prediction.time_per_iteration_s),
+            si(q as f64 / prediction.time_per_iteration_s, "queries/s"),
+            super::table::si_small(prediction.energy_j / q as f64, "J"),
+        );
+    }
     print!("{}", render(&prediction, arch.peak_flops_per_s));
     println!(
         "\nenergy / iteration  {} on {} devices; average {} ({} per device), {} per token",
@@ -263,9 +282,77 @@ fn render_layered(p: &LayeredPrediction) -> String {
     s
 }
 
-/// A system file, reshaped into `--slice` (e.g. 4x8x16) when given.
-pub fn load_system(path: &Path, slice: Option<&str>) -> anyhow::Result<System> {
-    let system = System::load(Source::Disk, path)?;
+/// Where a recommendation model's tables live and how host transfers go, overriding the
+/// system file's `host:` section.
+#[derive(clap::Args, Debug, Default)]
+pub struct HostFlags {
+    /// Embedding tables on the devices, in the hosts' DDR, or the hottest on the devices
+    /// while they fit and the rest in DDR (auto); overrides the system's host.tables (the
+    /// system needs a host: section for host and auto).
+    #[arg(long, value_enum)]
+    pub tables: Option<TablesArg>,
+    /// Host-device transfers of host-resident tables: direct (GPU-direct DMA) or staged
+    /// through a bounce buffer in host memory (Zion Sec. V-B); overrides host.transfers.
+    #[arg(long, value_enum)]
+    pub host_transfers: Option<TransfersArg>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum TablesArg {
+    Device,
+    Host,
+    Auto,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum TransfersArg {
+    Direct,
+    Staged,
+}
+
+/// `system` with the command line's `--tables` and `--host-transfers` applied: an error
+/// naming the flag when the system has no host to apply them to.
+fn with_host_flags(mut system: System, flags: &HostFlags) -> anyhow::Result<System> {
+    use stackflow::domain::{TablePlacement, Transfers};
+    let tables = flags.tables.map(|t| match t {
+        TablesArg::Device => TablePlacement::Device,
+        TablesArg::Host => TablePlacement::Host,
+        TablesArg::Auto => TablePlacement::Auto,
+    });
+    let transfers = flags.host_transfers.map(|t| match t {
+        TransfersArg::Direct => Transfers::Direct,
+        TransfersArg::Staged => Transfers::Staged,
+    });
+    let Some(host) = &mut system.host else {
+        let asked = match (tables, transfers) {
+            (Some(TablePlacement::Device), None) | (None, None) => return Ok(system),
+            (Some(t), _) => ("--tables", format!("{t:?}").to_lowercase()),
+            (None, Some(t)) => ("--host-transfers", format!("{t:?}").to_lowercase()),
+        };
+        return Err(stackflow::config::ConfigError::invalid(
+            "(command line)",
+            asked.0,
+            asked.1,
+            format!(
+                "a system with a host: section (CPUs whose memory holds the tables); {} has none",
+                system.file
+            ),
+        )
+        .into());
+    };
+    if let Some(t) = tables {
+        host.tables = t;
+    }
+    if let Some(t) = transfers {
+        host.transfers = t;
+    }
+    Ok(system)
+}
+
+/// A system file, reshaped into `--slice` (e.g. 4x8x16) when given, its host as the
+/// command line sets it.
+pub fn load_system(path: &Path, slice: Option<&str>, host: &HostFlags) -> anyhow::Result<System> {
+    let system = with_host_flags(System::load(Source::Disk, path)?, host)?;
     let Some(text) = slice else {
         return Ok(system);
     };
@@ -375,6 +462,33 @@ pub fn render(p: &DistPrediction, peak: f64) -> String {
             "sparse cores      {} busy ({:.0}% of the step): lookups, updates and their all-to-alls beside the dense step",
             seconds(p.sparse_core_s),
             100.0 * p.sparse_core_s / p.time_per_iteration_s
+        );
+    }
+    if let Some(h) = &p.host_tables {
+        let _ = writeln!(
+            s,
+            "host tables       {} tables, {} of the {} DDR of {} CPU sockets; {} busy ({}), \
+             beside the devices' step: lookups {}, {} transfers {}, update {}",
+            h.tables,
+            bytes(h.tables_bytes),
+            bytes(h.memory_capacity_bytes),
+            h.sockets,
+            seconds(h.time_s),
+            if h.time_s >= p.time_per_iteration_s {
+                "the hosts pace the iteration".to_string()
+            } else {
+                format!(
+                    "{:.0}% of the step",
+                    100.0 * h.time_s / p.time_per_iteration_s
+                )
+            },
+            seconds(h.gather_s),
+            match h.transfers {
+                stackflow::domain::Transfers::Direct => "direct",
+                stackflow::domain::Transfers::Staged => "host-staged",
+            },
+            seconds(h.transfer_s),
+            seconds(h.update_s),
         );
     }
     let _ = writeln!(

@@ -381,6 +381,8 @@ struct PredictArgs {
     /// are whole 4x4x4 blocks); the device count follows.
     #[arg(long, requires = "system")]
     slice: Option<String>,
+    #[command(flatten)]
+    host: distributed::HostFlags,
     /// Grid carbon intensity (kg CO2e per kWh) for operational emissions (TPU v4 Sec. 7.6).
     #[arg(long)]
     grid_kg_per_kwh: Option<f64>,
@@ -401,6 +403,7 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
             devices: a.devices,
             strategy: a.strategy.as_deref(),
             slice: a.slice.as_deref(),
+            host: &a.host,
             carbon: carbon_rates(a.grid_kg_per_kwh, a.pue)?,
             json: a.json,
         })

@@ -35,6 +35,8 @@ pub struct SearchArgs {
     /// Reshape the system's mesh or torus into this slice, e.g. 4x8x16.
     #[arg(long)]
     slice: Option<String>,
+    #[command(flatten)]
+    host: super::distributed::HostFlags,
     /// The strategy to start from, always a candidate (the result is never slower when it
     /// fits): a YAML file, MAD Max's (INTRA, INTER), the paper's notation or the short
     /// form. Its schedule (GPipe or 1F1B) is kept for every candidate. Default: data
@@ -97,7 +99,7 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
             workload_file.display()
         );
     }
-    let system = load_system(&a.system, a.slice.as_deref())?;
+    let system = load_system(&a.system, a.slice.as_deref(), &a.host)?;
     let arch = stackflow::perf::as_run(&system.accelerator()?, &workload.graph());
     let devices = a.devices.unwrap_or_else(|| system.default_devices());
     let net = system.network(&arch, devices)?;

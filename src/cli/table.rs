@@ -16,6 +16,15 @@ pub fn si(value: f64, unit: &str) -> String {
     format!("{value:.3} {unit}")
 }
 
+/// [`si`] with milli and micro prefixes for values below one.
+pub fn si_small(value: f64, unit: &str) -> String {
+    match value.abs() {
+        v if v >= 1.0 || v == 0.0 => si(value, unit),
+        v if v >= 1e-3 => format!("{:.3} m{unit}", value * 1e3),
+        _ => format!("{:.3} u{unit}", value * 1e6),
+    }
+}
+
 pub fn bytes(value: f64) -> String {
     let prefixes = [
         (1u64 << 40, "TiB"),

@@ -419,6 +419,19 @@ pub struct DlrmRaw {
     /// `top_k` of them.
     #[serde(default)]
     pub moe: Option<MoeRaw>,
+    /// Serving instead of training: batches of queries through the forward pass only (the
+    /// `inference:` block transformers have; a recommendation model has no tokens to
+    /// generate, so it takes the batch alone).
+    #[serde(default)]
+    pub inference: Option<DlrmInferenceRaw>,
+}
+
+/// A recommendation model's `inference:` block.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DlrmInferenceRaw {
+    /// Queries (samples) the whole system serves together.
+    pub batch: u64,
 }
 
 /// Transformer feature interaction: the feature vectors are summed into `sequence` tokens,
@@ -516,6 +529,36 @@ pub struct SystemFile {
     pub memory_utilization: Option<f64>,
     /// Fabrics from the innermost (inside a node) to the outermost (between nodes).
     pub fabrics: Vec<FabricRaw>,
+    /// The CPUs beside the accelerators, whose memory may hold embedding tables.
+    #[serde(default)]
+    pub host: Option<HostRaw>,
+}
+
+/// A system's CPUs: `sockets` of them per `devices` accelerators.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostRaw {
+    pub sockets: u64,
+    pub devices: u64,
+    pub memory_gib_per_socket: f64,
+    pub memory_bandwidth_gb_per_s_per_socket: f64,
+    /// Each accelerator's link to its host, each way.
+    pub link_gb_per_s: f64,
+    pub link_latency_us: f64,
+    #[serde(default = "direct_transfers")]
+    pub transfers: crate::domain::Transfers,
+    #[serde(default = "auto_tables")]
+    pub tables: crate::domain::TablePlacement,
+    #[serde(default)]
+    pub power_w_per_socket: Option<f64>,
+}
+
+fn direct_transfers() -> crate::domain::Transfers {
+    crate::domain::Transfers::Direct
+}
+
+fn auto_tables() -> crate::domain::TablePlacement {
+    crate::domain::TablePlacement::Auto
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -223,6 +223,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../workloads/dlrm-a.yaml"),
     ),
     (
+        "workloads/dlrm-a-inference.yaml",
+        include_str!("../../workloads/dlrm-a-inference.yaml"),
+    ),
+    (
         "workloads/dlrm-b.yaml",
         include_str!("../../workloads/dlrm-b.yaml"),
     ),

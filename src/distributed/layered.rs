@@ -329,6 +329,7 @@ impl LayeredPlan {
         if workload.serving().is_some() {
             return Err(fail("per-layer-type strategies price training".into()));
         }
+        let workload = &*super::placed(workload, arch, net);
         let graph = workspace.graph(workload, first.recompute);
         let types = graph.layer_types();
         if let Some(t) = types.iter().find(|t| strategy.strategy(**t).is_none()) {
@@ -386,7 +387,13 @@ impl LayeredPlan {
         for p in &parts[1..] {
             memory.add(&p.memory);
         }
-        let violations = memory::violations(arch, &memory, net.devices);
+        let mut violations = memory::violations(arch, &memory, net.devices);
+        violations.extend(
+            parts
+                .iter()
+                .filter_map(|p| p.host.as_ref())
+                .filter_map(super::HostReport::violation),
+        );
         let m = parts[0].fit.micro_batches;
         let stages = parts[0].stages.len();
         let times: Vec<StageTimes> = (0..stages)
@@ -494,6 +501,10 @@ impl LayeredPlan {
         eval.comms.extend(reshard);
         // A part without weights of its own lists no gradient traffic.
         eval.comms.retain(|c| c.bytes > 0.0);
+        // The hosts' work on their tables runs beside the devices' step.
+        if let Some(h) = self.parts.iter().find_map(|p| p.host.as_ref()) {
+            eval.time_s = eval.time_s.max(h.time_s);
+        }
         let time = eval.time_s;
         let m = self.parts[0].fit.micro_batches;
         let graph = &self.graph;

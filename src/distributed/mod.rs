@@ -22,6 +22,9 @@
 //!   bound up); [`Workspace`]: kernel times and graphs kept between predictions;
 //!   [`predict::Fitted`]: a strategy's fit and memory before timing (what a search checks
 //!   first); [`serve`]: serving;
+//! - [`host`]: embedding tables in the CPUs' DDR (Zion Sec. IV, TPU v4 Fig. 9): which
+//!   tables a system's host keeps ([`placed`]) and what the hosts spend on them per
+//!   iteration, beside the devices' step ([`HostReport`]);
 //! - [`layered`]: per-layer-type strategies (MAD Max Sec. 4): one plan per layer type over
 //!   its own kernels, composed into one iteration (`timeline::finish_parts`) with the
 //!   resharding between types split differently.
@@ -30,6 +33,7 @@
 //! A new strategy axis: its split of each kernel in `work.rs`, its memory in `memory.rs`,
 //! its collectives in `timeline.rs`.
 mod fit;
+pub mod host;
 pub mod layered;
 mod memory;
 pub mod pipeline;
@@ -41,6 +45,7 @@ pub mod timeline;
 mod work;
 
 pub use fit::FitError;
+pub use host::{placed, HostReport};
 pub use layered::{predict_layered, LayerStrategy, LayeredPlan, LayeredPrediction};
 pub use predict::{evaluate, evaluate_with, predict, predict_with, Plan, Workspace};
 pub use report::{CommReport, ComputeReport, DistPrediction, LayerTimes};

@@ -10,6 +10,7 @@ use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use super::fit::{fit, fit_graph, Fit, FitError};
+use super::host::{placed, HostReport};
 use super::memory::{self, Footprint};
 use super::report::{ComputeReport, DistPrediction, LayerTimes};
 use super::timeline::{self, Eval, StageTimes};
@@ -34,6 +35,8 @@ pub struct Fitted {
     memory: Footprint,
     violations: Vec<Violation>,
     devices: u64,
+    /// The hosts' work on the tables they hold, if any.
+    host: Option<HostReport>,
 }
 
 impl Fitted {
@@ -81,15 +84,30 @@ impl Fitted {
                 ),
             });
         }
+        let host = match &net.host {
+            _ if fit.graph.host_tables.is_empty() => None,
+            Some(h) => HostReport::of(&fit.graph, h, s, net.devices),
+            None => {
+                return Err(FitError {
+                    strategy: s.to_string(),
+                    workload: fit.graph.name.clone(),
+                    message: "the workload keeps embedding tables in host memory and the system \
+                              has no host: section (CPUs) to hold them"
+                        .into(),
+                })
+            }
+        };
         let weights = stages_weights(&fit.graph, s);
         let memory = memory::footprint(&fit, s, &weights, net.devices);
-        let violations = memory::violations(arch, &memory, net.devices);
+        let mut violations = memory::violations(arch, &memory, net.devices);
+        violations.extend(host.as_ref().and_then(HostReport::violation));
         Ok(Fitted {
             strategy: *s,
             fit,
             memory,
             violations,
             devices: net.devices,
+            host,
         })
     }
 
@@ -193,6 +211,7 @@ impl Fitted {
         debug_assert_eq!(stages.len() as u64, s.pipeline);
         Plan {
             strategy: *s,
+            host: self.host,
             table_wise: fit.graph.kernels.iter().any(|k| k.split == Split::Table),
             free_end_s,
             fit,
@@ -240,6 +259,8 @@ pub struct Plan {
     memory_capacity_bytes: f64,
     /// Share of the compute units a collective holds beside compute (`tp=overlap`).
     collective_compute_share: f64,
+    /// The hosts' work on the tables they hold, beside the devices' step.
+    pub(super) host: Option<HostReport>,
 }
 
 impl Plan {
@@ -265,6 +286,7 @@ impl Plan {
             let fitted = Fitted::of(fit(workload, strategy, net.devices)?, arch, net, strategy)?;
             return Ok(fitted.plan(arch, &mut workspace.evaluator));
         }
+        let workload = &*placed(workload, arch, net);
         let graph = workspace.graph(workload, strategy.recompute);
         let fit = fit_graph(workload, graph, strategy, net.devices)?;
         let fitted = Fitted::of(fit, arch, net, strategy)?;
@@ -351,7 +373,7 @@ impl Plan {
                 }
             };
             let mut eval = timeline::finish(&inputs, map, steps);
-            eval.exposed_s = (eval.time_s - self.free_end_s).max(0.0);
+            self.settle(&mut eval);
             debug_assert!(
                 eval.time_s >= bound * (1.0 - 1e-12),
                 "the bound exceeds the time: {bound} > {}",
@@ -401,8 +423,17 @@ impl Plan {
 
     fn schedule(&self, map: &Mapping) -> Eval {
         let mut eval = timeline::evaluate(&self.inputs(), map);
-        eval.exposed_s = (eval.time_s - self.free_end_s).max(0.0);
+        self.settle(&mut eval);
         eval
+    }
+
+    /// The devices' schedule's exposed communication, then the iteration as the longer of
+    /// that schedule and the hosts' work on their tables.
+    fn settle(&self, eval: &mut Eval) {
+        eval.exposed_s = (eval.time_s - self.free_end_s).max(0.0);
+        if let Some(h) = &self.host {
+            eval.time_s = eval.time_s.max(h.time_s);
+        }
     }
 
     /// A lower bound on the iteration under `map`, from its stages' steps alone.
@@ -514,6 +545,7 @@ impl Plan {
         work_j
             + sent * self.rates.link_j_per_byte * devices
             + self.rates.floor_w * eval.time_s * devices
+            + self.host.as_ref().map_or(0.0, |h| h.energy_j)
     }
 
     /// The prediction under `map`; `per_layer` filled when `layers`.
@@ -538,6 +570,11 @@ impl Plan {
         let busiest = self.busiest_stage();
         let compute_s = (busiest.forward_s + busiest.backward_s + busiest.sparse_s) * m as f64
             + busiest.update_s;
+        let mut eval = eval;
+        if !graph.trains {
+            // Nothing trains: no gradient synchronisation to list.
+            eval.comms.retain(|c| c.bytes > 0.0);
+        }
         let communication_s: f64 = eval.comms.iter().map(|c| c.time_s).sum();
         let energy_j = self.energy_j(&eval);
         let memory = &self.memory;
@@ -582,6 +619,7 @@ impl Plan {
             memory_per_device_bytes: memory.total_bytes(),
             memory_capacity_bytes: self.memory_capacity_bytes,
             bisection_bytes_per_s: None,
+            host_tables: self.host.clone(),
             weights_bytes: memory.weights_bytes,
             gradients_bytes: memory.gradients_bytes,
             optimizer_state_bytes: memory.optimizer_state_bytes,
@@ -636,11 +674,11 @@ pub struct Workspace {
     planned_for: Option<(EnergyRates, bool)>,
 }
 
-/// A workload's name and a recomputation override.
-type GraphKey = (String, Option<Recompute>);
+/// A workload's name, a recomputation override and the tables it keeps in host memory.
+type GraphKey = (String, Option<Recompute>, Vec<u64>);
 
-/// A workload's name, recomputation and [`Fitted::work_key`].
-type PlanKey = (String, Option<Recompute>, Strategy, u64);
+/// A workload's name, recomputation, host tables and [`Fitted::work_key`].
+type PlanKey = (String, Option<Recompute>, Vec<u64>, Strategy, u64);
 
 /// A schedule (interleave, GPipe) and its end with free communication.
 type FreeEnd = ((u64, bool), f64);
@@ -686,7 +724,13 @@ impl Workspace {
             self.planned_for = Some((rates.clone(), sparse));
         }
         let (work, f_tok) = fitted.work_key();
-        let key = (workload.name(), fitted.strategy.recompute, work, f_tok);
+        let key = (
+            workload.name(),
+            fitted.strategy.recompute,
+            workload.host_tables().to_vec(),
+            work,
+            f_tok,
+        );
         if !self.plans.contains_key(&key) {
             if self.plans.len() >= Self::PLANS_KEPT {
                 self.plans.clear();
@@ -718,7 +762,7 @@ impl Workspace {
         workload: &Workload,
         recompute: Option<Recompute>,
     ) -> Arc<Graph> {
-        let key = (workload.name(), recompute);
+        let key = (workload.name(), recompute, workload.host_tables().to_vec());
         if let Some((_, g)) = self.graphs.iter().find(|(k, _)| *k == key) {
             return g.clone();
         }

@@ -118,6 +118,10 @@ pub struct DistPrediction {
     /// [`super::evaluate`], absent from the reports a search prices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bisection_bytes_per_s: Option<f64>,
+    /// The hosts' work on the embedding tables they keep in DDR (`None`: every table on the
+    /// devices).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_tables: Option<super::HostReport>,
     pub weights_bytes: f64,
     pub gradients_bytes: f64,
     pub optimizer_state_bytes: f64,

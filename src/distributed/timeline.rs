@@ -697,6 +697,23 @@ fn zero3_step(
     let gather_parts = sync_parts(&[axis], inputs.expert_param_share, 1);
     let scatter_parts = sync_parts(&[axis], st.expert_share(), 1);
     let steps = (m * v as u64) as f64;
+    if !inputs.graph.trains {
+        // Serving: one gather before each forward step, no gradient to scatter.
+        let gather_s = ledger.charge_parts(
+            "weight gather",
+            &gather_parts,
+            (Collective::AllGather, gather_bytes),
+            1.0,
+            !s.prefetch,
+            report.map(|_| steps),
+        );
+        let fwd = if s.prefetch {
+            fwd.max(gather_s)
+        } else {
+            fwd + gather_s
+        };
+        return (fwd, bwd, 0.0);
+    }
     let gather_s = ledger.charge_parts(
         "weight gather",
         &gather_parts,

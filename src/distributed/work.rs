@@ -580,6 +580,10 @@ fn stage_weights(graph: &Graph, s: &Strategy, stage: u64) -> StageWork {
         // Experts outside repeated layers (a DLRM's top MLP): 1/e of them here.
         trained -= graph.expert_parameters * (1.0 - 1.0 / s.expert as f64);
     }
+    if !graph.trains {
+        // Nothing trains (serving, a lone product): no gradient, no optimizer state.
+        return w;
+    }
     w.trained = trained / model_shard;
     // Without expert parallelism every device holds every expert, as a dense weight.
     if s.expert > 1 {

@@ -12,7 +12,8 @@
 //! and fully connected ones in `switched.rs`), [`Network`] (the stack of fabrics, routing,
 //! the link loads of groups communicating at once, memoised per group set), [`collective`]
 //! (collective algorithms and their cost on a group's link, DeepFlow Sec. 6.4 and Zion
-//! Eqs. 1-4), [`system`] (a system file: accelerator and fabrics, links resolved at load).
+//! Eqs. 1-4), [`system`] (a system file: accelerator and fabrics, links resolved at load), [`host`]
+//! (the CPUs beside the accelerators: their memory and link, for host-resident tables).
 //! Imports the generator and configuration stages only.
 //!
 //! A new topology kind: see `fabric.rs`. A new collective: a [`collective::Collective`]
@@ -22,6 +23,7 @@ pub mod availability;
 pub mod collective;
 mod direct;
 mod fabric;
+pub mod host;
 mod switched;
 pub mod system;
 
@@ -41,6 +43,8 @@ use collective::GroupLink;
 pub struct Network {
     pub fabrics: Vec<Fabric>,
     pub devices: u64,
+    /// The CPUs beside the devices, whose memory may hold embedding tables.
+    pub host: Option<host::Host>,
     #[serde(skip)]
     stride: Vec<u64>,
     #[serde(skip)]
@@ -183,6 +187,7 @@ impl Network {
         Network {
             fabrics,
             devices,
+            host: None,
             stride,
             port_base,
             ports,
@@ -217,6 +222,12 @@ impl Network {
         };
         net.share_shapes(self);
         net
+    }
+
+    /// The same network with `host` beside its devices.
+    pub fn with_host(mut self, host: Option<host::Host>) -> Network {
+        self.host = host;
+        self
     }
 
     /// A copy that has computed no group shapes yet.

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::host::Host;
 use super::{Fabric, Network};
 use crate::budget::Budget;
 use crate::config::raw::SystemFile;
@@ -70,6 +71,8 @@ pub struct System {
     pub accelerator: PathBuf,
     pub devices: Option<u64>,
     pub fabrics: Vec<FabricSpec>,
+    /// The CPUs beside the accelerators (`None`: no CPU memory to hold tables).
+    pub host: Option<Host>,
     #[serde(skip)]
     source: Source,
 }
@@ -263,6 +266,11 @@ impl System {
                 block: f.block,
             });
         }
+        let host = raw
+            .host
+            .as_ref()
+            .map(|h| Host::from_raw(&check, h))
+            .transpose()?;
         Ok(System {
             file: file.to_string(),
             name: raw.name,
@@ -270,6 +278,7 @@ impl System {
             accelerator: PathBuf::from(raw.accelerator),
             devices: raw.devices,
             fabrics,
+            host,
             source: Source::Disk,
         })
     }
@@ -369,12 +378,14 @@ impl System {
         devices: u64,
         like: &Network,
     ) -> Result<Network, ConfigError> {
-        Ok(like.rebuilt(self.fabrics_for(arch, devices)?))
+        Ok(like
+            .rebuilt(self.fabrics_for(arch, devices)?)
+            .with_host(self.host))
     }
 
     /// The network for `devices` devices of `arch` (at most [`MAX_DEVICES`]).
     pub fn network(&self, arch: &Architecture, devices: u64) -> Result<Network, ConfigError> {
-        Ok(Network::new(self.fabrics_for(arch, devices)?))
+        Ok(Network::new(self.fabrics_for(arch, devices)?).with_host(self.host))
     }
 
     /// The fabrics joining `devices` devices of `arch`, innermost first (what

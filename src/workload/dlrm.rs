@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::graph::{Builder, Graph, KernelClass, LayerType, Split};
+use super::graph::{Builder, Graph, HostTables, KernelClass, LayerType, Phase, Split};
 use super::transformer::{hidden_and_heads, moe, transformer_layers, LayerShape, Moe};
 use super::Workload;
 use crate::config::raw::{DlrmRaw, FeatureTransformerRaw, TableGroupRaw};
@@ -34,6 +34,74 @@ pub struct Dlrm {
     pub transformer: Option<FeatureTransformer>,
     /// Mixture of experts on the top MLP's second and third layers.
     pub moe: Option<Moe>,
+    /// Tables of each group kept in host memory (none unless a system's `host:` places
+    /// them there: [`Dlrm::with_host_tables`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub host_tables: Vec<u64>,
+    /// Serving: the queries the system serves together, forward only (`None`: training).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inference: Option<DlrmInference>,
+}
+
+/// A recommendation model served: batches of `batch` queries through the forward pass
+/// (lookups, the pooled embeddings' all-to-all, the MLPs), nothing kept for a backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DlrmInference {
+    pub batch: u64,
+}
+
+impl Dlrm {
+    /// The same model with `per_group[i]` of group i's tables in host memory (at most the
+    /// group's tables).
+    pub fn with_host_tables(&self, per_group: &[u64]) -> Dlrm {
+        let host_tables = self
+            .embeddings
+            .iter()
+            .enumerate()
+            .map(|(i, g)| per_group.get(i).copied().unwrap_or(0).min(g.tables))
+            .collect::<Vec<u64>>();
+        Dlrm {
+            host_tables: if host_tables.iter().all(|&h| h == 0) {
+                Vec::new()
+            } else {
+                host_tables
+            },
+            ..self.clone()
+        }
+    }
+
+    /// Bytes one table of group `i` holds on a device: its rows and their optimizer state.
+    pub fn table_bytes(&self, i: usize) -> f64 {
+        let g = &self.embeddings[i];
+        g.rows as f64
+            * (g.dim as f64 * self.embedding_precision.bytes()
+                + self.embedding_optimizer.state_bytes_per_row(g.dim))
+    }
+
+    /// The tables of each group that stay beyond `room_bytes` of device memory when the
+    /// hottest tables (most lookups per row and sample) take the room first, whole.
+    pub fn tables_beyond(&self, room_bytes: f64) -> Vec<u64> {
+        let mut order: Vec<usize> = (0..self.embeddings.len()).collect();
+        let heat = |i: usize| {
+            let g = &self.embeddings[i];
+            g.lookups_per_sample as f64 / g.rows as f64
+        };
+        order.sort_by(|&a, &b| heat(b).total_cmp(&heat(a)).then(a.cmp(&b)));
+        let mut room = room_bytes.max(0.0);
+        let mut beyond = vec![0; self.embeddings.len()];
+        for i in order {
+            let (tables, each) = (self.embeddings[i].tables, self.table_bytes(i));
+            let fit = ((room / each).floor() as u64).min(tables);
+            room -= fit as f64 * each;
+            beyond[i] = tables - fit;
+        }
+        beyond
+    }
+
+    /// Tables of group `i` in host memory.
+    pub fn host_tables_of(&self, i: usize) -> u64 {
+        self.host_tables.get(i).copied().unwrap_or(0)
+    }
 }
 
 /// Transformer layers over a DLRM's feature vectors.
@@ -180,6 +248,15 @@ pub(super) fn dlrm(check: &Checker, raw: DlrmRaw, stem: String) -> Result<Worklo
     Ok(Workload::Dlrm(Dlrm {
         transformer,
         moe,
+        host_tables: Vec::new(),
+        inference: raw
+            .inference
+            .map(|i| {
+                check
+                    .positive_count("inference.batch", i.batch)
+                    .map(|batch| DlrmInference { batch })
+            })
+            .transpose()?,
         name: raw.name.unwrap_or(stem),
         batch: check.positive_count("batch", raw.batch)?,
         dense_features: check.positive_count("dense_features", raw.dense_features)?,
@@ -247,38 +324,57 @@ pub(super) fn mlp(g: &mut Builder, name: &str, batch: u64, mut width: u64, layer
 /// DLRM: bottom MLP on dense features, pooled embedding lookups, feature interaction, top
 /// MLP, loss.
 /// The embedding tables, sharded table-wise: pooled lookups and their fused optimizer
-/// update. Returns the feature vectors (the dense one included), the tables' bytes and
-/// their optimizer state's bytes.
-fn embeddings(g: &mut Builder, w: &Dlrm) -> (u64, f64, f64) {
+/// update. Tables kept in host memory run no kernel on the devices: their pooled vectors
+/// arrive from the hosts ([`HostTables`]), and their features still count. Returns the
+/// feature vectors (the dense one included), the device tables' bytes and their optimizer
+/// state's bytes, and the host-resident groups.
+fn embeddings(g: &mut Builder, w: &Dlrm) -> (u64, f64, f64, Vec<HostTables>) {
     let b = w.batch;
     let eb = w.embedding_precision.bytes();
     let mut features = 1;
     let mut table_bytes = 0.0;
     let mut table_state = 0.0;
+    let mut host = Vec::new();
     g.layer = LayerType::Embedding;
     g.split = Split::Table;
     for (i, t) in w.embeddings.iter().enumerate() {
-        let rows = (b * t.tables * t.lookups_per_sample) as f64;
-        let bytes = (t.tables * t.rows * t.dim) as f64 * eb;
+        features += t.tables;
+        let state_row = w.embedding_optimizer.state_bytes_per_row(t.dim);
+        let on_host = w.host_tables_of(i);
+        if on_host > 0 {
+            host.push(HostTables {
+                tables: on_host,
+                lookups: (b * on_host * t.lookups_per_sample) as f64,
+                row_bytes: t.dim as f64 * eb,
+                state_row_bytes: state_row,
+                pooled_bytes: (b * on_host * t.dim) as f64 * w.pooled_precision.bytes(),
+                table_bytes: (on_host * t.rows * t.dim) as f64 * eb,
+                state_bytes: (on_host * t.rows) as f64 * state_row,
+            });
+        }
+        let tables = t.tables - on_host;
+        if tables == 0 {
+            continue;
+        }
+        let rows = (b * tables * t.lookups_per_sample) as f64;
+        let bytes = (tables * t.rows * t.dim) as f64 * eb;
         table_bytes += bytes;
         g.embedding(
-            &format!("embedding bags {i} ({} tables)", t.tables),
+            &format!("embedding bags {i} ({tables} tables)"),
             rows,
             t.dim as f64 * eb,
-            (b * t.tables * t.dim) as f64 * w.pooled_precision.bytes(),
+            (b * tables * t.dim) as f64 * w.pooled_precision.bytes(),
             bytes,
-            (t.tables * t.rows * t.dim) as f64,
+            (tables * t.rows * t.dim) as f64,
             w.embedding_precision,
         );
         // The fused optimizer reads and writes the touched rows' state.
-        let state_row = w.embedding_optimizer.state_bytes_per_row(t.dim);
-        let state = (t.tables * t.rows) as f64 * state_row;
+        let state = (tables * t.rows) as f64 * state_row;
         g.fused_update_state(rows * state_row, state);
         table_state += state;
-        features += t.tables;
     }
     g.layer = LayerType::Dense;
-    (features, table_bytes, table_state)
+    (features, table_bytes, table_state, host)
 }
 
 /// The feature interaction; returns the top MLP's input width.
@@ -440,10 +536,38 @@ fn expert_top_mlp(g: &mut Builder, w: &Dlrm, moe: &Moe, top_in: u64) -> u64 {
 }
 
 pub(super) fn dlrm_graph(w: &Dlrm) -> Graph {
+    match w.inference {
+        None => training_graph(w),
+        Some(spec) => serving_graph(w, spec),
+    }
+}
+
+/// One batch of queries served: the training graph of a batch of that size, forward kernels
+/// only; no gradients, optimizer state (the tables' included) or update. The activations
+/// are those a training forward pass keeps, a bound on what serving holds live.
+fn serving_graph(w: &Dlrm, spec: DlrmInference) -> Graph {
+    let served = Dlrm {
+        batch: spec.batch,
+        inference: None,
+        ..w.clone()
+    };
+    let mut g = training_graph(&served);
+    g.kernels.retain(|k| k.phase == Phase::Forward);
+    g.trains = false;
+    g.memory.gradients_bytes = 0.0;
+    g.memory.optimizer_state_bytes = 0.0;
+    g.table_state_bytes = 0.0;
+    for t in &mut g.host_tables {
+        t.state_bytes = 0.0;
+    }
+    g
+}
+
+fn training_graph(w: &Dlrm) -> Graph {
     let mut g = Builder::with_roles(w.precisions, Recompute::None);
     let b = w.batch;
     let dim = mlp(&mut g, "bottom", b, w.dense_features, &w.bottom_mlp);
-    let (features, table_bytes, table_state) = embeddings(&mut g, w);
+    let (features, table_bytes, table_state, host_tables) = embeddings(&mut g, w);
     g.split = Split::Replicated;
     let top_in = interaction(&mut g, w, features, dim);
     g.split = Split::Replicated;
@@ -470,6 +594,7 @@ pub(super) fn dlrm_graph(w: &Dlrm) -> Graph {
         0.0,
     );
     graph.table_state_bytes = table_state;
+    graph.host_tables = host_tables;
     graph.experts = w.moe.map_or(1, |m| m.experts);
     graph.memory.optimizer_state_bytes += table_state;
     graph

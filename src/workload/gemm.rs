@@ -61,5 +61,6 @@ pub(super) fn gemm_graph(g: &Gemm) -> Graph {
         parallel_blocks: false,
         layer_parts: Vec::new(),
         part_of: None,
+        host_tables: Vec::new(),
     }
 }

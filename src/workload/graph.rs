@@ -342,6 +342,24 @@ pub struct Graph {
     /// The layer type this graph holds alone, when it is one part of a model
     /// ([`Graph::part`]).
     pub part_of: Option<LayerType>,
+    /// Embedding tables kept in host memory, by group (no kernel of theirs is in
+    /// `kernels`; the system's host prices them).
+    pub host_tables: Vec<HostTables>,
+}
+
+/// A group of embedding tables in host memory, for one iteration of the whole batch.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct HostTables {
+    pub tables: u64,
+    /// Rows read by the forward lookups (and written back by the update).
+    pub lookups: f64,
+    pub row_bytes: f64,
+    /// Optimizer state per row, read and written with each touched row.
+    pub state_row_bytes: f64,
+    /// The pooled vectors sent to the devices (and their gradients sent back).
+    pub pooled_bytes: f64,
+    pub table_bytes: f64,
+    pub state_bytes: f64,
 }
 
 /// What one layer type holds of a graph's totals (see [`Graph::part`]).
@@ -460,6 +478,11 @@ impl Graph {
             table_state_bytes: table_state,
             layer_parts: vec![*part],
             part_of: Some(layer),
+            host_tables: if layer == LayerType::Embedding {
+                self.host_tables.clone()
+            } else {
+                Vec::new()
+            },
             ..self.clone_totals()
         })
     }
@@ -489,6 +512,7 @@ impl Graph {
             parallel_blocks: self.parallel_blocks,
             layer_parts: Vec::new(),
             part_of: None,
+            host_tables: Vec::new(),
         }
     }
 }
@@ -1255,6 +1279,7 @@ impl Builder {
             parallel_blocks: false,
             layer_parts,
             part_of: None,
+            host_tables: Vec::new(),
         }
     }
 }

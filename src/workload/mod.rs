@@ -10,7 +10,8 @@
 //! Owns: one file per kind (`gemm.rs`, `lstm.rs`, `transformer.rs`, `dlrm.rs`: the checked
 //! struct, its checks and its lowering), the [`Graph`] and its `Builder` (`graph.rs`: the
 //! kernels of forward, backward, recomputation and update, with the memory they keep),
-//! serving graphs ([`inference`]). Imports the configuration stage only.
+//! serving graphs ([`inference`]; a recommendation model serves through `dlrm.rs`, forward
+//! only). Imports the configuration stage only.
 //!
 //! A new workload kind: a raw struct in `crate::config::raw`, a file here with its checked
 //! struct, its checks and its lowering through the `Builder`, a [`Workload`] variant, its
@@ -30,14 +31,14 @@ use std::path::Path;
 use serde::Serialize;
 
 pub use graph::{
-    optimizer_state_bytes, AttentionShape, Footprint, Graph, Kernel, KernelClass, LayerPart,
-    LayerType, Op, Phase, Position, Split,
+    optimizer_state_bytes, AttentionShape, Footprint, Graph, HostTables, Kernel, KernelClass,
+    LayerPart, LayerType, Op, Phase, Position, Split,
 };
 
 use crate::config::raw::{GemmRaw, PrecisionsRaw, WorkloadHeader};
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
 use crate::domain::{Precision, Precisions, Recompute};
-pub use dlrm::{Dlrm, FeatureTransformer, TableGroup};
+pub use dlrm::{Dlrm, DlrmInference, FeatureTransformer, TableGroup};
 pub use gemm::Gemm;
 pub use lstm::Lstm;
 pub use transformer::{Moe, Transformer};
@@ -140,6 +141,50 @@ impl Workload {
         match self {
             Workload::Transformer(t) => t.inference.as_ref().map(|spec| (t, spec)),
             _ => None,
+        }
+    }
+
+    /// The queries a served recommendation model takes per batch (`None`: training, or
+    /// another kind).
+    pub fn queries_per_batch(&self) -> Option<u64> {
+        match self {
+            Workload::Dlrm(w) => w.inference.map(|i| i.batch),
+            _ => None,
+        }
+    }
+
+    /// A recommendation model's embedding table groups (`None` for other kinds).
+    pub fn table_groups(&self) -> Option<&[TableGroup]> {
+        match self {
+            Workload::Dlrm(w) => Some(&w.embeddings),
+            _ => None,
+        }
+    }
+
+    /// Tables of each group kept in host memory (empty: none, or not a recommendation
+    /// model).
+    pub fn host_tables(&self) -> &[u64] {
+        match self {
+            Workload::Dlrm(w) => &w.host_tables,
+            _ => &[],
+        }
+    }
+
+    /// Tables of each group beyond `room_bytes` of device memory, the hottest kept
+    /// ([`Dlrm::tables_beyond`]; empty for a workload without tables).
+    pub fn tables_beyond(&self, room_bytes: f64) -> Vec<u64> {
+        match self {
+            Workload::Dlrm(w) => w.tables_beyond(room_bytes),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The same workload with `per_group[i]` of table group i in host memory (a workload
+    /// without tables unchanged).
+    pub fn with_host_tables(&self, per_group: &[u64]) -> Workload {
+        match self {
+            Workload::Dlrm(w) => Workload::Dlrm(w.with_host_tables(per_group)),
+            other => other.clone(),
         }
     }
 

@@ -159,6 +159,7 @@ pub fn baseline(
     network: &Network,
     devices: u64,
 ) -> Option<Strategy> {
+    let workload = &*crate::distributed::placed(workload, arch, network);
     let all = enumerate(workload, devices).ok()?;
     let data = (0..=3u8).flat_map(|zero| {
         let plain = Strategy {
@@ -375,6 +376,7 @@ pub fn search(
     settings: &Settings,
     progress: &Progress,
 ) -> SearchResult {
+    let workload = &*crate::distributed::placed(workload, arch, net);
     let top = settings.top.max(1);
     let mut all: Vec<Strategy> = base.into_iter().copied().collect();
     all.extend(strategies.iter().filter(|s| Some(*s) != base));

@@ -1,0 +1,162 @@
+//! Embedding tables in the CPUs' DDR memory (Zion Sec. IV, Table I; TPU v4 Sec. 3.5, Fig. 9):
+//! where each table lives, and what the hosts spend on the tables they hold.
+//!
+//! Placement ([`place`]): the system's `host.tables` puts every table on the devices, every
+//! table in host memory, or (auto) the hottest tables, most lookups per row first, on the
+//! devices while they fit beside the dense model (its weights, gradients and optimizer state
+//! replicated, and its activations split over every device, as data parallelism holds them),
+//! whole tables at a time; the rest in host memory. A model whose tables all fit stays as it
+//! was.
+//!
+//! Price ([`HostReport::of`]), per iteration of the whole batch, the tables spread evenly
+//! over every socket of the system: each socket gathers its tables' rows from DDR and pools
+//! them; the pooled vectors cross each device's host link to the devices that train on those
+//! samples (a data-parallel replica's `devices / d` ranks all take its samples'); in training
+//! their gradients cross back and the socket updates the touched rows and their optimizer
+//! state in DDR. Transfers that are staged through host memory pay a DDR copy and half the
+//! link ([`Host`]). The lookups of a socket, its transfers and its update run one after
+//! another, beside the devices' dense step a batch ahead (as embedding engines do, TPU v4
+//! Fig. 10): the iteration takes the longer of the two.
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+
+use crate::domain::{TablePlacement, Transfers};
+use crate::generator::Architecture;
+use crate::network::host::Host;
+use crate::network::Network;
+use crate::parallel::Strategy;
+use crate::violation::Violation;
+use crate::workload::{Graph, Workload};
+
+/// `workload` with its tables placed as `net`'s host places them ([`place`]); the workload
+/// itself when it has no tables, the system no host, or every table stays on the devices.
+/// What every prediction on a system prices.
+pub fn placed<'a>(workload: &'a Workload, arch: &Architecture, net: &Network) -> Cow<'a, Workload> {
+    let Some(host) = &net.host else {
+        return Cow::Borrowed(workload);
+    };
+    if workload.table_groups().is_none() || !workload.host_tables().is_empty() {
+        return Cow::Borrowed(workload);
+    }
+    let per_group = place(workload, &workload.graph(), arch, net.devices, host);
+    if per_group.is_empty() {
+        Cow::Borrowed(workload)
+    } else {
+        Cow::Owned(workload.with_host_tables(&per_group))
+    }
+}
+
+/// The tables of each group to keep in host memory for `workload` on `devices` devices of
+/// `arch` beside `host`; `graph` is the workload's graph with every table on the devices.
+/// Empty when every table stays on the devices.
+pub(super) fn place(
+    workload: &Workload,
+    graph: &Graph,
+    arch: &Architecture,
+    devices: u64,
+    host: &Host,
+) -> Vec<u64> {
+    let Some(groups) = workload.table_groups() else {
+        return Vec::new();
+    };
+    let placed = match host.tables {
+        TablePlacement::Device => return Vec::new(),
+        TablePlacement::Host => groups.iter().map(|g| g.tables).collect(),
+        TablePlacement::Auto => {
+            let m = &graph.memory;
+            let weight_bytes = graph.precisions.weights.bytes();
+            let dense_weights = graph.parameters_by_position.iter().sum::<f64>() * weight_bytes;
+            let tables = (m.weights_bytes - dense_weights).max(0.0);
+            let dense = m.weights_bytes - tables + m.gradients_bytes + m.optimizer_state_bytes
+                - graph.table_state_bytes
+                + m.activations_bytes / devices as f64;
+            let room = (arch.memory_capacity_bytes - dense).max(0.0) * devices as f64;
+            workload.tables_beyond(room)
+        }
+    };
+    if placed.iter().all(|&h| h == 0) {
+        Vec::new()
+    } else {
+        placed
+    }
+}
+
+/// What the hosts spend per iteration on the tables they hold.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostReport {
+    /// Tables in host memory, and their bytes with their optimizer state.
+    pub tables: u64,
+    pub tables_bytes: f64,
+    /// CPU sockets of the system, and the memory they have together.
+    pub sockets: f64,
+    pub memory_capacity_bytes: f64,
+    pub transfers: Transfers,
+    /// The lookups and pooling in DDR (with staged copies of the pooled vectors).
+    pub gather_s: f64,
+    /// Each device's pooled vectors over its host link, and in training their gradients
+    /// back.
+    pub transfer_s: f64,
+    /// Training: the pooled gradients read, the touched rows and their optimizer state read
+    /// and written in DDR (with staged copies of the gradients).
+    pub update_s: f64,
+    /// All of it, one after another: the time the hosts take per iteration.
+    pub time_s: f64,
+    /// Energy of the sockets while they work (0 when the system gives no socket power).
+    pub energy_j: f64,
+}
+
+impl HostReport {
+    /// The hosts' work on `graph`'s host tables under `s` on `devices` devices (`None` when
+    /// the graph keeps no table in host memory). `trains`: the iteration has a backward and
+    /// an update.
+    pub(super) fn of(graph: &Graph, host: &Host, s: &Strategy, devices: u64) -> Option<Self> {
+        if graph.host_tables.is_empty() {
+            return None;
+        }
+        let trains = graph.trains;
+        let sockets = devices as f64 * host.sockets_per_device;
+        let ddr = sockets * host.memory_bandwidth_bytes_per_s_per_socket;
+        let copy = host.copy_bytes_per_byte();
+        let (mut gather, mut update, mut pooled, mut tables, mut bytes) = (0.0, 0.0, 0.0, 0, 0.0);
+        for t in &graph.host_tables {
+            let rows = t.lookups * t.row_bytes;
+            gather += rows + t.pooled_bytes * (1.0 + copy);
+            update += t.pooled_bytes * (1.0 + copy) + 2.0 * t.lookups * t.state_row_bytes;
+            update += 2.0 * rows;
+            pooled += t.pooled_bytes;
+            tables += t.tables;
+            bytes += t.table_bytes + t.state_bytes;
+        }
+        // Each data-parallel replica's samples go to all its devices.
+        let per_device = pooled / s.data as f64;
+        let one_way = per_device / host.transfer_bytes_per_s() + host.transfer_latency_s();
+        let passes = if trains { 2.0 } else { 1.0 };
+        let gather_s = gather / ddr;
+        let update_s = if trains { update / ddr } else { 0.0 };
+        let transfer_s = passes * one_way;
+        let time_s = gather_s + transfer_s + update_s;
+        Some(HostReport {
+            tables,
+            tables_bytes: bytes,
+            sockets,
+            memory_capacity_bytes: sockets * host.memory_bytes_per_socket,
+            transfers: host.transfers,
+            gather_s,
+            transfer_s,
+            update_s,
+            time_s,
+            energy_j: host.power_w_per_socket.unwrap_or(0.0) * sockets * time_s,
+        })
+    }
+
+    /// The host tables beyond the sockets' memory, if they are.
+    pub(super) fn violation(&self) -> Option<Violation> {
+        (self.tables_bytes > self.memory_capacity_bytes).then_some(Violation::HostMemoryExceeded {
+            tables_bytes: self.tables_bytes,
+            capacity_bytes: self.memory_capacity_bytes,
+            sockets: self.sockets,
+        })
+    }
+}

@@ -1,0 +1,295 @@
+//! Recommendation models beyond the devices' memory and served (issue 21): embedding tables
+//! in the CPUs' DDR (Zion Sec. IV, Table I; TPU v4 Sec. 3.5, Fig. 9), GPU-direct against
+//! host-staged transfers (Zion Sec. V-B), and DLRM inference (MAD Max Fig. 11b).
+
+mod common;
+
+use common::root;
+use stackflow::config::Source;
+use stackflow::distributed::predict;
+use stackflow::domain::{TablePlacement, Transfers};
+use stackflow::generator::Architecture;
+use stackflow::network::System;
+use stackflow::parallel::Strategy;
+use stackflow::violation::Violation;
+use stackflow::workload::{Phase, Workload};
+
+fn system(file: &str) -> (System, Architecture) {
+    let s = System::load(Source::Disk, &root().join(file)).unwrap();
+    let a = s.accelerator().unwrap();
+    (s, a)
+}
+
+fn workload(file: &str) -> Workload {
+    Workload::load(Source::Disk, &root().join(file)).unwrap()
+}
+
+/// `system` with its host's placement and transfers set.
+fn hosted(mut s: System, tables: TablePlacement, transfers: Transfers) -> System {
+    let host = s.host.as_mut().expect("the system has CPUs");
+    host.tables = tables;
+    host.transfers = transfers;
+    s
+}
+
+#[test]
+fn dlrm_b_trains_on_zion_with_its_tables_in_cpu_ddr_and_staging_is_slower() {
+    let (sys, v100) = system("templates/zion.yaml");
+    let dlrm = workload("workloads/dlrm-b.yaml");
+    let d8 = Strategy::parse("d8").unwrap();
+    let run = |tables, transfers| {
+        let s = hosted(sys.clone(), tables, transfers);
+        predict(&dlrm, &v100, &s.network(&v100, 8).unwrap(), &d8).unwrap()
+    };
+    // On the devices alone the 1.2 TiB of tables cannot fit the 8 x 16 GiB of HBM.
+    let device = run(TablePlacement::Device, Transfers::Direct);
+    assert!(!device.feasible);
+    assert!(device
+        .violations
+        .iter()
+        .any(|v| matches!(v, Violation::TablesExceedSystem { .. })));
+    assert!(device.host_tables.is_none());
+
+    // With the CPUs' 2 TB of DDR beside them it trains: the hottest tables fill the HBM the
+    // dense model leaves, the rest live in DDR, and the hosts pace the iteration.
+    let direct = run(TablePlacement::Auto, Transfers::Direct);
+    assert!(direct.feasible, "{:?}", direct.violations);
+    let host = direct.host_tables.as_ref().unwrap();
+    assert!(host.tables > 0 && host.tables < 400, "{}", host.tables);
+    assert!(host.tables_bytes < host.memory_capacity_bytes);
+    assert!(direct.memory_per_device_bytes <= direct.memory_capacity_bytes);
+    assert_eq!(direct.time_per_iteration_s, host.time_s);
+    assert!(host.update_s > host.gather_s && host.gather_s > host.transfer_s);
+
+    // Host-staged transfers copy through a bounce buffer and share the link to the CPU:
+    // slower than GPU-direct (Zion Sec. V-B, Fig. 14), by the transfers' share and more.
+    let staged = run(TablePlacement::Auto, Transfers::Staged);
+    let slower = staged.time_per_iteration_s / direct.time_per_iteration_s;
+    let transfer_share = host.transfer_s / host.time_s;
+    println!(
+        "DLRM-B on Zion: {:.2} s direct, {:.2} s staged ({slower:.3}x); {} of 400 tables in DDR",
+        direct.time_per_iteration_s, staged.time_per_iteration_s, host.tables
+    );
+    assert!(
+        slower > 1.0 + transfer_share,
+        "{slower} vs {transfer_share}"
+    );
+
+    // Every table in DDR: more host work than keeping the hottest on the devices.
+    let all_host = run(TablePlacement::Host, Transfers::Direct);
+    assert_eq!(all_host.host_tables.as_ref().unwrap().tables, 400);
+    assert!(all_host.time_per_iteration_s > direct.time_per_iteration_s);
+}
+
+#[test]
+fn placement_keeps_the_hottest_tables_on_the_devices() {
+    // Two groups of equal bytes; the second is read 8x as often per row. Room for one group.
+    let text = "version: 1\nkind: dlrm\nname: two-heats\nbatch: 8192\ndense_features: 64\n\
+                bottom_mlp: [64]\ntop_mlp: [64, 1]\nembeddings:\n\
+                - {tables: 10, rows: 10000000, dim: 64, lookups_per_sample: 1}\n\
+                - {tables: 10, rows: 10000000, dim: 64, lookups_per_sample: 8}\n\
+                interaction: dot\nprecision: fp16\nembedding_precision: fp32\n";
+    let w = Workload::from_yaml("two.yaml", text).unwrap();
+    let Workload::Dlrm(d) = &w else {
+        unreachable!()
+    };
+    let group = 10.0 * d.table_bytes(0);
+    assert_eq!(w.tables_beyond(group * 1.05), vec![10, 0]);
+    assert_eq!(w.tables_beyond(group * 1.55), vec![5, 0]);
+    assert_eq!(w.tables_beyond(0.0), vec![10, 10]);
+    assert_eq!(w.tables_beyond(f64::INFINITY), vec![0, 0]);
+    // The devices then run lookups of the hot group only; the host holds the cold one.
+    let placed = w.with_host_tables(&[10, 0]).graph();
+    assert_eq!(placed.host_tables.len(), 1);
+    assert_eq!(placed.host_tables[0].tables, 10);
+    assert_eq!(placed.host_tables[0].lookups, (8192 * 10) as f64);
+}
+
+#[test]
+fn sparse_cores_beat_cpu_hosted_embeddings_five_to_seven_times_on_dlrm0() {
+    // TPU v4 Fig. 9 and Sec. 3.5: "When embeddings are placed in CPU memory on TPU v4,
+    // performance drops by 5x-7x, with bottlenecks due to CPU memory bandwidth."
+    let (sys, v4) = system("templates/tpu-v4-pod.yaml");
+    let sys = sys.with_slice(&[4, 4, 8]).unwrap();
+    let dlrm0 = workload("workloads/dlrm0-tpu.yaml");
+    let d128 = Strategy::parse("d128").unwrap();
+    let run = |tables| {
+        let s = hosted(sys.clone(), tables, Transfers::Direct);
+        predict(&dlrm0, &v4, &s.network(&v4, 128).unwrap(), &d128).unwrap()
+    };
+    let sparse = run(TablePlacement::Device);
+    let cpu = run(TablePlacement::Host);
+    assert!(sparse.sparse_core_s > 0.0 && cpu.sparse_core_s == 0.0);
+    let h = cpu.host_tables.as_ref().unwrap();
+    let drop = cpu.time_per_iteration_s / sparse.time_per_iteration_s;
+    println!(
+        "DLRM0 on 128 TPU v4: SparseCore {:.1} ms, embeddings in CPU memory {:.1} ms ({drop:.2}x; \
+         hosts: lookups {:.1} ms, transfers {:.1} ms, update {:.1} ms)",
+        sparse.time_per_iteration_s * 1e3,
+        cpu.time_per_iteration_s * 1e3,
+        h.gather_s * 1e3,
+        h.transfer_s * 1e3,
+        h.update_s * 1e3
+    );
+    assert!((5.0..=7.0).contains(&drop), "{drop}");
+    // The bottleneck is the CPUs' memory bandwidth, as the paper says.
+    assert!(h.gather_s + h.update_s > 2.0 * h.transfer_s);
+}
+
+#[test]
+fn tables_beyond_every_socket_are_infeasible_with_the_reason() {
+    // DLRM-A's 3 TiB of fp32 tables exceed Zion's 2 TiB of DDR however they are placed.
+    let (sys, v100) = system("templates/zion.yaml");
+    let dlrm = workload("workloads/dlrm-a.yaml");
+    let net = sys.network(&v100, 8).unwrap();
+    let p = predict(&dlrm, &v100, &net, &Strategy::parse("d8").unwrap()).unwrap();
+    assert!(!p.feasible);
+    let v = p
+        .violations
+        .iter()
+        .find(|v| matches!(v, Violation::HostMemoryExceeded { .. }))
+        .expect("host memory exceeded");
+    assert!(v.to_string().contains("CPU sockets"), "{v}");
+}
+
+#[test]
+fn dlrm_inference_runs_forward_only_and_ranks_strategies() {
+    let serve = workload("workloads/dlrm-a-inference.yaml");
+    let train = workload("workloads/dlrm-a.yaml");
+    let g = serve.graph();
+    assert!(!g.trains);
+    assert!(g.kernels.iter().all(|k| k.phase == Phase::Forward));
+    assert_eq!(
+        g.memory.gradients_bytes + g.memory.optimizer_state_bytes,
+        0.0
+    );
+    assert_eq!(serve.queries_per_batch(), Some(65536));
+
+    let (sys, a100) = system("templates/zionex.yaml");
+    let net = sys.network(&a100, 128).unwrap();
+    let time = |w: &Workload, s: &str| {
+        let s = if s.starts_with('(') {
+            Strategy::from_madmax(s, 8, 128).unwrap()
+        } else {
+            Strategy::parse(s).unwrap()
+        };
+        let p = predict(w, &a100, &net, &s).unwrap();
+        assert!(p.feasible, "{s}: {:?}", p.violations);
+        p
+    };
+    // Serving a batch costs its forward pass: well under a training iteration of it, and
+    // with no gradient traffic listed.
+    let served = time(&serve, "d128");
+    let trained = time(&train, "d128");
+    assert!(served.time_per_iteration_s < 0.5 * trained.time_per_iteration_s);
+    assert!(served
+        .communication
+        .iter()
+        .all(|c| !c.name.contains("gradient")));
+    let qps = 65536.0 / served.time_per_iteration_s;
+    assert!((served.tokens_per_s - qps).abs() < 1e-6 * qps);
+    // FSDP gathers each weight once per batch, not twice as in training.
+    let fsdp = time(&serve, "d128-z3");
+    let gathers = fsdp
+        .communication
+        .iter()
+        .find(|c| c.name.contains("weight gather"))
+        .unwrap();
+    assert_eq!(gathers.calls, 1.0);
+    let tp = time(&serve, "(TP, DDP)");
+    println!(
+        "DLRM-A inference, 64K queries on 128 A100: (TP, DDP) {:.2} ms, FSDP {:.2} ms, DDP {:.2} ms",
+        tp.time_per_iteration_s * 1e3,
+        fsdp.time_per_iteration_s * 1e3,
+        served.time_per_iteration_s * 1e3
+    );
+}
+
+#[test]
+fn bad_host_and_serving_inputs_exit_2_naming_the_field() {
+    let scratch = common::Scratch::new("recommendation-bad-input");
+    // A DLRM inference batch of 0.
+    let text = std::fs::read_to_string(root().join("workloads/dlrm-a-inference.yaml")).unwrap();
+    let zero = scratch.write("zero.yaml", &text.replace("  batch: 65536", "  batch: 0"));
+    let (code, _, err) = common::stackflow(&[
+        "predict",
+        "--system",
+        "templates/zionex.yaml",
+        "--workload",
+        &zero,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("inference.batch") && err.contains("zero.yaml"),
+        "{err}"
+    );
+    // A transformer's serving keys on a recommendation model.
+    let tokens = scratch.write(
+        "tokens.yaml",
+        &text.replace("  batch: 65536", "  batch: 64\n  prompt_tokens: 8"),
+    );
+    let (code, _, err) = common::stackflow(&["predict", "--workload", &tokens]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("prompt_tokens"), "{err}");
+    // Host-memory tables on a system without CPUs.
+    let (code, _, err) = common::stackflow(&[
+        "predict",
+        "--system",
+        "templates/zionex.yaml",
+        "--workload",
+        "workloads/dlrm-b.yaml",
+        "--tables",
+        "host",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--tables") && err.contains("host:") && err.contains("zionex.yaml"),
+        "{err}"
+    );
+    // A host section with no sockets.
+    let zion = std::fs::read_to_string(root().join("templates/zion.yaml")).unwrap();
+    let beside = root().join("templates/zion-no-sockets.tmp.yaml");
+    std::fs::write(&beside, zion.replace("  sockets: 8 ", "  sockets: 0 ")).unwrap();
+    let (code, _, err) = common::stackflow(&[
+        "predict",
+        "--system",
+        &beside.display().to_string(),
+        "--workload",
+        "workloads/dlrm-b.yaml",
+    ]);
+    let _ = std::fs::remove_file(&beside);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("host.sockets"), "{err}");
+}
+
+#[test]
+fn the_cli_reports_host_tables_and_serving() {
+    let (code, out, err) = common::stackflow(&[
+        "predict",
+        "--system",
+        "templates/zion.yaml",
+        "--workload",
+        "workloads/dlrm-b.yaml",
+        "--host-transfers",
+        "staged",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("host tables") && out.contains("host-staged"),
+        "{out}"
+    );
+    let (code, out, err) = common::stackflow(&[
+        "predict",
+        "--system",
+        "templates/zionex.yaml",
+        "--workload",
+        "workloads/dlrm-a-inference.yaml",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let latency = v["serving"]["latency_s"].as_f64().unwrap();
+    let qps = v["serving"]["queries_per_s"].as_f64().unwrap();
+    assert!((qps * latency - 65536.0).abs() < 1e-6 * 65536.0);
+    assert!(v["serving"]["joules_per_query"].as_f64().unwrap() > 0.0);
+}
