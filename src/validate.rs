@@ -55,6 +55,9 @@ struct Training {
     slice: Option<Vec<u64>>,
     workload: String,
     strategy: String,
+    /// Where the embedding tables live (the system's `host.tables` otherwise).
+    #[serde(default)]
+    tables: Option<crate::domain::TablePlacement>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -247,6 +250,21 @@ impl Ctx {
         let mut system = self.system(&t.system)?;
         if let Some(dims) = &t.slice {
             system = system.with_slice(dims)?;
+        }
+        if let Some(tables) = t.tables {
+            let file = system.file.clone();
+            let Some(host) = system.host.as_mut() else {
+                return Err(ConfigError::invalid(
+                    &self.path(&t.system).display().to_string(),
+                    "tables",
+                    format!("{tables:?}").to_lowercase(),
+                    format!(
+                        "a system with a host: section (CPUs to hold the tables); {file} has none"
+                    ),
+                )
+                .into());
+            };
+            host.tables = tables;
         }
         let arch = system.accelerator()?;
         let net = system.network(&arch, t.devices)?;
