@@ -2641,7 +2641,12 @@ fn bisection_of_tori_switches_and_meshes() {
 /// goodput, and at 99.5% a 1K slice is far less available than with OCS.
 #[test]
 fn ocs_slice_goodput_matches_the_papers_reading() {
-    use stackflow::network::availability::goodput;
+    use stackflow::network::availability::{goodput, Pod};
+    // The TPU v4 pod as its template gives it: 4x4x4 blocks, 4 chips per host.
+    let (sys, _) = system("templates/tpu-v4-pod.yaml");
+    let pod = Pod::of(&sys, 4096).unwrap();
+    assert_eq!((pod.block_chips, pod.chips_per_host), (64, 4));
+    let goodput = |slice, a| goodput(&pod, slice, a);
     for a in [0.99, 0.995] {
         for (slice, expected) in [(1024, 0.75), (2048, 0.50), (3072, 0.75)] {
             let g = goodput(slice, a).unwrap();
@@ -2666,4 +2671,15 @@ fn ocs_slice_goodput_matches_the_papers_reading() {
     let (code, _, err) = common::stackflow(&["availability", "--slices", "100"]);
     assert_eq!(code, 2);
     assert!(err.contains("multiple of the 64-chip block"), "{err}");
+    // An OCS question on a torus without blocks (TPU v3's 2D torus).
+    let (code, _, err) =
+        common::stackflow(&["availability", "--system", "templates/tpu-v3-pod.yaml"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("tpu-v3-pod.yaml") && err.contains("block") && err.contains("(missing)"),
+        "{err}"
+    );
+    let (code, _, err) = common::stackflow(&["availability", "--pod-chips", "100"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--pod-chips = 100"), "{err}");
 }

@@ -10,7 +10,7 @@ mod sweep;
 mod table;
 mod validate;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
@@ -159,10 +159,17 @@ enum Command {
     /// intensity (FLOP per byte of main memory) and time of one device's shard, on one
     /// accelerator (default budgets/v100.yaml). With --out, a CSV and the figure's SVG.
     Intensity(intensity::Args),
-    /// TPU v4 Fig. 4: the goodput of slices of a 4096-chip supercomputer (64-chip blocks,
-    /// 4 chips per CPU host) with optical circuit switches and statically cabled, by host
-    /// availability.
+    /// TPU v4 Fig. 4: the goodput of slices of a supercomputer of blocks (4096 TPU v4
+    /// chips: 64-chip blocks, 4 chips per CPU host, from templates/tpu-v4-pod.yaml) with
+    /// optical circuit switches and statically cabled, by host availability.
     Availability {
+        /// A system file whose torus is built of blocks (`block:`) and whose `host:` gives
+        /// the chips per CPU host (default: the embedded templates/tpu-v4-pod.yaml).
+        #[arg(long)]
+        system: Option<PathBuf>,
+        /// Chips in the supercomputer (default 4096, TPU v4 paper Sec. 2).
+        #[arg(long, default_value_t = stackflow::network::availability::TPU_V4_POD_CHIPS)]
+        pod_chips: u64,
         /// Host availabilities, comma-separated (default 0.99, 0.995, 0.999).
         #[arg(long, value_delimiter = ',')]
         host_availability: Vec<f64>,
@@ -266,18 +273,38 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Search(args) => return search::run(args),
         Command::Intensity(args) => intensity::run(args),
         Command::Availability {
+            system,
+            pod_chips,
             host_availability,
             slices,
             json,
-        } => availability(&host_availability, &slices, json),
+        } => availability(
+            system.as_deref(),
+            pod_chips,
+            &host_availability,
+            &slices,
+            json,
+        ),
     };
     done.map(|()| Outcome::Done)
 }
 
 /// Runs `availability` (TPU v4 Fig. 4): a table of goodput by slice size and host
 /// availability, with and without OCS.
-fn availability(hosts: &[f64], slices: &[u64], json: bool) -> anyhow::Result<()> {
-    use stackflow::network::availability::goodput;
+fn availability(
+    system: Option<&Path>,
+    pod_chips: u64,
+    hosts: &[f64],
+    slices: &[u64],
+    json: bool,
+) -> anyhow::Result<()> {
+    use stackflow::network::availability::{goodput, Pod};
+    let (source, file) = match system {
+        Some(p) => (Source::Disk, p.to_path_buf()),
+        None => (Source::Embedded, PathBuf::from("templates/tpu-v4-pod.yaml")),
+    };
+    let system = stackflow::network::System::load(source, &file)?;
+    let pod = Pod::of(&system, pod_chips)?;
     let hosts = if hosts.is_empty() {
         vec![0.99, 0.995, 0.999]
     } else {
@@ -291,14 +318,18 @@ fn availability(hosts: &[f64], slices: &[u64], json: bool) -> anyhow::Result<()>
     let mut rows = Vec::new();
     for &a in &hosts {
         for &s in &slices {
-            rows.push(goodput(s, a)?);
+            rows.push(goodput(&pod, s, a)?);
         }
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    println!("goodput: expected share of a 4096-chip TPU v4 supercomputer running slices (TPU v4 Fig. 4)");
+    println!(
+        "goodput: expected share of a {}-chip {} supercomputer running slices ({}-chip blocks, \
+         {} chips per host; TPU v4 Fig. 4)",
+        pod.chips, system.name, pod.block_chips, pod.chips_per_host
+    );
     println!(
         "{:>6} {:>7} {:>10} {:>10} {:>16} {:>16}",
         "hosts", "slice", "OCS", "static", "one slice, OCS", "one slice, static"

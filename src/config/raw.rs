@@ -534,7 +534,8 @@ pub struct SystemFile {
     pub host: Option<HostRaw>,
 }
 
-/// A system's CPUs: `sockets` of them per `devices` accelerators.
+/// A system's CPU hosts: each host machine has `sockets` CPU sockets and carries
+/// `devices` accelerators.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostRaw {

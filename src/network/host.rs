@@ -19,6 +19,8 @@ pub use crate::domain::{TablePlacement, Transfers};
 pub struct Host {
     /// CPU sockets per accelerator (Zion: 8 beside 8; TPU v4: a two-socket host per 4 chips).
     pub sockets_per_device: f64,
+    /// Accelerators one host machine carries (the file's `devices`: TPU v4, 4 chips).
+    pub devices_per_host: u64,
     pub memory_bytes_per_socket: f64,
     pub memory_bandwidth_bytes_per_s_per_socket: f64,
     /// Each accelerator's link to its host, each way.
@@ -38,6 +40,7 @@ impl Host {
         let devices = check.positive_count("host.devices", raw.devices)?;
         Ok(Host {
             sockets_per_device: sockets as f64 / devices as f64,
+            devices_per_host: devices,
             memory_bytes_per_socket: check
                 .positive("host.memory_gib_per_socket", raw.memory_gib_per_socket)?
                 * (1u64 << 30) as f64,
