@@ -100,6 +100,13 @@ enum Run {
         measured: f64,
         tolerance: f64,
     },
+    /// Training throughput of a recommendation model, million samples (queries) per second.
+    Mqps {
+        #[serde(flatten)]
+        run: Training,
+        measured: f64,
+        tolerance: f64,
+    },
     /// Mean power per chip over the run (idle floor plus activity), W.
     MeanPowerW {
         #[serde(flatten)]
@@ -393,6 +400,19 @@ impl Ctx {
                 let p = self.train(run)?;
                 let rate = p.tokens_per_s / p.devices as f64;
                 one(Point::relative(*measured, rate, "tokens/s/GPU", *tolerance))
+            }
+            Run::Mqps {
+                run,
+                measured,
+                tolerance,
+            } => {
+                let p = self.train(run)?;
+                one(Point::relative(
+                    *measured,
+                    p.tokens_per_s / 1e6,
+                    "MQPS",
+                    *tolerance,
+                ))
             }
             Run::MeanPowerW {
                 run,
