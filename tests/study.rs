@@ -529,3 +529,26 @@ fn intensity_falls_with_parallelism() {
     assert_eq!(code, 2);
     assert!(err.contains("device counts from 1 to 1,048,576"), "{err}");
 }
+
+/// TPU v4 Fig. 9 as shipped (studies/tpu-v4-fig9.yaml): v4 beats v3 on DLRM0 at 128 chips,
+/// and embeddings in the hosts' CPU memory are 5x-7x slower than on the SparseCores (the
+/// paper: 3.1x, and 5x-7x; the 3.1x is a known gap in `validate`, 1.95x here).
+#[test]
+fn tpu_v4_fig9_dlrm0_on_v3_v4_and_cpu_hosted_embeddings() {
+    let results = run(&root()
+        .join("studies/tpu-v4-fig9.yaml")
+        .display()
+        .to_string());
+    let (v3, v4, cpu) = (
+        time(&results, &["TPU v3"]),
+        time(&results, &["TPU v4"]),
+        time(&results, &["TPU v4, emb on CPU"]),
+    );
+    println!(
+        "Fig. 9: v4 over v3 {:.2}x, SparseCores over CPU memory {:.2}x",
+        v3 / v4,
+        cpu / v4
+    );
+    assert!(v3 / v4 > 1.5, "{v3} / {v4}");
+    assert!((5.0..=7.0).contains(&(cpu / v4)), "{cpu} / {v4}");
+}
