@@ -363,9 +363,9 @@ pub struct InferenceSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Transfers {
-    /// DMA between the host buffer and device memory, the link's full rate.
+    /// DMA between the host buffer and device memory.
     Direct,
-    /// Through a bounce buffer in host memory: an extra DDR copy, the link halved.
+    /// Through a bounce buffer in host memory: one more DDR copy before the DMA.
     Staged,
 }
 

@@ -262,7 +262,7 @@ impl Ctx {
             let file = system.file.clone();
             let Some(host) = system.host.as_mut() else {
                 return Err(ConfigError::invalid(
-                    &self.path(&t.system).display().to_string(),
+                    &self.base.display().to_string(),
                     "tables",
                     format!("{tables:?}").to_lowercase(),
                     format!(

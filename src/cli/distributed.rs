@@ -202,6 +202,31 @@ fn render_layers(s: &mut String, p: &DistPrediction) {
     }
 }
 
+/// The report's line on the tables the hosts keep in DDR, for an iteration of `time_s`.
+fn host_line(h: &stackflow::distributed::HostReport, time_s: f64) -> String {
+    format!(
+        "host tables       {} tables, {} of the {} DDR of {} CPU sockets; {} busy ({}), \
+         beside the devices' step: lookups {}, {} transfers {}, update {}",
+        h.tables,
+        bytes(h.tables_bytes),
+        bytes(h.memory_capacity_bytes),
+        h.sockets,
+        seconds(h.time_s),
+        if h.time_s >= time_s {
+            "the hosts pace the iteration".to_string()
+        } else {
+            format!("{:.0}% of the step", 100.0 * h.time_s / time_s)
+        },
+        seconds(h.gather_s),
+        match h.transfers {
+            stackflow::domain::Transfers::Direct => "direct",
+            stackflow::domain::Transfers::Staged => "host-staged",
+        },
+        seconds(h.transfer_s),
+        seconds(h.update_s),
+    )
+}
+
 /// A per-layer-type prediction: the iteration, each type's split and mapping, the
 /// collectives (resharding between types included).
 fn render_layered(p: &LayeredPrediction) -> String {
@@ -228,6 +253,9 @@ fn render_layered(p: &LayeredPrediction) -> String {
         seconds(p.exposed_communication_s),
         seconds(p.pipeline_bubble_s)
     );
+    if let Some(h) = &p.host_tables {
+        let _ = writeln!(s, "{}", host_line(h, p.time_per_iteration_s));
+    }
     let _ = writeln!(
         s,
         "memory / device   {} of {} (weights {}, gradients {}, optimizer {}, activations {})",
@@ -286,14 +314,14 @@ fn render_layered(p: &LayeredPrediction) -> String {
 /// system file's `host:` section.
 #[derive(clap::Args, Debug, Default)]
 pub struct HostFlags {
-    /// Embedding tables on the devices, in the hosts' DDR, or the hottest on the devices
-    /// while they fit and the rest in DDR (auto); overrides the system's host.tables (the
-    /// system needs a host: section for host and auto).
-    #[arg(long, value_enum)]
+    /// A recommendation model's embedding tables on the devices, in the hosts' DDR, or the
+    /// hottest on the devices while they fit and the rest in DDR (auto); overrides the
+    /// system's host.tables (the system needs a host: section for host and auto).
+    #[arg(long, value_enum, requires = "system")]
     pub tables: Option<TablesArg>,
     /// Host-device transfers of host-resident tables: direct (GPU-direct DMA) or staged
     /// through a bounce buffer in host memory (Zion Sec. V-B); overrides host.transfers.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, requires = "system")]
     pub host_transfers: Option<TransfersArg>,
 }
 
@@ -324,10 +352,13 @@ fn with_host_flags(mut system: System, flags: &HostFlags) -> anyhow::Result<Syst
         TransfersArg::Staged => Transfers::Staged,
     });
     let Some(host) = &mut system.host else {
+        // Tables on the devices is what a system without CPUs does anyway.
         let asked = match (tables, transfers) {
-            (Some(TablePlacement::Device), None) | (None, None) => return Ok(system),
-            (Some(t), _) => ("--tables", format!("{t:?}").to_lowercase()),
-            (None, Some(t)) => ("--host-transfers", format!("{t:?}").to_lowercase()),
+            (_, Some(t)) => ("--host-transfers", format!("{t:?}").to_lowercase()),
+            (Some(t), None) if t != TablePlacement::Device => {
+                ("--tables", format!("{t:?}").to_lowercase())
+            }
+            _ => return Ok(system),
         };
         return Err(stackflow::config::ConfigError::invalid(
             "(command line)",
@@ -465,31 +496,7 @@ pub fn render(p: &DistPrediction, peak: f64) -> String {
         );
     }
     if let Some(h) = &p.host_tables {
-        let _ = writeln!(
-            s,
-            "host tables       {} tables, {} of the {} DDR of {} CPU sockets; {} busy ({}), \
-             beside the devices' step: lookups {}, {} transfers {}, update {}",
-            h.tables,
-            bytes(h.tables_bytes),
-            bytes(h.memory_capacity_bytes),
-            h.sockets,
-            seconds(h.time_s),
-            if h.time_s >= p.time_per_iteration_s {
-                "the hosts pace the iteration".to_string()
-            } else {
-                format!(
-                    "{:.0}% of the step",
-                    100.0 * h.time_s / p.time_per_iteration_s
-                )
-            },
-            seconds(h.gather_s),
-            match h.transfers {
-                stackflow::domain::Transfers::Direct => "direct",
-                stackflow::domain::Transfers::Staged => "host-staged",
-            },
-            seconds(h.transfer_s),
-            seconds(h.update_s),
-        );
+        let _ = writeln!(s, "{}", host_line(h, p.time_per_iteration_s));
     }
     let _ = writeln!(
         s,

@@ -173,7 +173,8 @@ enum Command {
         /// Host availabilities, comma-separated (default 0.99, 0.995, 0.999).
         #[arg(long, value_delimiter = ',')]
         host_availability: Vec<f64>,
-        /// Slice sizes in chips, multiples of 64 (default 64, 128, ..., 4096 and 3072).
+        /// Slice sizes in chips, multiples of the block (default: the block doubled up to
+        /// the pod, and three quarters of the pod; 64, 128, ..., 4096 and 3072 on TPU v4).
         #[arg(long, value_delimiter = ',')]
         slices: Vec<u64>,
         #[arg(long)]
@@ -310,8 +311,20 @@ fn availability(
     } else {
         hosts.to_vec()
     };
+    // Default slices: the block doubled up to the pod, and three quarters of it (Fig. 4).
     let slices = if slices.is_empty() {
-        vec![64, 128, 256, 512, 1024, 2048, 3072, 4096]
+        let mut s: Vec<u64> = std::iter::successors(Some(pod.block_chips), |c| Some(c * 2))
+            .take_while(|&c| c <= pod.chips)
+            .collect();
+        let three_quarters = pod.chips / 4 * 3;
+        if three_quarters % pod.block_chips == 0 && !s.contains(&three_quarters) {
+            s.push(three_quarters);
+        }
+        if !s.contains(&pod.chips) {
+            s.push(pod.chips);
+        }
+        s.sort_unstable();
+        s
     } else {
         slices.to_vec()
     };

@@ -13,10 +13,13 @@
 //! them; the pooled vectors cross each device's host link to the devices that train on those
 //! samples (a data-parallel replica's `devices / d` ranks all take its samples'); in training
 //! their gradients cross back and the socket updates the touched rows and their optimizer
-//! state in DDR. Transfers that are staged through host memory pay a DDR copy and half the
-//! link ([`Host`]). The lookups of a socket, its transfers and its update run one after
-//! another, beside the devices' dense step a batch ahead (as embedding engines do, TPU v4
-//! Fig. 10): the iteration takes the longer of the two.
+//! state in DDR. DDR traffic: the rows gathered, the pooled vectors written and read again by
+//! the DMA; in training the gradients written by the DMA and read, the rows and their state
+//! read and written. Transfers staged through host memory copy each transfer once more
+//! through DDR and pay the link's latency twice ([`Host`]). The lookups of a socket, its
+//! transfers and its update run one after another, beside the devices' dense step a batch
+//! ahead (as embedding engines do, TPU v4 Fig. 10): the iteration takes the longer of the
+//! two.
 
 use std::borrow::Cow;
 
@@ -93,13 +96,14 @@ pub struct HostReport {
     pub sockets: f64,
     pub memory_capacity_bytes: f64,
     pub transfers: Transfers,
-    /// The lookups and pooling in DDR (with staged copies of the pooled vectors).
+    /// The lookups and pooling in DDR, the pooled vectors read by the DMA (and copied, when
+    /// staged).
     pub gather_s: f64,
     /// Each device's pooled vectors over its host link, and in training their gradients
     /// back.
     pub transfer_s: f64,
-    /// Training: the pooled gradients read, the touched rows and their optimizer state read
-    /// and written in DDR (with staged copies of the gradients).
+    /// Training: the pooled gradients written by the DMA (and copied, when staged) and read,
+    /// the touched rows and their optimizer state read and written in DDR.
     pub update_s: f64,
     /// All of it, one after another: the time the hosts take per iteration.
     pub time_s: f64,
@@ -122,9 +126,11 @@ impl HostReport {
         let (mut gather, mut update, mut pooled, mut tables, mut bytes) = (0.0, 0.0, 0.0, 0, 0.0);
         for t in &graph.host_tables {
             let rows = t.lookups * t.row_bytes;
-            gather += rows + t.pooled_bytes * (1.0 + copy);
-            update += t.pooled_bytes * (1.0 + copy) + 2.0 * t.lookups * t.state_row_bytes;
-            update += 2.0 * rows;
+            // Pooled vectors written, then read by the DMA; gradients written by the DMA,
+            // then read; a staged transfer copies each once more.
+            let pooled_ddr = t.pooled_bytes * (2.0 + copy);
+            gather += rows + pooled_ddr;
+            update += pooled_ddr + 2.0 * rows + 2.0 * t.lookups * t.state_row_bytes;
             pooled += t.pooled_bytes;
             tables += t.tables;
             bytes += t.table_bytes + t.state_bytes;

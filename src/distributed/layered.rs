@@ -248,6 +248,8 @@ fn boundaries(graph: &Graph, types: &[LayerType]) -> Vec<Boundary> {
 pub struct LayeredPlan {
     strategy: LayerStrategy,
     graph: Arc<Graph>,
+    /// The hosts' work on the tables they hold (the whole model's), beside the step.
+    host: Option<super::HostReport>,
     /// The workload's layer types, in forward order, and each one's plan.
     types: Vec<LayerType>,
     parts: Vec<Plan>,
@@ -295,6 +297,10 @@ pub struct LayeredPrediction {
     /// Iteration time beyond the same schedule with free communication.
     pub exposed_communication_s: f64,
     pub pipeline_bubble_s: f64,
+    /// The hosts' work on the embedding tables they keep in DDR (`None`: every table on the
+    /// devices).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_tables: Option<super::HostReport>,
     pub communication: Vec<CommReport>,
     pub parts: Vec<PartReport>,
     pub memory_per_device_bytes: f64,
@@ -335,7 +341,12 @@ impl LayeredPlan {
         if let Some(t) = types.iter().find(|t| strategy.strategy(**t).is_none()) {
             return Err(fail(format!("no strategy for the {} layers", t.name())));
         }
-        if let Some((t, _)) = strategy.parts.iter().find(|p| !types.contains(&p.0)) {
+        // Every table in host memory leaves no embedding layers on the devices: a strategy
+        // for them has nothing to split.
+        let absent = |t: &LayerType| {
+            !types.contains(t) && (*t != LayerType::Embedding || graph.host_tables.is_empty())
+        };
+        if let Some((t, _)) = strategy.parts.iter().find(|p| absent(&p.0)) {
             let names: Vec<&str> = types.iter().map(|t| t.name()).collect();
             return Err(fail(format!(
                 "{} has no {} layers (it has {})",
@@ -387,13 +398,24 @@ impl LayeredPlan {
         for p in &parts[1..] {
             memory.add(&p.memory);
         }
+        // The hosts serve the samples of the layers that take the pooled vectors.
+        let consumer = [LayerType::Interaction, LayerType::Dense]
+            .iter()
+            .find_map(|t| strategy.strategy(*t))
+            .unwrap_or(&first);
+        let host = match &net.host {
+            _ if graph.host_tables.is_empty() => None,
+            Some(h) => super::HostReport::of(&graph, h, consumer, net.devices),
+            None => {
+                return Err(fail(
+                    "the workload keeps embedding tables in host memory and the system has no \
+                     host: section (CPUs) to hold them"
+                        .into(),
+                ))
+            }
+        };
         let mut violations = memory::violations(arch, &memory, net.devices);
-        violations.extend(
-            parts
-                .iter()
-                .filter_map(|p| p.host.as_ref())
-                .filter_map(super::HostReport::violation),
-        );
+        violations.extend(host.as_ref().and_then(super::HostReport::violation));
         let m = parts[0].fit.micro_batches;
         let stages = parts[0].stages.len();
         let times: Vec<StageTimes> = (0..stages)
@@ -410,6 +432,7 @@ impl LayeredPlan {
             })
             .collect();
         Ok(LayeredPlan {
+            host,
             boundaries: boundaries(&graph, &types),
             free_end_s: timeline::free_schedule_end(&first, &times, m),
             strategy: strategy.clone(),
@@ -501,8 +524,10 @@ impl LayeredPlan {
         eval.comms.extend(reshard);
         // A part without weights of its own lists no gradient traffic.
         eval.comms.retain(|c| c.bytes > 0.0);
-        // The hosts' work on their tables runs beside the devices' step.
-        if let Some(h) = self.parts.iter().find_map(|p| p.host.as_ref()) {
+        // Exposed communication is the devices' schedule's; the hosts' work on their tables
+        // runs beside it, and the iteration takes the longer.
+        let exposed_s = (eval.time_s - self.free_end_s).max(0.0);
+        if let Some(h) = &self.host {
             eval.time_s = eval.time_s.max(h.time_s);
         }
         let time = eval.time_s;
@@ -574,8 +599,9 @@ impl LayeredPlan {
             gemm_precision,
             model_flops_utilization_at_precision: model_flops
                 / (time * self.devices as f64 * self.peak_flops_per_s * at_precision),
-            exposed_communication_s: (time - self.free_end_s).max(0.0),
+            exposed_communication_s: exposed_s,
             pipeline_bubble_s: eval.bubble_s,
+            host_tables: self.host.clone(),
             communication: eval.comms,
             parts,
             memory_per_device_bytes: memory.total_bytes(),
@@ -651,6 +677,8 @@ impl LayeredPlan {
                         (t, t, Collective::AllToAll, split, bytes)
                     }
                 };
+            // Serving runs no backward: nothing to reshard on the way back.
+            let backward_t = if self.graph.trains { backward_t } else { 0.0 };
             let link = link(gatherer);
             for (stage, e) in extra.iter_mut().enumerate() {
                 let layers_per_stage = split.map_or(self.graph.layers / p.max(1), |split| {

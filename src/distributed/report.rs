@@ -132,9 +132,17 @@ pub struct DistPrediction {
 
 impl DistPrediction {
     /// The largest part of the iteration: `compute` (the busiest stage's kernels),
-    /// `communication` (collectives compute waits for) or `pipeline bubble`. What a search
+    /// `communication` (collectives compute waits for) or `pipeline bubble`; `host tables`
+    /// when the hosts' work on their tables paces the iteration. What a search
     /// lists as a strategy's binding and a study as its `bound_by`.
     pub fn binding(&self) -> &'static str {
+        if self
+            .host_tables
+            .as_ref()
+            .is_some_and(|h| h.time_s >= self.time_per_iteration_s)
+        {
+            return "host tables";
+        }
         [
             (self.compute_s, "compute"),
             (self.exposed_communication_s, "communication"),

@@ -2,11 +2,14 @@
 //! memory as a home for embedding tables, and the host link (PCIe) each accelerator reaches
 //! it by. A system file's `host:` section; a system without one has no CPUs to hold tables.
 //!
-//! Transfers between a host's memory and an accelerator go one of two ways (Zion Sec. V-B,
-//! Fig. 14): GPU-direct, a DMA straight between the host buffer and the device's memory at
-//! the link's full rate; or host-staged, through a bounce buffer in host memory: one more
-//! copy through DDR per transfer, and the send and receive flows share the accelerator's
-//! link to the CPU, which halves its bandwidth.
+//! Transfers between a host's memory and an accelerator go one of two ways: GPU-direct, a
+//! DMA straight between the buffer the CPU pooled into and the device's memory; or
+//! host-staged, through a bounce buffer: the CPU copies the data once more through DDR (a
+//! read and a write) and the DMA starts after the copy, so each transfer pays the link's
+//! latency twice. Zion Sec. V-B (Fig. 14) measures the same extra copy for scale-out
+//! traffic, where it also halves the PCIe bandwidth because the NIC and the GPU share one
+//! link to the CPU; table traffic crosses the device's link to the CPU once either way, so
+//! it keeps the link's rate.
 
 use serde::Serialize;
 
@@ -59,17 +62,14 @@ impl Host {
         })
     }
 
-    /// The link's rate for table traffic: halved when transfers are staged (the send and
-    /// receive flows share the link to the CPU, Zion Sec. V-B).
+    /// The link's rate for table traffic, each way (staged or not: the data crosses the
+    /// device's link to the CPU once).
     pub fn transfer_bytes_per_s(&self) -> f64 {
-        match self.transfers {
-            Transfers::Direct => self.link_bytes_per_s,
-            Transfers::Staged => self.link_bytes_per_s / 2.0,
-        }
+        self.link_bytes_per_s
     }
 
-    /// One transfer's fixed cost: a staged one pays the link twice (the copy into the
-    /// bounce buffer, then the DMA).
+    /// One transfer's fixed cost: a staged one pays the link twice (the copy's hand-off,
+    /// then the DMA).
     pub fn transfer_latency_s(&self) -> f64 {
         match self.transfers {
             Transfers::Direct => self.link_latency_s,

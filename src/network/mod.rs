@@ -208,7 +208,7 @@ impl Network {
                 .zip(&fabrics)
                 .all(|(a, b)| a.shape == b.shape && a.size == b.size);
         if !same_topology {
-            return Network::new(fabrics);
+            return Network::new(fabrics).with_host(self.host);
         }
         let port_bw = fabrics
             .iter()

@@ -70,12 +70,15 @@ impl Dlrm {
         }
     }
 
-    /// Bytes one table of group `i` holds on a device: its rows and their optimizer state.
+    /// Bytes one table of group `i` holds on a device: its rows, and in training their
+    /// optimizer state.
     pub fn table_bytes(&self, i: usize) -> f64 {
         let g = &self.embeddings[i];
-        g.rows as f64
-            * (g.dim as f64 * self.embedding_precision.bytes()
-                + self.embedding_optimizer.state_bytes_per_row(g.dim))
+        let state = match self.inference {
+            None => self.embedding_optimizer.state_bytes_per_row(g.dim),
+            Some(_) => 0.0,
+        };
+        g.rows as f64 * (g.dim as f64 * self.embedding_precision.bytes() + state)
     }
 
     /// The tables of each group that stay beyond `room_bytes` of device memory when the

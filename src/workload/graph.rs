@@ -478,11 +478,6 @@ impl Graph {
             table_state_bytes: table_state,
             layer_parts: vec![*part],
             part_of: Some(layer),
-            host_tables: if layer == LayerType::Embedding {
-                self.host_tables.clone()
-            } else {
-                Vec::new()
-            },
             ..self.clone_totals()
         })
     }
