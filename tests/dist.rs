@@ -990,6 +990,38 @@ fn mad_max_insights_on_dlrm_a() {
     let of = |r: &str| speedups.iter().find(|x| x.0 == r).unwrap().1;
     assert!(of("compute") < 1.1 && of("intra-node") < 1.1);
     assert!((of("memory capacity") - 1.0).abs() < 1e-9);
+
+    // Insight 7 for inference (Fig. 14, 2.12x at most in the paper): serving DLRM-A, too,
+    // only inter-node bandwidth moves it past 2.5x; the blocking all-to-all sets the latency.
+    let serve = Workload::load(
+        Source::Disk,
+        &root().join("workloads/dlrm-a-inference.yaml"),
+    )
+    .unwrap();
+    let latency = |arch: &Architecture, net: &Network| {
+        let p = predict(&serve, arch, net, &tp_ddp).unwrap();
+        assert!(p.feasible, "{:?}", p.violations);
+        p.time_per_iteration_s
+    };
+    let base = latency(&a100, &zionex);
+    let mut served = Vec::new();
+    for r in [
+        "compute",
+        "memory bandwidth",
+        "memory capacity",
+        "intra-node",
+        "inter-node",
+    ] {
+        let (a, n) = scaled(&a100, &zionex, r, 10.0);
+        let x = base / latency(&a, &n);
+        println!("inference, 10x {r}: {x:.2}x");
+        served.push((r, x));
+    }
+    let (inter, others) = served.split_last().unwrap();
+    for (r, x) in others {
+        assert!(*x >= 1.0 - 1e-9 && *x < 2.5, "inference, 10x {r}: {x}");
+    }
+    assert!(inter.1 > 1.5, "inference, 10x inter-node: {}", inter.1);
 }
 
 #[test]
