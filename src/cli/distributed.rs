@@ -59,13 +59,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             &s,
             &mut Workspace::new(&arch),
         )?;
+        let serving = workload
+            .queries_per_batch()
+            .map(|q| Serving::of(q, p.serving_latency_s, p.time_per_iteration_s, None));
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&p)?);
+            let mut value = serde_json::to_value(&p)?;
+            if let Some(s) = &serving {
+                value["serving"] = serde_json::to_value(s)?;
+            }
+            println!("{}", serde_json::to_string_pretty(&value)?);
         } else {
             println!(
                 "System: {} ({} devices of {}).\n",
                 system.name, devices, design.budget_file
             );
+            if let Some(s) = &serving {
+                println!("{}", s.render());
+            }
             print!("{}", render_layered(&p));
         }
         return Ok(());
@@ -95,16 +105,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let prediction = predict(&workload, &arch, &network, &strategy)?;
     // Operational emissions of every device's energy (TPU v4 paper Sec. 7.6).
     let carbon = args.carbon.map(|r| r.kg_per_joule() * prediction.energy_j);
-    let queries = workload.queries_per_batch();
+    let serving = workload.queries_per_batch().map(|q| {
+        Serving::of(
+            q,
+            prediction.serving_latency_s,
+            prediction.time_per_iteration_s,
+            Some(prediction.energy_j),
+        )
+    });
     if args.json {
         let mut value = serde_json::to_value(&prediction)?;
-        if let Some(q) = queries {
-            value["serving"] = serde_json::json!({
-                "queries_per_batch": q,
-                "latency_s": prediction.time_per_iteration_s,
-                "queries_per_s": q as f64 / prediction.time_per_iteration_s,
-                "joules_per_query": prediction.energy_j / q as f64,
-            });
+        if let Some(s) = &serving {
+            value["serving"] = serde_json::to_value(s)?;
         }
         if let Some(kg) = carbon {
             value["co2e_kg_per_iteration"] = kg.into();
@@ -120,14 +132,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "System: {} ({} devices of {}).\n",
         system.name, devices, design.budget_file
     );
-    if let Some(q) = queries {
-        println!(
-            "serving: batches of {q} queries, forward only (lookups, the pooled embeddings' \
-             all-to-all, the MLPs)\nlatency / batch   {}\nthroughput        {}\nenergy / query    {}\n",
-            seconds(prediction.time_per_iteration_s),
-            si(q as f64 / prediction.time_per_iteration_s, "queries/s"),
-            super::table::si_small(prediction.energy_j / q as f64, "J"),
-        );
+    if let Some(s) = &serving {
+        println!("{}", s.render());
     }
     print!("{}", render(&prediction, arch.peak_flops_per_s));
     println!(
@@ -199,6 +205,57 @@ fn render_layers(s: &mut String, p: &DistPrediction) {
         );
     } else {
         let _ = writeln!(s, "(the optimizer step: {})", seconds(p.optimizer_step_s));
+    }
+}
+
+/// A served recommendation model's figures: one batch's latency (lookups, transfers and
+/// forward one after another) and the throughput of batches that overlap (the next batch's
+/// lookups beside this one's forward).
+#[derive(serde::Serialize)]
+struct Serving {
+    queries_per_batch: u64,
+    latency_s: f64,
+    /// Between batches: the longer of the devices' step and the lookups beside it.
+    interval_s: f64,
+    queries_per_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    joules_per_query: Option<f64>,
+}
+
+impl Serving {
+    fn of(queries: u64, latency_s: Option<f64>, interval_s: f64, energy_j: Option<f64>) -> Self {
+        Serving {
+            queries_per_batch: queries,
+            latency_s: latency_s.unwrap_or(interval_s),
+            interval_s,
+            queries_per_s: queries as f64 / interval_s,
+            joules_per_query: energy_j.map(|e| e / queries as f64),
+        }
+    }
+
+    fn render(&self) -> String {
+        let overlap = if self.latency_s > self.interval_s * (1.0 + 1e-9) {
+            ": the next batch's lookups beside this one's forward"
+        } else {
+            ""
+        };
+        let mut s = format!(
+            "serving: batches of {} queries, forward only (lookups, the pooled embeddings' \
+             exchange, the MLPs)\nlatency / batch   {} (lookups, transfers and forward one \
+             after another)\nthroughput        {} (a batch every {}{overlap})",
+            self.queries_per_batch,
+            seconds(self.latency_s),
+            si(self.queries_per_s, "queries/s"),
+            seconds(self.interval_s),
+        );
+        if let Some(j) = self.joules_per_query {
+            s.push_str(&format!(
+                "\nenergy / query    {}",
+                super::table::si_small(j, "J")
+            ));
+        }
+        s.push('\n');
+        s
     }
 }
 

@@ -10,10 +10,11 @@
 //!
 //! Price ([`HostReport::of`]), per iteration of the whole batch, the tables spread evenly
 //! over every socket of the system: each socket gathers its tables' rows from DDR and pools
-//! them; the pooled vectors cross each device's host link to the devices that train on those
-//! samples (a data-parallel replica's `devices / d` ranks all take its samples'); in training
-//! their gradients cross back and the socket updates the touched rows and their optimizer
-//! state in DDR. DDR traffic: the rows gathered, the pooled vectors written and read again by
+//! them for every sample; the pooled vectors cross the links to the devices that socket
+//! serves (an equal share of them per device), which exchange them all-to-all over the
+//! devices' fabric with the other tables' (priced in the devices' step, as for tables on
+//! the devices); in training their gradients come back the same way and the socket updates
+//! the touched rows and their optimizer state in DDR. DDR traffic: the rows gathered, the pooled vectors written and read again by
 //! the DMA; in training the gradients written by the DMA and read, the rows and their state
 //! read and written. Transfers staged through host memory copy each transfer once more
 //! through DDR and pay the link's latency twice ([`Host`]). The lookups of a socket, its
@@ -29,7 +30,6 @@ use crate::domain::{TablePlacement, Transfers};
 use crate::generator::Architecture;
 use crate::network::host::Host;
 use crate::network::Network;
-use crate::parallel::Strategy;
 use crate::violation::Violation;
 use crate::workload::{Graph, Workload};
 
@@ -112,10 +112,9 @@ pub struct HostReport {
 }
 
 impl HostReport {
-    /// The hosts' work on `graph`'s host tables under `s` on `devices` devices (`None` when
-    /// the graph keeps no table in host memory). `trains`: the iteration has a backward and
-    /// an update.
-    pub(super) fn of(graph: &Graph, host: &Host, s: &Strategy, devices: u64) -> Option<Self> {
+    /// The hosts' work on `graph`'s host tables on `devices` devices (`None` when the graph
+    /// keeps no table in host memory); a training graph adds the gradients and the update.
+    pub(super) fn of(graph: &Graph, host: &Host, devices: u64) -> Option<Self> {
         if graph.host_tables.is_empty() {
             return None;
         }
@@ -135,8 +134,9 @@ impl HostReport {
             tables += t.tables;
             bytes += t.table_bytes + t.state_bytes;
         }
-        // Each data-parallel replica's samples go to all its devices.
-        let per_device = pooled / s.data as f64;
+        // Each socket hands its tables' pooled vectors, every sample's, to the devices it
+        // serves; the devices exchange them all-to-all as they do their own tables'.
+        let per_device = pooled / devices as f64;
         let one_way = per_device / host.transfer_bytes_per_s() + host.transfer_latency_s();
         let passes = if trains { 2.0 } else { 1.0 };
         let gather_s = gather / ddr;

@@ -297,6 +297,9 @@ pub struct LayeredPrediction {
     /// Iteration time beyond the same schedule with free communication.
     pub exposed_communication_s: f64,
     pub pipeline_bubble_s: f64,
+    /// A served model's latency for one batch ([`super::DistPrediction::serving_latency_s`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub serving_latency_s: Option<f64>,
     /// The hosts' work on the embedding tables they keep in DDR (`None`: every table on the
     /// devices).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -398,14 +401,9 @@ impl LayeredPlan {
         for p in &parts[1..] {
             memory.add(&p.memory);
         }
-        // The hosts serve the samples of the layers that take the pooled vectors.
-        let consumer = [LayerType::Interaction, LayerType::Dense]
-            .iter()
-            .find_map(|t| strategy.strategy(*t))
-            .unwrap_or(&first);
         let host = match &net.host {
             _ if graph.host_tables.is_empty() => None,
-            Some(h) => super::HostReport::of(&graph, h, consumer, net.devices),
+            Some(h) => super::HostReport::of(&graph, h, net.devices),
             None => {
                 return Err(fail(
                     "the workload keeps embedding tables in host memory and the system has no \
@@ -528,6 +526,7 @@ impl LayeredPlan {
         // runs beside it, and the iteration takes the longer.
         let exposed_s = (eval.time_s - self.free_end_s).max(0.0);
         if let Some(h) = &self.host {
+            eval.serial_s += h.time_s;
             eval.time_s = eval.time_s.max(h.time_s);
         }
         let time = eval.time_s;
@@ -601,6 +600,7 @@ impl LayeredPlan {
                 / (time * self.devices as f64 * self.peak_flops_per_s * at_precision),
             exposed_communication_s: exposed_s,
             pipeline_bubble_s: eval.bubble_s,
+            serving_latency_s: graph.served.then_some(eval.serial_s),
             host_tables: self.host.clone(),
             communication: eval.comms,
             parts,
@@ -679,6 +679,9 @@ impl LayeredPlan {
                 };
             // Serving runs no backward: nothing to reshard on the way back.
             let backward_t = if self.graph.trains { backward_t } else { 0.0 };
+            if !self.graph.trains && forward_t == 0.0 {
+                continue;
+            }
             let link = link(gatherer);
             for (stage, e) in extra.iter_mut().enumerate() {
                 let layers_per_stage = split.map_or(self.graph.layers / p.max(1), |split| {

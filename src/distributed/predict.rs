@@ -86,7 +86,7 @@ impl Fitted {
         }
         let host = match &net.host {
             _ if fit.graph.host_tables.is_empty() => None,
-            Some(h) => HostReport::of(&fit.graph, h, s, net.devices),
+            Some(h) => HostReport::of(&fit.graph, h, net.devices),
             None => {
                 return Err(FitError {
                     strategy: s.to_string(),
@@ -428,10 +428,12 @@ impl Plan {
     }
 
     /// The devices' schedule's exposed communication, then the iteration as the longer of
-    /// that schedule and the hosts' work on their tables.
+    /// that schedule and the hosts' work on their tables (which runs a batch ahead), and one
+    /// batch's latency with the hosts' work before the devices' (as serving runs a batch).
     fn settle(&self, eval: &mut Eval) {
         eval.exposed_s = (eval.time_s - self.free_end_s).max(0.0);
         if let Some(h) = &self.host {
+            eval.serial_s += h.time_s;
             eval.time_s = eval.time_s.max(h.time_s);
         }
     }
@@ -619,6 +621,7 @@ impl Plan {
             memory_per_device_bytes: memory.total_bytes(),
             memory_capacity_bytes: self.memory_capacity_bytes,
             bisection_bytes_per_s: None,
+            serving_latency_s: graph.served.then_some(eval.serial_s),
             host_tables: self.host.clone(),
             weights_bytes: memory.weights_bytes,
             gradients_bytes: memory.gradients_bytes,

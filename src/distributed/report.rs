@@ -118,6 +118,11 @@ pub struct DistPrediction {
     /// [`super::evaluate`], absent from the reports a search prices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bisection_bytes_per_s: Option<f64>,
+    /// A served model's latency for one batch: its lookups (on embedding engines or hosts),
+    /// transfers and forward one after another. `time_per_iteration_s` is then the interval
+    /// between batches, the lookups of the next running beside the forward of this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub serving_latency_s: Option<f64>,
     /// The hosts' work on the embedding tables they keep in DDR (`None`: every table on the
     /// devices).
     #[serde(skip_serializing_if = "Option::is_none")]

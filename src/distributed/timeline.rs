@@ -218,6 +218,9 @@ pub(super) struct Eval {
     /// The context-parallel exchange taken (the first part's).
     pub(super) context: Option<ContextAttention>,
     pub(super) sparse_s: f64,
+    /// The devices' step with the embedding engines' work before it rather than beside it:
+    /// one batch's latency when nothing runs a batch ahead (serving).
+    pub(super) serial_s: f64,
     pub(super) exposed_s: f64,
     pub(super) bubble_s: f64,
     pub(super) comms: Vec<CommReport>,
@@ -501,6 +504,7 @@ pub(super) fn finish_parts(
     };
     let timeline = pipeline::solve(&steps, m as usize, transfer, s.gpipe);
     let mut end = 0.0f64;
+    let mut dense_end = 0.0f64;
     let mut sparse_busy = 0.0f64;
     let gradients: Vec<_> = parts.iter().map(|p| gradient_sync_of(p.inputs.s)).collect();
     for (i, tail) in tails.iter().enumerate() {
@@ -526,7 +530,9 @@ pub(super) fn finish_parts(
             }
             (comm_free, delay, after)
         };
-        end = end.max((timeline.end_s[i] + delay + tail).max(comm_free) + after);
+        let stage_end = (timeline.end_s[i] + delay + tail).max(comm_free) + after;
+        end = end.max(stage_end);
+        dense_end = dense_end.max(stage_end);
         for (part, ledger) in parts.iter().zip(&mut ledgers) {
             let st = &part.inputs.stages[i];
             // Embedding engines run lookups, updates and their all-to-alls beside the dense
@@ -571,6 +577,7 @@ pub(super) fn finish_parts(
         time_s: end,
         context,
         sparse_s: sparse_busy,
+        serial_s: dense_end + sparse_busy,
         exposed_s: 0.0,
         bubble_s: (first.free_end - (busiest_compute + busiest_update).max(busiest_sparse))
             .max(0.0),

@@ -136,11 +136,14 @@ pub fn goodput(
     let blocks = (pod_chips / block_chips) as usize;
     let k = (slice_chips / block_chips) as usize;
     let block_up = host_availability.powi((block_chips / chips_per_host) as i32);
-    // Binomial(blocks, block_up), in log space.
-    let ln_choose =
-        |n: usize, r: usize| -> f64 { (1..=r).map(|i| ((n - r + i) as f64 / i as f64).ln()).sum() };
+    // Binomial(blocks, block_up), in log space; ln C(n, b) from ln C(n, b - 1), so the
+    // whole distribution costs O(blocks).
+    let mut ln_choose = 0.0f64;
     let pmf: Vec<f64> = (0..=blocks)
         .map(|b| {
+            if b > 0 {
+                ln_choose += ((blocks - b + 1) as f64 / b as f64).ln();
+            }
             let up = if b == 0 {
                 0.0
             } else {
@@ -151,7 +154,7 @@ pub fn goodput(
             } else {
                 (blocks - b) as f64 * (1.0 - block_up).ln()
             };
-            (ln_choose(blocks, b) + up + down).exp()
+            (ln_choose + up + down).exp()
         })
         .collect();
     let with_ocs = pmf

@@ -378,6 +378,7 @@ impl System {
         devices: u64,
         like: &Network,
     ) -> Result<Network, ConfigError> {
+        self.check_hosts(devices)?;
         Ok(like
             .rebuilt(self.fabrics_for(arch, devices)?)
             .with_host(self.host))
@@ -385,7 +386,24 @@ impl System {
 
     /// The network for `devices` devices of `arch` (at most [`MAX_DEVICES`]).
     pub fn network(&self, arch: &Architecture, devices: u64) -> Result<Network, ConfigError> {
+        self.check_hosts(devices)?;
         Ok(Network::new(self.fabrics_for(arch, devices)?).with_host(self.host))
+    }
+
+    /// Whole host machines: `devices` a multiple of the devices one host carries.
+    fn check_hosts(&self, devices: u64) -> Result<(), ConfigError> {
+        match &self.host {
+            Some(h) if devices % h.devices_per_host != 0 => Err(ConfigError::invalid(
+                &self.file,
+                "host.devices",
+                h.devices_per_host,
+                format!(
+                    "a divisor of the {devices} devices asked for: every host carries the \
+                     same number of devices"
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The fabrics joining `devices` devices of `arch`, innermost first (what

@@ -107,6 +107,13 @@ pub struct PointResult {
     pub compute_s: Option<f64>,
     pub exposed_communication_s: Option<f64>,
     pub pipeline_bubble_s: Option<f64>,
+    /// The hosts' work per iteration on the embedding tables they keep in DDR (none kept:
+    /// absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_tables_s: Option<f64>,
+    /// A served model's latency for one batch (training: absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving_latency_s: Option<f64>,
     /// What sets the iteration time, the largest of its parts: `network: <the longest
     /// collective>` where the communication compute waits for exceeds the compute, `pipeline
     /// bubble`, else the kernel class taking most compute time and the resource bounding it
@@ -402,6 +409,8 @@ impl Study {
             compute_s: None,
             exposed_communication_s: None,
             pipeline_bubble_s: None,
+            host_tables_s: None,
+            serving_latency_s: None,
             bound_by: String::new(),
             shares: Vec::new(),
             share_names: Vec::new(),
@@ -508,6 +517,8 @@ impl Study {
             r.compute_s = finite(p.compute_s);
             r.exposed_communication_s = finite(p.exposed_communication_s);
             r.pipeline_bubble_s = finite(p.pipeline_bubble_s);
+            r.host_tables_s = p.host_tables.as_ref().and_then(|h| finite(h.time_s));
+            r.serving_latency_s = p.serving_latency_s.and_then(finite);
             r.bound_by = bound_by(p);
         }
         if matches!(self.action, StudyAction::Optimize | StudyAction::Both) {

@@ -327,8 +327,9 @@ pub(super) fn mlp(g: &mut Builder, name: &str, batch: u64, mut width: u64, layer
 /// DLRM: bottom MLP on dense features, pooled embedding lookups, feature interaction, top
 /// MLP, loss.
 /// The embedding tables, sharded table-wise: pooled lookups and their fused optimizer
-/// update. Tables kept in host memory run no kernel on the devices: their pooled vectors
-/// arrive from the hosts ([`HostTables`]), and their features still count. Returns the
+/// update. Tables kept in host memory run no lookup on the devices: their pooled vectors
+/// arrive from the hosts ([`HostTables`]) and cross the devices' all-to-all like the
+/// others'. Returns the
 /// feature vectors (the dense one included), the device tables' bytes and their optimizer
 /// state's bytes, and the host-resident groups.
 fn embeddings(g: &mut Builder, w: &Dlrm) -> (u64, f64, f64, Vec<HostTables>) {
@@ -345,6 +346,19 @@ fn embeddings(g: &mut Builder, w: &Dlrm) -> (u64, f64, f64, Vec<HostTables>) {
         let state_row = w.embedding_optimizer.state_bytes_per_row(t.dim);
         let on_host = w.host_tables_of(i);
         if on_host > 0 {
+            // The hosts hand each device their tables' pooled vectors for every sample
+            // (and take their gradients back); the devices exchange them all-to-all as
+            // they do their own tables' (Zion: the accelerator fabric; TPU v4: the ICI).
+            let pooled = (b * on_host * t.dim) as f64 * w.pooled_precision.bytes();
+            g.embedding(
+                &format!("host tables' pooled vectors {i} ({on_host} tables)"),
+                0.0,
+                t.dim as f64 * eb,
+                pooled,
+                0.0,
+                0.0,
+                w.embedding_precision,
+            );
             host.push(HostTables {
                 tables: on_host,
                 lookups: (b * on_host * t.lookups_per_sample) as f64,
@@ -557,6 +571,7 @@ fn serving_graph(w: &Dlrm, spec: DlrmInference) -> Graph {
     let mut g = training_graph(&served);
     g.kernels.retain(|k| k.phase == Phase::Forward);
     g.trains = false;
+    g.served = true;
     g.memory.gradients_bytes = 0.0;
     g.memory.optimizer_state_bytes = 0.0;
     g.table_state_bytes = 0.0;

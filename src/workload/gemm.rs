@@ -62,5 +62,6 @@ pub(super) fn gemm_graph(g: &Gemm) -> Graph {
         layer_parts: Vec::new(),
         part_of: None,
         host_tables: Vec::new(),
+        served: false,
     }
 }

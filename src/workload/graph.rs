@@ -345,6 +345,9 @@ pub struct Graph {
     /// Embedding tables kept in host memory, by group (no kernel of theirs is in
     /// `kernels`; the system's host prices them).
     pub host_tables: Vec<HostTables>,
+    /// A served model (forward only, batches of queries): its report gives a batch's
+    /// latency.
+    pub served: bool,
 }
 
 /// A group of embedding tables in host memory, for one iteration of the whole batch.
@@ -508,6 +511,7 @@ impl Graph {
             layer_parts: Vec::new(),
             part_of: None,
             host_tables: Vec::new(),
+            served: self.served,
         }
     }
 }
@@ -1275,6 +1279,7 @@ impl Builder {
             layer_parts,
             part_of: None,
             host_tables: Vec::new(),
+            served: false,
         }
     }
 }
