@@ -193,7 +193,7 @@ fn render_layers(s: &mut String, p: &DistPrediction) {
             seconds(l.forward_s),
             seconds(l.backward_s),
             seconds(l.recompute_s),
-            seconds(l.collectives_s)
+            seconds(l.collectives_s.max(0.0))
         );
     }
     if stages > 4 {
