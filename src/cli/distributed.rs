@@ -76,7 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             if let Some(s) = &serving {
                 println!("{}", s.render());
             }
-            print!("{}", render_layered(&p));
+            print!("{}", render_layered(&p, unit_of(&workload)));
         }
         return Ok(());
     }
@@ -135,14 +135,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(s) = &serving {
         println!("{}", s.render());
     }
-    print!("{}", render(&prediction, arch.peak_flops_per_s));
+    print!(
+        "{}",
+        render(&prediction, arch.peak_flops_per_s, unit_of(&workload))
+    );
+    // The CPU sockets' share, when they hold tables, apart from the devices'.
+    let host_w = prediction
+        .host_tables
+        .as_ref()
+        .map_or(0.0, |h| h.energy_j / prediction.time_per_iteration_s);
     println!(
-        "\nenergy / iteration  {} on {} devices; average {} ({} per device), {} per token",
+        "\nenergy / iteration  {} on {} devices{}; average {} ({} per device{}), {} per {}",
         si(prediction.energy_j, "J"),
         devices,
+        if host_w > 0.0 { " and their hosts" } else { "" },
         si(prediction.average_power_w, "W"),
-        si(prediction.average_power_w / devices as f64, "W"),
-        si(prediction.joules_per_token, "J")
+        si((prediction.average_power_w - host_w) / devices as f64, "W"),
+        if host_w > 0.0 {
+            format!(", {} on the CPU sockets", si(host_w, "W"))
+        } else {
+            String::new()
+        },
+        super::table::si_small(prediction.joules_per_token, "J"),
+        unit_of(&workload).trim_end_matches('s')
     );
     if let Some(kg) = carbon {
         println!("operational CO2e    {kg:.3e} kg per iteration");
@@ -286,7 +301,7 @@ fn host_line(h: &stackflow::distributed::HostReport, time_s: f64) -> String {
 
 /// A per-layer-type prediction: the iteration, each type's split and mapping, the
 /// collectives (resharding between types included).
-fn render_layered(p: &LayeredPrediction) -> String {
+fn render_layered(p: &LayeredPrediction, unit: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "workload          {}", p.workload);
     let _ = writeln!(
@@ -297,9 +312,9 @@ fn render_layered(p: &LayeredPrediction) -> String {
     let _ = writeln!(s, "MAD Max notation  {}", p.madmax);
     let _ = writeln!(
         s,
-        "iteration         {} ({} tokens/s, MFU {:.1}% of the 16-bit peak, {:.1}% of the {} peak)",
+        "iteration         {} ({}, MFU {:.1}% of the 16-bit peak, {:.1}% of the {} peak)",
         seconds(p.time_per_iteration_s),
-        si(p.tokens_per_s, ""),
+        si(p.tokens_per_s, &format!("{unit}/s")),
         100.0 * p.model_flops_utilization,
         100.0 * p.model_flops_utilization_at_precision,
         p.gemm_precision.name()
@@ -480,7 +495,16 @@ pub fn load_strategy(
     })
 }
 
-pub fn render(p: &DistPrediction, peak: f64) -> String {
+/// What a workload's throughput counts: samples (queries) for a recommendation model,
+/// tokens for the others.
+pub fn unit_of(workload: &Workload) -> &'static str {
+    match workload.table_groups() {
+        Some(_) => "samples",
+        None => "tokens",
+    }
+}
+
+pub fn render(p: &DistPrediction, peak: f64, unit: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "workload          {}", p.workload);
     let batches = if p.micro_batches == 1 {
@@ -518,7 +542,11 @@ pub fn render(p: &DistPrediction, peak: f64) -> String {
         let _ = writeln!(s, "context exchange  {how}");
     }
     let _ = writeln!(s, "time / iteration  {}", seconds(p.time_per_iteration_s));
-    let _ = writeln!(s, "throughput        {}", si(p.tokens_per_s, "tokens/s"));
+    let _ = writeln!(
+        s,
+        "throughput        {}",
+        si(p.tokens_per_s, &format!("{unit}/s"))
+    );
     let _ = writeln!(
         s,
         "utilization       {:.1}% model FLOPs of the {} x {} dense 16-bit peak ({:.1}% of the \

@@ -22,7 +22,7 @@ use stackflow::opt::{co_optimize, BudgetProblem, CoOptimization, Resource};
 use stackflow::parallel::Strategy;
 use stackflow::workload::Workload;
 
-use super::distributed::{load_strategy, render};
+use super::distributed::{load_strategy, render, unit_of};
 use super::table;
 
 /// The embedded default: DeepFlow Sec. 9's LSTM on 512 N7 / HBM2e / 200 GB/s nodes.
@@ -84,6 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         None => (Source::Embedded, PathBuf::from(DEFAULT_WORKLOAD)),
     };
     let workload = Workload::load(wsource, &wfile)?;
+    let unit = unit_of(&workload);
     let system = match &args.system {
         Some(p) => System::load(Source::Disk, p)?,
         None => System::load(Source::Embedded, Path::new(DEFAULT_SYSTEM))?,
@@ -159,7 +160,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
     print!(
         "{}",
-        render_report(&report, &best, &best_design, co.as_ref())
+        render_report(&report, &best, &best_design, co.as_ref(), unit)
     );
     print_footer(&args, report.feasible);
     Ok(outcome)
@@ -329,6 +330,7 @@ fn render_report(
     best: &Evaluation,
     design: &Design,
     co: Option<&CoOptimization>,
+    unit: &str,
 ) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -367,7 +369,7 @@ fn render_report(
         table::render(design, &best.architecture)
     );
     if let Some(p) = &best.prediction {
-        let _ = write!(s, "{}", render(p, best.architecture.peak_flops_per_s));
+        let _ = write!(s, "{}", render(p, best.architecture.peak_flops_per_s, unit));
     }
     s
 }
