@@ -10,6 +10,8 @@
 //! - evaluate: one mapping (the best ordering) priced, warm;
 //! - search: `opt::search` over the full strategy space of GPT-3 175B on 1024 A100s from
 //!   Megatron's strategy (top 10);
+//! - DLRM-B on one Zion with its tables in the hosts' DDR (`templates/zion.yaml`, `d8`):
+//!   placement and host pricing on every prediction, warm;
 //! - per layer type: Megatron's GPT-3 strategy for every layer type priced part by part
 //!   (`predict_layered`, warm), and the per-layer-type search of DLRM-A-Transformer on
 //!   ZionEX from its best uniform strategy.
@@ -83,6 +85,17 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    // DLRM-B on one Zion with its tables placed by the host (369 of 400 in DDR): the
+    // placement (a graph built to size the room) and the hosts' pricing on every call.
+    let zion = System::load(Source::Embedded, Path::new("templates/zion.yaml")).unwrap();
+    let v100 = zion.accelerator().unwrap();
+    let net = zion.network(&v100, 8).unwrap();
+    let dlrm = Workload::load(Source::Embedded, Path::new("workloads/dlrm-b.yaml")).unwrap();
+    let d8 = Strategy::parse("d8").unwrap();
+    let mut ev = stackflow::distributed::Workspace::new(&v100);
+    g.bench_function("predict dlrm-b on zion, tables in host memory, warm", |b| {
+        b.iter(|| predict_with(std::hint::black_box(&dlrm), &v100, &net, &d8, &mut ev))
+    });
     g.finish();
     let mut g = c.benchmark_group("search");
     g.sample_size(10);
