@@ -280,10 +280,23 @@ fn bad_host_and_serving_inputs_exit_2_naming_the_field() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--system"), "{err}");
-    // A host section with no sockets.
+    // A host section with no sockets; hosts of 3 devices, which cannot carry Zion's 8.
+    for (from, to, field) in [
+        ("  sockets: 8 ", "  sockets: 0 ", "host.sockets"),
+        ("  devices: 8 ", "  devices: 3 ", "host.devices = 3"),
+    ] {
+        let err = refused_zion(from, to);
+        assert!(err.contains(field), "{err}");
+    }
+}
+
+/// Predicts DLRM-B on templates/zion.yaml with `from` replaced by `to`, written beside the
+/// shipped templates (its accelerator path is relative to them): exit 2; returns the error.
+fn refused_zion(from: &str, to: &str) -> String {
     let zion = std::fs::read_to_string(root().join("templates/zion.yaml")).unwrap();
-    let beside = root().join("templates/zion-no-sockets.tmp.yaml");
-    std::fs::write(&beside, zion.replace("  sockets: 8 ", "  sockets: 0 ")).unwrap();
+    assert!(zion.contains(from), "{from}");
+    let beside = root().join("templates/zion-refused.tmp.yaml");
+    std::fs::write(&beside, zion.replace(from, to)).unwrap();
     let (code, _, err) = common::stackflow(&[
         "predict",
         "--system",
@@ -293,20 +306,7 @@ fn bad_host_and_serving_inputs_exit_2_naming_the_field() {
     ]);
     let _ = std::fs::remove_file(&beside);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("host.sockets"), "{err}");
-    // Hosts of 3 devices cannot carry Zion's 8.
-    let beside = root().join("templates/zion-three.tmp.yaml");
-    std::fs::write(&beside, zion.replace("  devices: 8 ", "  devices: 3 ")).unwrap();
-    let (code, _, err) = common::stackflow(&[
-        "predict",
-        "--system",
-        &beside.display().to_string(),
-        "--workload",
-        "workloads/dlrm-b.yaml",
-    ]);
-    let _ = std::fs::remove_file(&beside);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("host.devices = 3"), "{err}");
+    err
 }
 
 #[test]

@@ -704,16 +704,18 @@ fn zero3_step(
     let gather_parts = sync_parts(&[axis], inputs.expert_param_share, 1);
     let scatter_parts = sync_parts(&[axis], st.expert_share(), 1);
     let steps = (m * v as u64) as f64;
+    // A gather before each forward and backward step; serving gathers before the forward
+    // only, and has no gradient to scatter.
+    let gathers = if inputs.graph.trains { 2.0 } else { 1.0 };
+    let gather_s = ledger.charge_parts(
+        "weight gather",
+        &gather_parts,
+        (Collective::AllGather, gather_bytes),
+        gathers,
+        !s.prefetch,
+        report.map(|_| steps),
+    ) / gathers;
     if !inputs.graph.trains {
-        // Serving: one gather before each forward step, no gradient to scatter.
-        let gather_s = ledger.charge_parts(
-            "weight gather",
-            &gather_parts,
-            (Collective::AllGather, gather_bytes),
-            1.0,
-            !s.prefetch,
-            report.map(|_| steps),
-        );
         let fwd = if s.prefetch {
             fwd.max(gather_s)
         } else {
@@ -721,14 +723,6 @@ fn zero3_step(
         };
         return (fwd, bwd, 0.0);
     }
-    let gather_s = ledger.charge_parts(
-        "weight gather",
-        &gather_parts,
-        (Collective::AllGather, gather_bytes),
-        2.0,
-        !s.prefetch,
-        report.map(|_| steps),
-    ) / 2.0;
     let scatter_s = ledger.charge_parts(
         "gradient reduce-scatter",
         &scatter_parts,
