@@ -552,3 +552,75 @@ fn tpu_v4_fig9_dlrm0_on_v3_v4_and_cpu_hosted_embeddings() {
     assert!(v3 / v4 > 1.5, "{v3} / {v4}");
     assert!((5.0..=7.0).contains(&(cpu / v4)), "{cpu} / {v4}");
 }
+
+/// TPU v4 Fig. 8 as shipped (studies/tpu-v4-fig8.yaml): at every slice size v4's 3D torus
+/// has more bisection bandwidth than v3's 2D torus and its SparseCores finish DLRM0's
+/// embeddings sooner, the most where the bisection ratio is largest (512 chips: 8x8x8
+/// against 16x32).
+#[test]
+fn tpu_v4_fig8_bisection_and_embeddings_of_v3_and_v4_slices() {
+    let results = run(&root()
+        .join("studies/tpu-v4-fig8.yaml")
+        .display()
+        .to_string());
+    let get = |label: &str| {
+        let r = &results[&vec![label.to_string()]];
+        (r.bisection_bytes_per_s.unwrap(), r.sparse_core_s.unwrap())
+    };
+    let mut ratios = Vec::new();
+    for chips in [64, 128, 256, 512, 1024] {
+        let (b3, s3) = get(&format!("v3 {chips}"));
+        let (b4, s4) = get(&format!("v4 {chips}"));
+        println!(
+            "{chips} chips: bisection v4/v3 {:.2}x, embeddings {:.2}x faster",
+            b4 / b3,
+            s3 / s4
+        );
+        assert!(b4 > b3 && s4 < s3, "{chips}");
+        ratios.push((chips, b4 / b3, s3 / s4));
+    }
+    let widest = ratios.iter().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
+    let fastest = ratios.iter().max_by(|a, b| a.2.total_cmp(&b.2)).unwrap();
+    assert_eq!(widest.0, fastest.0, "{ratios:?}");
+}
+
+/// A plot's y names a quantity of the results; grouped bars draw only the speedups.
+#[test]
+fn a_plot_draws_the_quantity_its_y_names() {
+    let dir = Scratch::new("plot-y");
+    let base = format!(
+        "base:\n  system: {}\n  workload: {}\n  devices: 128\n  strategy: d128\n",
+        root().join("templates/zionex.yaml").display(),
+        root().join("workloads/dlrm-a-inference.yaml").display()
+    );
+    let axes = "  - name: nvlink\n    field: system.fabrics[0].bandwidth_gb_per_s\n    values: [300, 600]\n";
+    let good = format!(
+        "version: 1\nname: y-latency\n{base}action: predict\nplots:\n  - {{kind: bars, x: nvlink, y: serving_latency_s}}\naxes:\n{axes}"
+    );
+    let good_path = dir.write("y-latency.yaml", &good);
+    let out_dir = std::path::Path::new(&good_path).with_file_name("y-latency-out");
+    let (code, _, err) = stackflow(&["sweep", &good_path, "--out", &out_dir.display().to_string()]);
+    assert_eq!(code, 0, "{err}");
+    let svg = std::fs::read_to_string(out_dir.join("plot-1-nvlink.svg")).unwrap();
+    assert!(
+        svg.contains("latency per batch (ms)"),
+        "the y axis names the quantity"
+    );
+    let csv = std::fs::read_to_string(out_dir.join("results.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().contains("serving_latency_s"));
+    let bad = good
+        .replace("kind: bars", "kind: grouped_bars")
+        .replace("action: predict", "action: both");
+    let bad_path = dir.write("y-bad.yaml", &bad);
+    let (code, _, err) = stackflow(&["sweep", &bad_path, "--out", &out_dir.display().to_string()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("plots[0].y"), "{err}");
+    let unknown = good.replace("y: serving_latency_s", "y: goodput");
+    let unknown_path = dir.write("y-unknown.yaml", &unknown);
+    let (code, _, err) = stackflow(&["sweep", &unknown_path]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("goodput") && err.contains("bisection_bytes_per_s"),
+        "{err}"
+    );
+}

@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use rayon::prelude::*;
 use serde::Serialize;
-use stackflow::config::raw::{StudyPlot, StudyPlotKind};
+use stackflow::config::raw::{StudyMetric, StudyPlot, StudyPlotKind};
 use stackflow::config::write_atomic;
 use stackflow::study::{PointResult, Study};
 
@@ -344,6 +344,8 @@ fn write_results(study: &Study, out: &Path, results: &[PointResult]) -> anyhow::
             "pipeline_bubble_s",
             "host_tables_s",
             "serving_latency_s",
+            "bisection_bytes_per_s",
+            "sparse_core_s",
             "bound_by",
             "strategy_only_speedup",
             "budgets_only_speedup",
@@ -378,6 +380,8 @@ fn write_results(study: &Study, out: &Path, results: &[PointResult]) -> anyhow::
             opt(r.pipeline_bubble_s),
             opt(r.host_tables_s),
             opt(r.serving_latency_s),
+            opt(r.bisection_bytes_per_s),
+            opt(r.sparse_core_s),
             r.bound_by.clone(),
             opt(r.strategy_only_speedup),
             opt(r.budgets_only_speedup),
@@ -470,6 +474,35 @@ struct PlotAxes<'a> {
     top: f64,
     /// The tallest bar of a bar plot (every panel): panels share a y range.
     tallest: f64,
+    /// What y shows.
+    metric: StudyMetric,
+}
+
+/// A quantity's name, its unit on the plot and the factor from SI to that unit (`None` for
+/// the speedup, which the plots derive from the time per iteration).
+fn metric_scale(m: StudyMetric) -> Option<(&'static str, &'static str, f64)> {
+    Some(match m {
+        StudyMetric::Speedup => return None,
+        StudyMetric::TimePerIterationS => ("time per iteration", "ms", 1e3),
+        StudyMetric::BisectionBytesPerS => ("bisection bandwidth, each way", "TB/s", 1e-12),
+        StudyMetric::SparseCoreS => ("SparseCores busy per iteration", "ms", 1e3),
+        StudyMetric::HostTablesS => ("hosts' table work per iteration", "ms", 1e3),
+        StudyMetric::ServingLatencyS => ("latency per batch", "ms", 1e3),
+    })
+}
+
+/// A point's value of `m` in the plot's unit ([`metric_scale`]); `None` for the speedup.
+fn metric_value(m: StudyMetric, r: &PointResult) -> Option<f64> {
+    let (_, _, scale) = metric_scale(m)?;
+    let v = match m {
+        StudyMetric::Speedup => None,
+        StudyMetric::TimePerIterationS => r.time_per_iteration_s,
+        StudyMetric::BisectionBytesPerS => r.bisection_bytes_per_s,
+        StudyMetric::SparseCoreS => r.sparse_core_s,
+        StudyMetric::HostTablesS => r.host_tables_s,
+        StudyMetric::ServingLatencyS => r.serving_latency_s,
+    }?;
+    Some(v * scale)
 }
 
 /// A point of a plot's slice: its coordinates on every axis, and its result.
@@ -497,6 +530,20 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
         .iter()
         .filter_map(|(_, r)| r.time_per_iteration_s)
         .fold(f64::INFINITY, f64::min);
+    let top = match metric_scale(p.y) {
+        None => (slowest / fastest).max(1.0) * 1.1,
+        Some(_) => {
+            let most = points
+                .iter()
+                .filter_map(|(_, r)| metric_value(p.y, r))
+                .fold(0.0f64, f64::max);
+            if most > 0.0 {
+                most * 1.1
+            } else {
+                1.0
+            }
+        }
+    };
     let mut axes = PlotAxes {
         study,
         kind: p.kind,
@@ -504,8 +551,13 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
         xs,
         series,
         slowest,
-        top: (slowest / fastest).max(1.0) * 1.1,
-        tallest: 1.0,
+        top,
+        tallest: if metric_scale(p.y).is_some() {
+            0.0
+        } else {
+            1.0
+        },
+        metric: p.y,
     };
     let by_panel: Vec<Vec<&Placed>> = (0..panel_count)
         .map(|pi| {
@@ -561,6 +613,7 @@ fn draw_lines(
         series,
         slowest,
         top,
+        metric,
         ..
     } = *axes;
     let lines: Vec<(String, Vec<(usize, f64)>)> = (0..series
@@ -570,13 +623,19 @@ fn draw_lines(
             let mut pts: Vec<(usize, f64)> = in_panel
                 .iter()
                 .filter(|(c, _)| series.map_or(true, |s| c[s] == si))
-                .filter_map(|(c, r)| r.time_per_iteration_s.map(|t| (c[x], slowest / t)))
+                .filter_map(|(c, r)| match metric_scale(metric) {
+                    None => r.time_per_iteration_s.map(|t| (c[x], slowest / t)),
+                    Some(_) => metric_value(metric, r).map(|v| (c[x], v)),
+                })
                 .collect();
             pts.sort_by_key(|p| p.0);
             (name, pts)
         })
         .collect();
-    let y_desc = format!("performance (x the slowest point, {slowest:.4} s)");
+    let y_desc = match metric_scale(metric) {
+        None => format!("performance (x the slowest point, {slowest:.4} s)"),
+        Some((name, unit, _)) => format!("{name} ({unit})"),
+    };
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 15))
         .margin(10)
@@ -635,8 +694,11 @@ fn draw_bars(
         .collect();
     // Headroom above the tallest bar for the legend, which sits there.
     let top = axes.tallest * if width > 1 { 1.4 } else { 1.1 };
-    let y_desc = match bar_reference(axes, in_panel) {
-        Some((label, _)) if width == 1 => format!("speedup over {} = {label}", study.axes[x].name),
+    let y_desc = match (metric_scale(axes.metric), bar_reference(axes, in_panel)) {
+        (Some((name, unit, _)), _) => format!("{name} ({unit})"),
+        (None, Some((label, _))) if width == 1 => {
+            format!("speedup over {} = {label}", study.axes[x].name)
+        }
         _ => "speedup".to_string(),
     };
     // Group i centred on x = i, its bars side by side within 0.8 of a unit: the ticks at
@@ -709,6 +771,12 @@ fn bar_groups(axes: &PlotAxes, in_panel: &[&Placed]) -> Vec<(&'static str, Measu
             ),
             ("(c) both", Box::new(|r: &PointResult| r.both_speedup)),
         ]
+    } else if let Some((name, _, _)) = metric_scale(axes.metric) {
+        let metric = axes.metric;
+        vec![(
+            name,
+            Box::new(move |r: &PointResult| metric_value(metric, r)),
+        )]
     } else {
         let first = bar_reference(axes, in_panel).map(|(_, t)| t);
         vec![(

@@ -680,6 +680,23 @@ pub struct StudyPlot {
     pub panels: Option<String>,
     #[serde(default)]
     pub title: Option<String>,
+    /// What the y axis shows: the speedup (the default) or one of the results' quantities.
+    #[serde(default)]
+    pub y: StudyMetric,
+}
+
+/// A quantity a study plot draws on its y axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StudyMetric {
+    /// Performance relative to the plot's slowest point (lines) or to the first x (bars).
+    #[default]
+    Speedup,
+    TimePerIterationS,
+    BisectionBytesPerS,
+    SparseCoreS,
+    HostTablesS,
+    ServingLatencyS,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

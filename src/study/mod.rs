@@ -114,6 +114,12 @@ pub struct PointResult {
     /// A served model's latency for one batch (training: absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serving_latency_s: Option<f64>,
+    /// The least bandwidth across any halving cut of the devices, each way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bisection_bytes_per_s: Option<f64>,
+    /// Time the embedding engines (SparseCores) are busy per iteration (none: absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sparse_core_s: Option<f64>,
     /// What sets the iteration time, the largest of its parts: `network: <the longest
     /// collective>` where the communication compute waits for exceeds the compute, `pipeline
     /// bubble`, else the kernel class taking most compute time and the resource bounding it
@@ -411,6 +417,8 @@ impl Study {
             pipeline_bubble_s: None,
             host_tables_s: None,
             serving_latency_s: None,
+            bisection_bytes_per_s: None,
+            sparse_core_s: None,
             bound_by: String::new(),
             shares: Vec::new(),
             share_names: Vec::new(),
@@ -508,17 +516,22 @@ impl Study {
         r.memory_capacity_bytes = a.memory_capacity_bytes;
         // The outermost fabric as the prediction ran it: a generated port, or the bandwidth
         // the system pins (a pinned port takes no budget).
-        r.network_bandwidth_bytes_per_s = problem
-            .system
-            .network(a, problem.devices)
-            .ok()
+        let network = problem.system.network(a, problem.devices).ok();
+        r.network_bandwidth_bytes_per_s = network
+            .as_ref()
             .and_then(|n| n.fabrics.last().map(|f| f.egress_bytes_per_s));
+        r.bisection_bytes_per_s = network
+            .as_ref()
+            .and_then(|n| finite(n.bisection_bytes_per_s()));
         if let Some(p) = &e.prediction {
             r.compute_s = finite(p.compute_s);
             r.exposed_communication_s = finite(p.exposed_communication_s);
             r.pipeline_bubble_s = finite(p.pipeline_bubble_s);
             r.host_tables_s = p.host_tables.as_ref().and_then(|h| finite(h.time_s));
             r.serving_latency_s = p.serving_latency_s.and_then(finite);
+            r.sparse_core_s = (p.sparse_core_s > 0.0)
+                .then_some(p.sparse_core_s)
+                .and_then(finite);
             r.bound_by = bound_by(p);
         }
         if matches!(self.action, StudyAction::Optimize | StudyAction::Both) {
@@ -713,6 +726,17 @@ fn check_axes(file: &str, raw: &[StudyAxis]) -> Result<Vec<Axis>, ConfigError> {
 fn check_plots(file: &str, plots: &[StudyPlot], axes: &[Axis]) -> Result<(), ConfigError> {
     let file = file.to_string();
     for (i, p) in plots.iter().enumerate() {
+        if p.kind == crate::config::raw::StudyPlotKind::GroupedBars
+            && p.y != crate::config::raw::StudyMetric::Speedup
+        {
+            return Err(ConfigError::invalid(
+                &file,
+                format!("plots[{i}].y"),
+                format!("{:?}", p.y),
+                "speedup (grouped_bars draws the co-optimization's three speedups); another \
+                 quantity with lines or bars",
+            ));
+        }
         if p.kind != crate::config::raw::StudyPlotKind::Lines && p.series.is_some() {
             return Err(ConfigError::invalid(
                 &file,
