@@ -284,6 +284,16 @@ impl Study {
         ] {
             out.push_str(&format!("== {}\n{text}\n", path.display()));
         }
+        // Workload files an axis swaps in.
+        for (i, a) in self.axes.iter().enumerate() {
+            for k in 0..a.values.len() {
+                let mut coords = vec![0; self.axes.len()];
+                coords[i] = k;
+                if let Some((path, text)) = self.workload_file(&coords)? {
+                    out.push_str(&format!("== {}\n{text}\n", path.display()));
+                }
+            }
+        }
         Ok(out)
     }
 
@@ -320,7 +330,11 @@ impl Study {
         let edit = |target: &str, file: &Path, text: &str| -> Result<String, ConfigError> {
             let mut t = text.to_string();
             for (a, &k) in self.axes.iter().zip(coords) {
-                for e in a.values[k].iter().filter(|e| e.target == target) {
+                // A whole-file swap is no edit inside the file.
+                for e in a.values[k]
+                    .iter()
+                    .filter(|e| e.target == target && !e.path.is_empty())
+                {
                     t = edit_yaml(&file.display().to_string(), &t, &e.path, &e.value)?;
                 }
             }
@@ -359,12 +373,40 @@ impl Study {
         let tech = TechLibrary::load(Source::Disk, &tech_path)?;
         system.resolve_links(&tech)?;
         let design = Design::bind(&tech, &template, &budget)?;
-        let (w_path, w_text) = &self.workload;
+        let (w_path, w_text) = match self.workload_file(coords)? {
+            Some(swapped) => swapped,
+            None => self.workload.clone(),
+        };
         let workload = Workload::from_yaml(
             &w_path.display().to_string(),
-            &edit("workload", w_path, w_text)?,
+            &edit("workload", &w_path, &w_text)?,
         )?;
         Ok((system, design, workload))
+    }
+
+    /// The workload file a point swaps in (a `workload` axis), read now: its path (relative
+    /// to the study file) and text.
+    fn workload_file(&self, coords: &[usize]) -> Result<Option<(PathBuf, String)>, ConfigError> {
+        let swap = self
+            .axes
+            .iter()
+            .zip(coords)
+            .flat_map(|(a, &k)| a.values[k].iter())
+            .find(|e| e.target == "workload" && e.path.is_empty());
+        let Some(e) = swap else {
+            return Ok(None);
+        };
+        let Some(name) = e.value.as_str() else {
+            return Err(ConfigError::invalid(
+                &self.file,
+                "workload",
+                &e.value,
+                "a workload file's path, relative to the study",
+            ));
+        };
+        let path = normalize(&Source::Disk.resolve(Path::new(&self.file), name));
+        let text = Source::Disk.read(&path)?;
+        Ok(Some((path, text)))
     }
 
     /// The optimizer settings of a point: the study's, with its `optimizer.` edits made.
@@ -593,12 +635,14 @@ fn check_axes(file: &str, raw: &[StudyAxis]) -> Result<Vec<Axis>, ConfigError> {
                 Some((target, rest)) if TARGETS.contains(&target) && !rest.is_empty() => {
                     Ok((target.to_string(), rest.to_string()))
                 }
+                // The whole workload file: its values are paths (relative to the study).
+                None if field == "workload" => Ok(("workload".to_string(), String::new())),
                 _ => Err(ConfigError::invalid(
                     &file,
                     field_at,
                     field,
                     format!(
-                        "a field of one of the base files or the optimizer: {}, then its path (e.g. budget.technology, template.memory[3].technology, system.fabrics[0].bandwidth_gb_per_s, optimizer.restarts)",
+                        "a field of one of the base files or the optimizer: {}, then its path (e.g. budget.technology, template.memory[3].technology, system.fabrics[0].bandwidth_gb_per_s, optimizer.restarts); or workload, the whole workload file",
                         TARGETS.map(|t| format!("{t}.")).join(", ")
                     ),
                 )),
