@@ -656,3 +656,53 @@ fn tpu_v4_fig12_v4_over_v3_per_workload() {
         "{err}"
     );
 }
+
+/// MAD Max Fig. 9 as shipped (studies/madmax-fig9.yaml, a `strategy` axis in MAD Max's
+/// notation): on 128 ZionEX A100s, (TP, DDP) trains DLRM-A faster than FSDP (Insight 1,
+/// 1.14x in the paper); serving, no strategy beats FSDP's latency by more than a few percent
+/// and (TP, TP) is the slowest. An axis named after a results column is refused.
+#[test]
+fn madmax_fig9_dlrm_a_strategies_against_fsdp() {
+    let results = run(&root()
+        .join("studies/madmax-fig9.yaml")
+        .display()
+        .to_string());
+    let fsdp = time(&results, &["training", "(FSDP, FSDP)"]);
+    let tp_ddp = time(&results, &["training", "(TP, DDP)"]);
+    println!("training: (TP, DDP) {:.3}x over FSDP", fsdp / tp_ddp);
+    assert!(tp_ddp < fsdp);
+    let serve = |s: &str| time(&results, &["inference", s]);
+    let slowest = [
+        "(TP, DDP)",
+        "(TP, FSDP)",
+        "(DDP, DDP)",
+        "(FSDP, DDP)",
+        "(TP, TP)",
+    ]
+    .into_iter()
+    .max_by(|a, b| serve(a).total_cmp(&serve(b)))
+    .unwrap();
+    assert_eq!(slowest, "(TP, TP)");
+    let dir = Scratch::new("axis-named-strategy");
+    let text = std::fs::read_to_string(root().join("studies/madmax-fig9.yaml"))
+        .unwrap()
+        .replace("../", &format!("{}/", root().display()))
+        .replace("name: parallelism", "name: strategy");
+    let path = dir.write("named.yaml", &text);
+    let (code, _, err) = stackflow(&["sweep", &path]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("axes[1].name") && err.contains("column"),
+        "{err}"
+    );
+    let text = text
+        .replace("name: strategy", "name: parallelism")
+        .replace("\"(TP, TP)\"", "\"(XP, TP)\"");
+    let path = dir.write("bad-strategy.yaml", &text);
+    let (code, _, err) = stackflow(&["sweep", &path]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("axes[1].values[5]") && err.contains("XP"),
+        "{err}"
+    );
+}

@@ -326,34 +326,7 @@ fn write_results(study: &Study, out: &Path, results: &[PointResult]) -> anyhow::
     let mut csv = csv::Writer::from_writer(Vec::new());
     let mut header: Vec<String> = vec!["index".into()];
     header.extend(study.axes.iter().map(|a| a.name.clone()));
-    header.extend(
-        [
-            "baseline_strategy",
-            "strategy",
-            "initial_time_per_iteration_s",
-            "initial_violations",
-            "time_per_iteration_s",
-            "speedup",
-            "feasible",
-            "peak_flops_per_s",
-            "memory_bandwidth_bytes_per_s",
-            "memory_capacity_bytes",
-            "network_bandwidth_bytes_per_s",
-            "compute_s",
-            "exposed_communication_s",
-            "pipeline_bubble_s",
-            "host_tables_s",
-            "serving_latency_s",
-            "bisection_bytes_per_s",
-            "sparse_core_s",
-            "bound_by",
-            "strategy_only_speedup",
-            "budgets_only_speedup",
-            "both_speedup",
-            "error",
-        ]
-        .map(String::from),
-    );
+    header.extend(stackflow::study::RESULT_COLUMNS.map(String::from));
     csv.write_record(&header)?;
     let opt = |x: Option<f64>| x.map_or(String::new(), |v| v.to_string());
     for r in results {

@@ -37,6 +37,34 @@ use crate::workload::Workload;
 /// What an axis can edit: the base files, and the optimizer settings.
 const TARGETS: [&str; 5] = ["system", "budget", "template", "workload", "optimizer"];
 
+/// The columns of a study's `results.csv` after the index and the axes (an axis may not
+/// take one of these names).
+pub const RESULT_COLUMNS: [&str; 23] = [
+    "baseline_strategy",
+    "strategy",
+    "initial_time_per_iteration_s",
+    "initial_violations",
+    "time_per_iteration_s",
+    "speedup",
+    "feasible",
+    "peak_flops_per_s",
+    "memory_bandwidth_bytes_per_s",
+    "memory_capacity_bytes",
+    "network_bandwidth_bytes_per_s",
+    "compute_s",
+    "exposed_communication_s",
+    "pipeline_bubble_s",
+    "host_tables_s",
+    "serving_latency_s",
+    "bisection_bytes_per_s",
+    "sparse_core_s",
+    "bound_by",
+    "strategy_only_speedup",
+    "budgets_only_speedup",
+    "both_speedup",
+    "error",
+];
+
 /// One edit a point makes: a field and the value it takes.
 #[derive(Debug, Clone, Serialize)]
 pub struct Edit {
@@ -225,9 +253,11 @@ impl Study {
             for (k, edits) in a.values.iter().enumerate() {
                 let mut coords = vec![0; study.axes.len()];
                 coords[i] = k;
-                let checked = study
-                    .inputs(&coords)
-                    .and_then(|_| study.point_settings(&coords));
+                let checked = study.inputs(&coords).and_then(|(system, _, _)| {
+                    let devices = study.devices.unwrap_or_else(|| system.default_devices());
+                    study.point_strategy(&coords, &system, devices)?;
+                    study.point_settings(&coords)
+                });
                 checked.map_err(|e| {
                     let (at, value) = match edits.as_slice() {
                         [one] if raw.axes[i].field.is_some() => {
@@ -384,6 +414,45 @@ impl Study {
         Ok((system, design, workload))
     }
 
+    /// The strategy of a point: a `strategy` axis's, else the base's (`None`: the baseline).
+    fn point_strategy(
+        &self,
+        coords: &[usize],
+        system: &System,
+        devices: u64,
+    ) -> Result<Option<Strategy>, ConfigError> {
+        let from_axis = self
+            .axes
+            .iter()
+            .zip(coords)
+            .flat_map(|(a, &k)| a.values[k].iter())
+            .find(|e| e.target == "strategy")
+            .map(|e| {
+                (
+                    e.value.as_str().map(str::to_string),
+                    "strategy",
+                    e.value.clone(),
+                )
+            });
+        let (text, at, value) = match (from_axis, &self.strategy) {
+            (Some(found), _) => found,
+            (None, Some(s)) => (Some(s.clone()), "base.strategy", s.as_str().into()),
+            (None, None) => return Ok(None),
+        };
+        let fail = |message: String| ConfigError::invalid(&self.file, at, &value, message);
+        let Some(text) = text else {
+            return Err(fail(
+                "a strategy: a short form (t8-d16) or MAD Max's (INTRA, INTER)".into(),
+            ));
+        };
+        let parsed = if text.trim_start().starts_with('(') {
+            Strategy::from_madmax(&text, system.devices_per_node(), devices)
+        } else {
+            Strategy::parse(&text)
+        };
+        parsed.map(Some).map_err(|e| fail(e.to_string()))
+    }
+
     /// The workload file a point swaps in (a `workload` axis), read now: its path (relative
     /// to the study file) and text.
     fn workload_file(&self, coords: &[usize]) -> Result<Option<(PathBuf, String)>, ConfigError> {
@@ -481,8 +550,8 @@ impl Study {
         let (system, design, workload) = self.inputs(&coords)?;
         let settings = self.point_settings(&coords)?;
         let devices = self.devices.unwrap_or_else(|| system.default_devices());
-        let strategy = match &self.strategy {
-            Some(s) => Strategy::parse(s)?,
+        let strategy = match self.point_strategy(&coords, &system, devices)? {
+            Some(s) => s,
             None => {
                 let arch = crate::generator::generate(&design);
                 let net = system.network(&arch, devices)?;
@@ -637,12 +706,14 @@ fn check_axes(file: &str, raw: &[StudyAxis]) -> Result<Vec<Axis>, ConfigError> {
                 }
                 // The whole workload file: its values are paths (relative to the study).
                 None if field == "workload" => Ok(("workload".to_string(), String::new())),
+                // The strategy: short forms or MAD Max's (INTRA, INTER).
+                None if field == "strategy" => Ok(("strategy".to_string(), String::new())),
                 _ => Err(ConfigError::invalid(
                     &file,
                     field_at,
                     field,
                     format!(
-                        "a field of one of the base files or the optimizer: {}, then its path (e.g. budget.technology, template.memory[3].technology, system.fabrics[0].bandwidth_gb_per_s, optimizer.restarts); or workload, the whole workload file",
+                        "a field of one of the base files or the optimizer: {}, then its path (e.g. budget.technology, template.memory[3].technology, system.fabrics[0].bandwidth_gb_per_s, optimizer.restarts); or workload, the whole workload file; or strategy",
                         TARGETS.map(|t| format!("{t}.")).join(", ")
                     ),
                 )),
@@ -715,6 +786,14 @@ fn check_axes(file: &str, raw: &[StudyAxis]) -> Result<Vec<Axis>, ConfigError> {
             Some(l) => l.clone(),
             None => default_labels,
         };
+        if a.name == "index" || RESULT_COLUMNS.contains(&a.name.as_str()) {
+            return Err(ConfigError::invalid(
+                &file,
+                at("name"),
+                &a.name,
+                "a name that is not a column of the results (index, strategy, speedup, ...)",
+            ));
+        }
         if axes.iter().any(|b: &Axis| b.name == a.name) {
             return Err(ConfigError::invalid(
                 &file,
