@@ -706,3 +706,28 @@ fn madmax_fig9_dlrm_a_strategies_against_fsdp() {
         "{err}"
     );
 }
+
+/// MAD Max Fig. 10 as shipped (studies/madmax-fig10.yaml): DLRM-A's transformer and MoE
+/// variants train slower than DLRM-A under their best MAD Max strategy (more computation,
+/// more communication: Sec. 6).
+#[test]
+fn madmax_fig10_variants_train_slower_than_dlrm_a() {
+    let results = run(&root()
+        .join("studies/madmax-fig10.yaml")
+        .display()
+        .to_string());
+    let best = |model: &str| {
+        results
+            .iter()
+            .filter(|(k, r)| k[0] == model && r.feasible)
+            .filter_map(|(_, r)| r.time_per_iteration_s)
+            .fold(f64::INFINITY, f64::min)
+    };
+    let (a, t, m) = (
+        best("dlrm-a"),
+        best("dlrm-a-transformer"),
+        best("dlrm-a-moe"),
+    );
+    println!("best: DLRM-A {a:.4} s, transformer {t:.4} s, MoE {m:.4} s");
+    assert!(t > a && m > a);
+}
