@@ -731,3 +731,18 @@ fn madmax_fig10_variants_train_slower_than_dlrm_a() {
     println!("best: DLRM-A {a:.4} s, transformer {t:.4} s, MoE {m:.4} s");
     assert!(t > a && m > a);
 }
+
+/// MAD Max Fig. 12 as shipped (studies/madmax-fig12.yaml): LLaMA-2 70B on 512 A100s, the
+/// strategy search's gain over FSDP does not grow with the context (2K, 4K, 8K).
+#[test]
+fn madmax_fig12_search_gain_does_not_grow_with_context() {
+    let results = run(&root()
+        .join("studies/madmax-fig12.yaml")
+        .display()
+        .to_string());
+    let gain = |c: &str| results[&vec![c.to_string()]].speedup.unwrap();
+    let gains = [gain("2K"), gain("4K"), gain("8K")];
+    println!("search over FSDP: {gains:?}");
+    assert!(gains.iter().all(|&g| g >= 1.0));
+    assert!(gains[0] >= gains[1] && gains[1] >= gains[2], "{gains:?}");
+}

@@ -456,6 +456,7 @@ struct PlotAxes<'a> {
 fn metric_scale(m: StudyMetric) -> Option<(&'static str, &'static str, f64)> {
     Some(match m {
         StudyMetric::Speedup => return None,
+        StudyMetric::ActionSpeedup => ("speedup of the action over the starting point", "x", 1.0),
         StudyMetric::TimePerIterationS => ("time per iteration", "ms", 1e3),
         StudyMetric::BisectionBytesPerS => ("bisection bandwidth, each way", "TB/s", 1e-12),
         StudyMetric::SparseCoreS => ("SparseCores busy per iteration", "ms", 1e3),
@@ -469,6 +470,7 @@ fn metric_value(m: StudyMetric, r: &PointResult) -> Option<f64> {
     let (_, _, scale) = metric_scale(m)?;
     let v = match m {
         StudyMetric::Speedup => None,
+        StudyMetric::ActionSpeedup => r.speedup,
         StudyMetric::TimePerIterationS => r.time_per_iteration_s,
         StudyMetric::BisectionBytesPerS => r.bisection_bytes_per_s,
         StudyMetric::SparseCoreS => r.sparse_core_s,

@@ -692,6 +692,8 @@ pub enum StudyMetric {
     /// Performance relative to the plot's slowest point (lines) or to the first x (bars).
     #[default]
     Speedup,
+    /// Each point's own speedup: its action's result over its starting design and strategy.
+    ActionSpeedup,
     TimePerIterationS,
     BisectionBytesPerS,
     SparseCoreS,
