@@ -168,8 +168,14 @@ fn split_batch(graph: &Graph, s: &Strategy) -> Result<(u64, u64), String> {
     let replicas = s.data;
     let samples = graph.samples.round() as u64;
     if samples % replicas != 0 {
+        // A served model's batch is its inference.batch.
+        let batch = if graph.served {
+            "inference.batch"
+        } else {
+            "a batch"
+        };
         return Err(format!(
-            "a batch of {samples} samples does not split over {replicas} data-parallel replicas"
+            "{batch} of {samples} samples does not split over {replicas} data-parallel replicas"
         ));
     }
     let per_replica = samples / replicas;
