@@ -658,13 +658,14 @@ fn draw_bars(
     let PlotAxes { study, x, xs, .. } = *axes;
     let groups = bar_groups(axes, in_panel);
     let width = groups.len();
-    let bars: Vec<(usize, usize, f64)> = in_panel
+    // (x, group, height, feasible): an infeasible point's bar is drawn pale.
+    let bars: Vec<(usize, usize, f64, bool)> = in_panel
         .iter()
         .flat_map(|(c, r)| {
             groups
                 .iter()
                 .enumerate()
-                .filter_map(move |(g, (_, f))| f(r).map(|y| (c[x], g, y)))
+                .filter_map(move |(g, (_, f))| f(r).map(|y| (c[x], g, y, r.feasible)))
         })
         .collect();
     // Headroom above the tallest bar for the legend, which sits there.
@@ -704,15 +705,28 @@ fn draw_bars(
         let color = Palette99::pick(g).to_rgba();
         let offset = (g as f64 - (width as f64 - 1.0) / 2.0) * bar;
         chart
-            .draw_series(bars.iter().filter(|b| b.1 == g).map(|&(xi, _, y)| {
-                let centre = xi as f64 + offset;
-                Rectangle::new(
-                    [(centre - 0.48 * bar, 0.0), (centre + 0.48 * bar, y)],
-                    color.filled(),
-                )
-            }))?
+            .draw_series(
+                bars.iter()
+                    .filter(|b| b.1 == g)
+                    .map(|&(xi, _, y, feasible)| {
+                        let centre = xi as f64 + offset;
+                        let fill = if feasible { color } else { color.mix(0.3) };
+                        Rectangle::new(
+                            [(centre - 0.48 * bar, 0.0), (centre + 0.48 * bar, y)],
+                            fill.filled(),
+                        )
+                    }),
+            )?
             .label(*name)
             .legend(move |(a, b)| Rectangle::new([(a, b - 5), (a + 12, b + 5)], color.filled()));
+    }
+    // Pale bars are infeasible points (out of memory, over budget): the caption says so.
+    if bars.iter().any(|b| !b.3) {
+        chart.draw_series(std::iter::once(Text::new(
+            "pale: infeasible (see the CSV's violations)",
+            (-0.45, top * 0.97),
+            ("sans-serif", 12),
+        )))?;
     }
     // One series needs no legend (the y axis names it).
     if width > 1 {
