@@ -766,3 +766,32 @@ fn madmax_fig8_best_strategy_over_fsdp() {
         }
     }
 }
+
+/// MAD Max Fig. 13 as shipped (studies/madmax-fig13.yaml): H100 nodes joined by the NVLink
+/// network ("Inter+") train DLRM-A 1.5-2.2x faster than the same nodes on InfiniBand
+/// ("A100+"; the paper: 1.82x), under (TP, DDP) and plain DDP, and A100+ beats A100.
+#[test]
+fn madmax_fig13_inter_node_bandwidth_speeds_dlrm_a() {
+    let results = run(&root()
+        .join("studies/madmax-fig13.yaml")
+        .display()
+        .to_string());
+    for s in ["(TP, DDP)", "(DDP, DDP)"] {
+        let (a, plus, inter) = (
+            time(&results, &[s, "A100"]),
+            time(&results, &[s, "A100+"]),
+            time(&results, &[s, "Inter+"]),
+        );
+        println!(
+            "{s}: A100+ {:.2}x over A100, Inter+ {:.2}x over A100+",
+            a / plus,
+            plus / inter
+        );
+        assert!(plus < a, "{s}");
+        assert!(
+            (1.5..=2.2).contains(&(plus / inter)),
+            "{s}: {}",
+            plus / inter
+        );
+    }
+}
