@@ -23,9 +23,11 @@
 //! two.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::timeline::Eval;
 use crate::domain::{TablePlacement, Transfers};
 use crate::generator::Architecture;
 use crate::network::host::Host;
@@ -37,13 +39,24 @@ use crate::workload::{Graph, Workload};
 /// itself when it has no tables, the system no host, or every table stays on the devices.
 /// What every prediction on a system prices.
 pub fn placed<'a>(workload: &'a Workload, arch: &Architecture, net: &Network) -> Cow<'a, Workload> {
+    placed_with(workload, arch, net, || Arc::new(workload.graph()))
+}
+
+/// [`placed`] with the workload's graph (every table on the devices) from `graph`, built
+/// only when a host may place tables: a prediction takes it from its workspace.
+pub(super) fn placed_with<'a>(
+    workload: &'a Workload,
+    arch: &Architecture,
+    net: &Network,
+    graph: impl FnOnce() -> Arc<Graph>,
+) -> Cow<'a, Workload> {
     let Some(host) = &net.host else {
         return Cow::Borrowed(workload);
     };
     if workload.table_groups().is_none() || !workload.host_tables().is_empty() {
         return Cow::Borrowed(workload);
     }
-    let per_group = place(workload, &workload.graph(), arch, net.devices, host);
+    let per_group = place(workload, &graph(), arch, net.devices, host);
     if per_group.is_empty() {
         Cow::Borrowed(workload)
     } else {
@@ -112,9 +125,32 @@ pub struct HostReport {
 }
 
 impl HostReport {
+    /// The hosts' work on `graph`'s host tables on `net` (`None` when the graph keeps no
+    /// table in host memory); an error when it keeps some and `net` has no host.
+    pub(super) fn on(graph: &Graph, net: &Network) -> Result<Option<Self>, String> {
+        match &net.host {
+            _ if graph.host_tables.is_empty() => Ok(None),
+            Some(h) => Ok(Self::of(graph, h, net.devices)),
+            None => Err(
+                "the workload keeps embedding tables in host memory and the system \
+                         has no host: section (CPUs) to hold them"
+                    .into(),
+            ),
+        }
+    }
+
+    /// The iteration with the hosts' work beside the devices' schedule in `eval` (a batch
+    /// ahead: the longer of the two), and one batch's latency with it before them.
+    pub(super) fn beside(host: Option<&Self>, eval: &mut Eval) {
+        if let Some(h) = host {
+            eval.serial_s += h.time_s;
+            eval.time_s = eval.time_s.max(h.time_s);
+        }
+    }
+
     /// The hosts' work on `graph`'s host tables on `devices` devices (`None` when the graph
     /// keeps no table in host memory); a training graph adds the gradients and the update.
-    pub(super) fn of(graph: &Graph, host: &Host, devices: u64) -> Option<Self> {
+    fn of(graph: &Graph, host: &Host, devices: u64) -> Option<Self> {
         if graph.host_tables.is_empty() {
             return None;
         }

@@ -338,18 +338,14 @@ impl LayeredPlan {
         if workload.serving().is_some() {
             return Err(fail("per-layer-type strategies price training".into()));
         }
-        let workload = &*super::placed(workload, arch, net);
+        let workload =
+            &*super::host::placed_with(workload, arch, net, || workspace.graph(workload, None));
         let graph = workspace.graph(workload, first.recompute);
         let types = graph.layer_types();
         if let Some(t) = types.iter().find(|t| strategy.strategy(**t).is_none()) {
             return Err(fail(format!("no strategy for the {} layers", t.name())));
         }
-        // Every table in host memory leaves no embedding layers on the devices: a strategy
-        // for them has nothing to split.
-        let absent = |t: &LayerType| {
-            !types.contains(t) && (*t != LayerType::Embedding || graph.host_tables.is_empty())
-        };
-        if let Some((t, _)) = strategy.parts.iter().find(|p| absent(&p.0)) {
+        if let Some((t, _)) = strategy.parts.iter().find(|p| !types.contains(&p.0)) {
             let names: Vec<&str> = types.iter().map(|t| t.name()).collect();
             return Err(fail(format!(
                 "{} has no {} layers (it has {})",
@@ -401,17 +397,7 @@ impl LayeredPlan {
         for p in &parts[1..] {
             memory.add(&p.memory);
         }
-        let host = match &net.host {
-            _ if graph.host_tables.is_empty() => None,
-            Some(h) => super::HostReport::of(&graph, h, net.devices),
-            None => {
-                return Err(fail(
-                    "the workload keeps embedding tables in host memory and the system has no \
-                     host: section (CPUs) to hold them"
-                        .into(),
-                ))
-            }
-        };
+        let host = super::HostReport::on(&graph, net).map_err(fail)?;
         let mut violations = memory::violations(arch, &memory, net.devices);
         violations.extend(host.as_ref().and_then(super::HostReport::violation));
         let m = parts[0].fit.micro_batches;
@@ -525,10 +511,7 @@ impl LayeredPlan {
         // Exposed communication is the devices' schedule's; the hosts' work on their tables
         // runs beside it, and the iteration takes the longer.
         let exposed_s = (eval.time_s - self.free_end_s).max(0.0);
-        if let Some(h) = &self.host {
-            eval.serial_s += h.time_s;
-            eval.time_s = eval.time_s.max(h.time_s);
-        }
+        super::HostReport::beside(self.host.as_ref(), &mut eval);
         let time = eval.time_s;
         let m = self.parts[0].fit.micro_batches;
         let graph = &self.graph;

@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use super::fit::{fit, fit_graph, Fit, FitError};
-use super::host::{placed, HostReport};
+use super::host::{placed_with, HostReport};
 use super::memory::{self, Footprint};
 use super::report::{ComputeReport, DistPrediction, LayerTimes};
 use super::timeline::{self, Eval, StageTimes};
@@ -84,19 +84,11 @@ impl Fitted {
                 ),
             });
         }
-        let host = match &net.host {
-            _ if fit.graph.host_tables.is_empty() => None,
-            Some(h) => HostReport::of(&fit.graph, h, net.devices),
-            None => {
-                return Err(FitError {
-                    strategy: s.to_string(),
-                    workload: fit.graph.name.clone(),
-                    message: "the workload keeps embedding tables in host memory and the system \
-                              has no host: section (CPUs) to hold them"
-                        .into(),
-                })
-            }
-        };
+        let host = HostReport::on(&fit.graph, net).map_err(|message| FitError {
+            strategy: s.to_string(),
+            workload: fit.graph.name.clone(),
+            message,
+        })?;
         let weights = stages_weights(&fit.graph, s);
         let memory = memory::footprint(&fit, s, &weights, net.devices);
         let mut violations = memory::violations(arch, &memory, net.devices);
@@ -286,7 +278,7 @@ impl Plan {
             let fitted = Fitted::of(fit(workload, strategy, net.devices)?, arch, net, strategy)?;
             return Ok(fitted.plan(arch, &mut workspace.evaluator));
         }
-        let workload = &*placed(workload, arch, net);
+        let workload = &*placed_with(workload, arch, net, || workspace.graph(workload, None));
         let graph = workspace.graph(workload, strategy.recompute);
         let fit = fit_graph(workload, graph, strategy, net.devices)?;
         let fitted = Fitted::of(fit, arch, net, strategy)?;
@@ -432,10 +424,7 @@ impl Plan {
     /// batch's latency with the hosts' work before the devices' (as serving runs a batch).
     fn settle(&self, eval: &mut Eval) {
         eval.exposed_s = (eval.time_s - self.free_end_s).max(0.0);
-        if let Some(h) = &self.host {
-            eval.serial_s += h.time_s;
-            eval.time_s = eval.time_s.max(h.time_s);
-        }
+        HostReport::beside(self.host.as_ref(), eval);
     }
 
     /// A lower bound on the iteration under `map`, from its stages' steps alone.
