@@ -355,6 +355,8 @@ fn write_results(study: &Study, out: &Path, results: &[PointResult]) -> anyhow::
             opt(r.serving_latency_s),
             opt(r.bisection_bytes_per_s),
             opt(r.sparse_core_s),
+            opt(r.memory_per_device_bytes),
+            opt(r.samples_per_s),
             r.bound_by.clone(),
             opt(r.strategy_only_speedup),
             opt(r.budgets_only_speedup),
@@ -462,6 +464,8 @@ fn metric_scale(m: StudyMetric) -> Option<(&'static str, &'static str, f64)> {
         StudyMetric::SparseCoreS => ("SparseCores busy per iteration", "ms", 1e3),
         StudyMetric::HostTablesS => ("hosts' table work per iteration", "ms", 1e3),
         StudyMetric::ServingLatencyS => ("latency per batch", "ms", 1e3),
+        StudyMetric::SamplesPerS => ("throughput", "samples/s", 1.0),
+        StudyMetric::MemoryPerDeviceBytes => ("memory per device", "GiB", 1.0 / GIB),
     })
 }
 
@@ -476,6 +480,8 @@ fn metric_value(m: StudyMetric, r: &PointResult) -> Option<f64> {
         StudyMetric::SparseCoreS => r.sparse_core_s,
         StudyMetric::HostTablesS => r.host_tables_s,
         StudyMetric::ServingLatencyS => r.serving_latency_s,
+        StudyMetric::SamplesPerS => r.samples_per_s,
+        StudyMetric::MemoryPerDeviceBytes => r.memory_per_device_bytes,
     }?;
     Some(v * scale)
 }
@@ -564,6 +570,7 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
             });
             match p.kind {
                 StudyPlotKind::Lines => draw_lines(area, &axes, in_panel, &caption)?,
+                StudyPlotKind::Pareto => draw_pareto(area, &axes, &points, in_panel, &caption)?,
                 StudyPlotKind::GroupedBars | StudyPlotKind::Bars => {
                     draw_bars(area, &axes, in_panel, &caption)?
                 }
@@ -636,6 +643,154 @@ fn draw_lines(
             ))?
             .label(name)
             .legend(move |(a, b)| PathElement::new(vec![(a, b), (a + 18, b)], color));
+    }
+    if series.is_some() {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    Ok(())
+}
+
+/// Colours told apart at a glance (Tableau's ten, first six), for series drawn as dots.
+const DISTINCT: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+/// A tick label with an SI prefix: 2.5M, 750k, 12.5.
+fn compact(v: f64) -> String {
+    match v.abs() {
+        a if a >= 1e9 => format!("{:.1}G", v / 1e9),
+        a if a >= 1e6 => format!("{:.1}M", v / 1e6),
+        a if a >= 1e3 => format!("{:.0}k", v / 1e3),
+        _ => format!("{v:.1}"),
+    }
+}
+
+/// Bytes per GiB: memory axes are in GiB.
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// The front of `(x, y)` points where less x and more y are better: those no other point
+/// matches or beats on both, by increasing x.
+fn pareto_front(points: &[(f64, f64, usize)]) -> Vec<(f64, f64, usize)> {
+    let mut sorted = points.to_vec();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+    let mut front: Vec<(f64, f64, usize)> = Vec::new();
+    for p in sorted {
+        if front.last().map_or(true, |l| p.1 > l.1) {
+            front.push(p);
+        }
+    }
+    front
+}
+
+/// Draws one panel of a Pareto plot: a dot per point at (memory per device, y), a colour
+/// per series, each series' front as a line with its points named by their `x` label, and
+/// the devices' memory as a dashed line (points right of it do not fit).
+fn draw_pareto(
+    area: &Panel,
+    axes: &PlotAxes,
+    every: &[Placed],
+    in_panel: &[&Placed],
+    caption: &str,
+) -> anyhow::Result<()> {
+    let PlotAxes {
+        study,
+        x,
+        xs,
+        series,
+        metric,
+        ..
+    } = *axes;
+    let (name, unit, _) = metric_scale(metric).unwrap_or(("", "", 1.0));
+    let at = |r: &PointResult| -> Option<(f64, f64)> {
+        Some((r.memory_per_device_bytes? / GIB, metric_value(metric, r)?))
+    };
+    // One range for every panel, so that panels compare.
+    let (right, top) = every
+        .iter()
+        .filter_map(|(_, r)| at(r))
+        .fold((0.0f64, 0.0f64), |(m, t), (a, b)| (m.max(a), t.max(b)));
+    let capacity = every
+        .iter()
+        .map(|(_, r)| r.memory_capacity_bytes / GIB)
+        .fold(0.0f64, f64::max);
+    let least = every
+        .iter()
+        .filter_map(|(_, r)| at(r))
+        .map(|(a, _)| a)
+        .fold(f64::INFINITY, f64::min);
+    let right = right.max(capacity) * 1.1;
+    // From zero unless every point sits far from it (tables that every strategy shards
+    // alike put every DLRM point within a few GiB).
+    let left = if least.is_finite() && least > 0.3 * right {
+        (least * 0.9).floor()
+    } else {
+        0.0
+    };
+    let top = if top > 0.0 { top * 1.15 } else { 1.0 };
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 15))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(left..right, 0.0..top)?;
+    chart
+        .configure_mesh()
+        .x_desc("memory per device (GiB)")
+        .y_desc(format!("{name} ({unit})"))
+        .y_label_formatter(&|v| compact(*v))
+        .draw()?;
+    if capacity > 0.0 {
+        chart.draw_series(DashedLineSeries::new(
+            [(capacity, 0.0), (capacity, top)],
+            6,
+            4,
+            BLACK.mix(0.6).stroke_width(1),
+        ))?;
+        chart.draw_series(std::iter::once(Text::new(
+            format!("device memory {capacity:.0} GiB"),
+            (capacity, top * 0.97),
+            ("sans-serif", 11),
+        )))?;
+    }
+    let count = series.map_or(1, |s| study.axes[s].values.len());
+    for si in 0..count {
+        let color = DISTINCT[si % DISTINCT.len()].to_rgba();
+        let pts: Vec<(f64, f64, usize)> = in_panel
+            .iter()
+            .filter(|(c, _)| series.map_or(true, |s| c[s] == si))
+            .filter_map(|(c, r)| at(r).map(|(a, b)| (a, b, c[x])))
+            .collect();
+        let front = pareto_front(&pts);
+        let label = series.map_or(String::new(), |s| study.axes[s].labels[si].clone());
+        chart.draw_series(
+            pts.iter()
+                .map(|&(a, b, _)| Circle::new((a, b), 4, color.mix(0.5).filled())),
+        )?;
+        chart
+            .draw_series(LineSeries::new(
+                front.iter().map(|&(a, b, _)| (a, b)),
+                color.stroke_width(2),
+            ))?
+            .label(label)
+            .legend(move |(a, b)| PathElement::new(vec![(a, b), (a + 18, b)], color));
+        chart.draw_series(front.iter().map(|&(a, b, k)| {
+            EmptyElement::at((a, b))
+                + Text::new(
+                    xs[k].clone(),
+                    (7, -5),
+                    ("sans-serif", 11).into_font().color(&color),
+                )
+        }))?;
     }
     if series.is_some() {
         chart

@@ -699,6 +699,9 @@ pub enum StudyMetric {
     SparseCoreS,
     HostTablesS,
     ServingLatencyS,
+    /// Samples (sequences for language models, queries served) per second.
+    SamplesPerS,
+    MemoryPerDeviceBytes,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -707,4 +710,8 @@ pub enum StudyPlotKind {
     Lines,
     GroupedBars,
     Bars,
+    /// One dot per value of `x` (each a strategy, say) at its memory per device and its
+    /// `y`, a colour per series, and each series' front: the points no other of the series
+    /// beats on both (MAD Max Fig. 11).
+    Pareto,
 }

@@ -13,7 +13,8 @@
 //! the link loads of groups communicating at once, memoised per group set), [`collective`]
 //! (collective algorithms and their cost on a group's link, DeepFlow Sec. 6.4 and Zion
 //! Eqs. 1-4), [`system`] (a system file: accelerator and fabrics, links resolved at load), [`host`]
-//! (the CPUs beside the accelerators: their memory and link, for host-resident tables).
+//! (the CPUs beside the accelerators: their memory and link, for host-resident tables), [`scale`]
+//! (what-if multipliers on a generated machine's resources).
 //! Imports the generator and configuration stages only.
 //!
 //! A new topology kind: see `fabric.rs`. A new collective: a [`collective::Collective`]
@@ -24,6 +25,7 @@ pub mod collective;
 mod direct;
 mod fabric;
 pub mod host;
+pub mod scale;
 mod switched;
 pub mod system;
 

@@ -20,8 +20,9 @@ use crate::distributed::{predict, predict_with, DistPrediction, Plan, Workspace}
 use crate::domain::Component;
 use crate::error::ModelError;
 use crate::generator::{generate, Architecture};
-use crate::network::Network;
+use crate::network::scale::Scaling;
 use crate::network::System;
+use crate::network::{Fabric, Network};
 use crate::parallel::Strategy;
 use crate::perf::Machine;
 use crate::violation::Violation;
@@ -352,6 +353,8 @@ pub struct BudgetProblem {
     /// (see `price`): about a fifth of the distinct points of an optimization move no bank,
     /// lane or volt. Never changes a result.
     by_inputs: Objectives,
+    /// What-if multipliers on every generated machine (identity unless a study asks).
+    scaling: Scaling,
 }
 
 /// Objectives by strategy and a bit-for-bit key, shared by the threads; bounded.
@@ -411,7 +414,45 @@ impl BudgetProblem {
             designs: PerThread::new(|| None),
             objectives: Objectives::default(),
             by_inputs: Objectives::default(),
+            scaling: Scaling::default(),
         })
+    }
+
+    /// The problem with every machine it generates scaled (MAD Max Fig. 14's what-ifs):
+    /// errors as `new` does when the strategy cannot run on the scaled base design.
+    pub fn with_scaling(mut self, scaling: Scaling) -> Result<BudgetProblem, ModelError> {
+        self.scaling = scaling;
+        let arch = self.generate(&self.design);
+        let mut fabrics = self.system.fabrics_for(&arch, self.devices)?;
+        scaling.fabrics(&mut fabrics);
+        self.base_network = self.base_network.rebuilt(fabrics);
+        predict(&self.workload, &arch, &self.base_network, &self.strategy)?;
+        Ok(self)
+    }
+
+    /// The accelerator a design generates, scaled.
+    fn generate(&self, design: &Design) -> Architecture {
+        let mut arch = generate(design);
+        self.scaling.architecture(&mut arch);
+        arch
+    }
+
+    /// The fabrics of `arch`'s system for the problem's devices, scaled.
+    fn fabrics(&self, arch: &Architecture) -> Result<Vec<Fabric>, ConfigError> {
+        let mut fabrics = self.system.fabrics_for(arch, self.devices)?;
+        self.scaling.fabrics(&mut fabrics);
+        Ok(fabrics)
+    }
+
+    /// The network of `arch`'s system for the problem's devices, scaled.
+    pub fn network(&self, arch: &Architecture) -> Result<Network, ConfigError> {
+        let net = self
+            .system
+            .network_like(arch, self.devices, &self.base_network)?;
+        if self.scaling.is_identity() {
+            return Ok(net);
+        }
+        Ok(net.rebuilt(self.fabrics(arch)?))
     }
 
     /// A workspace for `arch`'s machine: a kept one if a recent design had the same, else
@@ -455,10 +496,9 @@ impl BudgetProblem {
 
     /// Evaluates any variant of the problem's design (other totals, other shares).
     pub fn evaluate_design(&self, design: &Design, strategy: &Strategy) -> Evaluation {
-        let arch = generate(design);
+        let arch = self.generate(design);
         let prediction = self
-            .system
-            .network_like(&arch, self.devices, &self.base_network)
+            .network(&arch)
             .map_err(|e| e.to_string())
             .and_then(|net| {
                 let mut ws = self.workspace(&arch, Machine::new(&arch));
@@ -500,9 +540,11 @@ impl BudgetProblem {
             for (s, &v) in self.layout.iter().zip(w) {
                 *share_mut(design, s) = v;
             }
-            generate(design)
+            let mut arch = generate(design);
+            self.scaling.architecture(&mut arch);
+            arch
         });
-        let Ok(fabrics) = self.system.fabrics_for(&arch, self.devices) else {
+        let Ok(fabrics) = self.fabrics(&arch) else {
             return f64::INFINITY;
         };
         let machine = Machine::new(&arch);
@@ -541,10 +583,8 @@ impl BudgetProblem {
 
     /// The accelerator and network at shares `w`, for a strategy search on that design.
     pub fn machine(&self, w: &[f64]) -> Result<(Architecture, Network), ModelError> {
-        let arch = generate(&with_shares(&self.design, &self.layout, w));
-        let net = self
-            .system
-            .network_like(&arch, self.devices, &self.base_network)?;
+        let arch = self.generate(&with_shares(&self.design, &self.layout, w));
+        let net = self.network(&arch)?;
         Ok((arch, net))
     }
 

@@ -4,12 +4,13 @@
 //! (a shard, the points a resumed run still lacks) gives the same numbers.
 //!
 //! Owns: [`Study`] (a study file checked: axes over `system.`, `budget.`, `template.`,
-//! `workload.` or `optimizer.` fields, or `edits` axes whose values each set several fields
+//! `workload.` or `optimizer.` fields, `scale.` multipliers on the generated machine
+//! ([`Scaling`]), or `edits` axes whose values each set several fields
 //! at once (an ablation's variants); plots; optimizer settings) and the evaluation of one
 //! point ([`PointResult`]); [`intensity`]: DeepFlow Fig. 1, one product's splits over many
 //! devices. Writing results, plots and progress is the command line's. A new axis target:
-//! a kind in `TARGETS` and its edit in `Study::inputs` (a file) or `Study::point_settings`
-//! (a setting).
+//! a kind in `TARGETS` and its edit in `Study::inputs` (a file), `Study::point_settings`
+//! (a setting) or `Study::point_scaling` (a multiplier).
 
 pub mod intensity;
 
@@ -23,6 +24,7 @@ use crate::config::{edit_yaml, normalize, parse_yaml, Checker, ConfigError, Sour
 use crate::design::Design;
 use crate::distributed::DistPrediction;
 use crate::error::ModelError;
+use crate::network::scale::Scaling;
 use crate::network::System;
 use crate::opt::budget::{optimize_budgets, sensitivities, Finish, Settings};
 use crate::opt::problem::{feasible_set, layout};
@@ -35,11 +37,18 @@ use crate::violation::Violation;
 use crate::workload::Workload;
 
 /// What an axis can edit: the base files, and the optimizer settings.
-const TARGETS: [&str; 5] = ["system", "budget", "template", "workload", "optimizer"];
+const TARGETS: [&str; 6] = [
+    "system",
+    "budget",
+    "template",
+    "workload",
+    "optimizer",
+    "scale",
+];
 
 /// The columns of a study's `results.csv` after the index and the axes (an axis may not
 /// take one of these names).
-pub const RESULT_COLUMNS: [&str; 23] = [
+pub const RESULT_COLUMNS: [&str; 25] = [
     "baseline_strategy",
     "strategy",
     "initial_time_per_iteration_s",
@@ -58,6 +67,8 @@ pub const RESULT_COLUMNS: [&str; 23] = [
     "serving_latency_s",
     "bisection_bytes_per_s",
     "sparse_core_s",
+    "memory_per_device_bytes",
+    "samples_per_s",
     "bound_by",
     "strategy_only_speedup",
     "budgets_only_speedup",
@@ -148,6 +159,14 @@ pub struct PointResult {
     /// Time the embedding engines (SparseCores) are busy per iteration (none: absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sparse_core_s: Option<f64>,
+    /// What one device holds at its peak (weights, gradients, optimizer state, activations,
+    /// tables), whether or not it fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_per_device_bytes: Option<f64>,
+    /// Samples per second: per iteration's samples (sequences for language models, queries
+    /// of a served batch) over the time per iteration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples_per_s: Option<f64>,
     /// What sets the iteration time, the largest of its parts: `network: <the longest
     /// collective>` where the communication compute waits for exceeds the compute, `pipeline
     /// bubble`, else the kernel class taking most compute time and the resource bounding it
@@ -256,6 +275,7 @@ impl Study {
                 let checked = study.inputs(&coords).and_then(|(system, _, _)| {
                     let devices = study.devices.unwrap_or_else(|| system.default_devices());
                     study.point_strategy(&coords, &system, devices)?;
+                    study.point_scaling(&coords)?;
                     study.point_settings(&coords)
                 });
                 checked.map_err(|e| {
@@ -478,6 +498,26 @@ impl Study {
         Ok(Some((path, text)))
     }
 
+    /// The what-if multipliers of a point (`scale.` edits; none: the machine as generated).
+    fn point_scaling(&self, coords: &[usize]) -> Result<Scaling, ConfigError> {
+        let mut scaling = Scaling::default();
+        for e in self
+            .axes
+            .iter()
+            .zip(coords)
+            .flat_map(|(a, &k)| a.values[k].iter().filter(|e| e.target == "scale"))
+        {
+            let at = format!("scale.{}", e.path);
+            let factor = e.value.as_f64().ok_or_else(|| {
+                ConfigError::invalid(&self.file, &at, &e.value, "a number (a multiplier)")
+            })?;
+            scaling
+                .set(&e.path, factor)
+                .map_err(|expected| ConfigError::invalid(&self.file, &at, &e.value, expected))?;
+        }
+        Ok(scaling)
+    }
+
     /// The optimizer settings of a point: the study's, with its `optimizer.` edits made.
     fn point_settings(&self, coords: &[usize]) -> Result<Settings, ConfigError> {
         let edits: Vec<&Edit> = self
@@ -530,6 +570,8 @@ impl Study {
             serving_latency_s: None,
             bisection_bytes_per_s: None,
             sparse_core_s: None,
+            memory_per_device_bytes: None,
+            samples_per_s: None,
             bound_by: String::new(),
             shares: Vec::new(),
             share_names: Vec::new(),
@@ -549,12 +591,16 @@ impl Study {
         let coords = self.coords(index);
         let (system, design, workload) = self.inputs(&coords)?;
         let settings = self.point_settings(&coords)?;
+        let scaling = self.point_scaling(&coords)?;
         let devices = self.devices.unwrap_or_else(|| system.default_devices());
         let strategy = match self.point_strategy(&coords, &system, devices)? {
             Some(s) => s,
             None => {
-                let arch = crate::generator::generate(&design);
-                let net = system.network(&arch, devices)?;
+                let mut arch = crate::generator::generate(&design);
+                scaling.architecture(&mut arch);
+                let mut fabrics = system.fabrics_for(&arch, devices)?;
+                scaling.fabrics(&mut fabrics);
+                let net = system.network(&arch, devices)?.rebuilt(fabrics);
                 search::baseline(&workload, &arch, &net, devices).ok_or_else(|| {
                     ModelError::NoStrategy {
                         tried: search::enumerate(&workload, devices).map_or(0, |s| s.len()),
@@ -566,7 +612,8 @@ impl Study {
         };
         let lay = layout(&design);
         let set = feasible_set(&lay, None)?;
-        let mut problem = BudgetProblem::new(system, design, devices, workload, strategy, set)?;
+        let mut problem = BudgetProblem::new(system, design, devices, workload, strategy, set)?
+            .with_scaling(scaling)?;
         let start = problem.initial();
         let initial = problem.evaluate(&start);
         r.baseline_strategy = problem.strategy.to_string();
@@ -627,7 +674,7 @@ impl Study {
         r.memory_capacity_bytes = a.memory_capacity_bytes;
         // The outermost fabric as the prediction ran it: a generated port, or the bandwidth
         // the system pins (a pinned port takes no budget).
-        let network = problem.system.network(a, problem.devices).ok();
+        let network = problem.network(a).ok();
         r.network_bandwidth_bytes_per_s = network
             .as_ref()
             .and_then(|n| n.fabrics.last().map(|f| f.egress_bytes_per_s));
@@ -643,6 +690,8 @@ impl Study {
             r.sparse_core_s = (p.sparse_core_s > 0.0)
                 .then_some(p.sparse_core_s)
                 .and_then(finite);
+            r.memory_per_device_bytes = finite(p.memory_per_device_bytes);
+            r.samples_per_s = finite(problem.workload.graph().samples / e.time_per_iteration_s);
             r.bound_by = bound_by(p);
         }
         if matches!(self.action, StudyAction::Optimize | StudyAction::Both) {
@@ -713,8 +762,9 @@ fn check_axes(file: &str, raw: &[StudyAxis]) -> Result<Vec<Axis>, ConfigError> {
                     field_at,
                     field,
                     format!(
-                        "a field of one of the base files or the optimizer: {}, then its path (e.g. budget.technology, template.memory[3].technology, system.fabrics[0].bandwidth_gb_per_s, optimizer.restarts); or workload, the whole workload file; or strategy",
-                        TARGETS.map(|t| format!("{t}.")).join(", ")
+                        "a field of one of the base files or the optimizer: {}, then its path (e.g. budget.technology, template.memory[3].technology, system.fabrics[0].bandwidth_gb_per_s, optimizer.restarts); scale.<resource>, a multiplier on the generated machine's {}; or workload, the whole workload file; or strategy",
+                        TARGETS[..5].iter().map(|t| format!("{t}.")).collect::<Vec<_>>().join(", "),
+                        Scaling::NAMES.join(", ")
                     ),
                 )),
             }
@@ -860,12 +910,24 @@ fn check_plots(file: &str, plots: &[StudyPlot], axes: &[Axis]) -> Result<(), Con
                  quantity with lines or bars",
             ));
         }
-        if p.kind != crate::config::raw::StudyPlotKind::Lines && p.series.is_some() {
+        use crate::config::raw::{StudyMetric, StudyPlotKind};
+        if !matches!(p.kind, StudyPlotKind::Lines | StudyPlotKind::Pareto) && p.series.is_some() {
             return Err(ConfigError::invalid(
                 &file,
                 format!("plots[{i}].series"),
                 p.series.as_deref().unwrap_or(""),
                 "no series for bar plots (one bar group per x value; use panels)",
+            ));
+        }
+        if p.kind == StudyPlotKind::Pareto
+            && !matches!(p.y, StudyMetric::SamplesPerS | StudyMetric::ActionSpeedup)
+        {
+            return Err(ConfigError::invalid(
+                &file,
+                format!("plots[{i}].y"),
+                format!("{:?}", p.y),
+                "samples_per_s (a pareto plot's fronts are of memory per device against a \
+                 quantity where more is better)",
             ));
         }
         for (k, name) in [
