@@ -450,6 +450,65 @@ fn bad_studies_exit_2_naming_the_valid_choices() {
         err.contains("plots[0].y") && err.contains("samples_per_s"),
         "{err}"
     );
+    // `over` on a lines plot of the speedup, over an axis the plot leaves free.
+    let over = dir.write(
+        "over.yaml",
+        &format!(
+            "version: 1\nname: over\n{base}action: predict\naxes:\n  - name: x\n    field: system.fabrics[0].bandwidth_gb_per_s\n    values: [100]\nplots:\n  - {{kind: lines, x: x, over: x}}\n"
+        ),
+    );
+    let (code, _, err) = stackflow(&["sweep", &over, "--out", &dir.write("o", "")]);
+    assert_eq!(code, 2);
+    assert!(err.contains("plots[0].over"), "{err}");
+    // A collective study: a collective and no workload; a collective every action else
+    // refuses; its kind and size checked before any point runs.
+    let zion = root().join("templates/zion.yaml").display().to_string();
+    let axis = "  - name: x\n    field: collective.message_bytes\n    values: [1.0e5]\n";
+    let collective = |name: &str, base: &str, action: &str, axes: &str| {
+        dir.write(
+            &format!("{name}.yaml"),
+            &format!("version: 1\nname: {name}\nbase:\n  system: {zion}\n{base}action: {action}\naxes:\n{axes}"),
+        )
+    };
+    let dlrm = root().join("workloads/dlrm-a.yaml").display().to_string();
+    for (base, action, axes, says) in [
+        (String::new(), "collective", axis, "base.collective"),
+        (
+            "  collective: {kind: all_to_all, message_bytes: 1.0e5}\n  workload: x.yaml\n".into(),
+            "collective",
+            axis,
+            "no workload with action collective",
+        ),
+        (
+            "  collective: {kind: broadcast, message_bytes: 1.0e5}\n".into(),
+            "collective",
+            axis,
+            "one of [all_reduce, all_to_all, all_gather, reduce_scatter]",
+        ),
+        (
+            "  collective: {kind: all_reduce, message_bytes: 1.0e5}\n".into(),
+            "collective",
+            "  - name: x\n    field: collective.message_bytes\n    values: [-1]\n",
+            "collective.message_bytes",
+        ),
+        (
+            "  collective: {kind: all_reduce, message_bytes: 1.0e5}\n".into(),
+            "collective",
+            "  - name: x\n    field: strategy\n    values: [d8]\n",
+            "a collective study has no workload or strategy",
+        ),
+        (
+            format!("  workload: {dlrm}\n"),
+            "predict",
+            axis,
+            "collective fields only with action collective",
+        ),
+    ] {
+        let s = collective("c", &base, action, axes);
+        let (code, _, err) = stackflow(&["sweep", &s, "--out", &dir.write("o", "")]);
+        assert_eq!(code, 2, "{base} {axes}");
+        assert!(err.contains(says), "{base} {axes}: {err}");
+    }
 }
 
 #[test]
@@ -923,5 +982,121 @@ fn madmax_fig11_variants_fronts() {
     // Serving runs faster than training, per sample.
     for m in [a, t, moe] {
         assert!(best(train.1, m) > best(train.0, m), "{m}");
+    }
+}
+
+/// The results of a collective study by labels: the collective's time.
+fn collective_times(path: &str) -> BTreeMap<Vec<String>, f64> {
+    run(&root().join(path).display().to_string())
+        .into_iter()
+        .map(|(k, r)| (k, r.time_per_iteration_s.unwrap()))
+        .collect()
+}
+
+fn at(t: &BTreeMap<Vec<String>, f64>, labels: &[&str]) -> f64 {
+    t[&labels.iter().map(|s| s.to_string()).collect::<Vec<_>>()]
+}
+
+/// Zion Fig. 10 as shipped (studies/zion-fig10.yaml): ring over fully connected time on 8
+/// OAMs. Fully connected wins at ~100 KB (the all-to-all DLRM sends); the ratio never falls
+/// as messages shrink or latency rises; large messages tend to Eqs. 1-4's limits (all-reduce
+/// 1, all-to-all 16/7) and tiny ones to the hop counts (all-reduce 14/2, all-to-all 16/1).
+#[test]
+fn zion_fig10_ring_over_fully_connected() {
+    let t = collective_times("studies/zion-fig10.yaml");
+    let ratio = |c: &str, l: &str, m: &str| {
+        at(&t, &[c, l, m, "ring"]) / at(&t, &[c, l, m, "fully connected"])
+    };
+    let messages = ["1 KB", "10 KB", "100 KB", "1 MB", "10 MB", "100 MB", "1 GB"];
+    let latencies = ["0.1 us", "1 us", "10 us"];
+    for c in ["all_reduce", "all_to_all"] {
+        for l in latencies {
+            for w in messages.windows(2) {
+                assert!(
+                    ratio(c, l, w[0]) >= ratio(c, l, w[1]) - 1e-9,
+                    "{c} {l} {w:?}"
+                );
+            }
+        }
+        for m in messages {
+            for w in latencies.windows(2) {
+                assert!(
+                    ratio(c, w[1], m) >= ratio(c, w[0], m) - 1e-9,
+                    "{c} {m} {w:?}"
+                );
+            }
+        }
+    }
+    assert!(ratio("all_to_all", "1 us", "100 KB") > 2.0);
+    let close = |x: f64, y: f64| (x / y - 1.0).abs() < 0.02;
+    assert!(close(ratio("all_reduce", "0.1 us", "1 GB"), 1.0));
+    assert!(close(ratio("all_to_all", "0.1 us", "1 GB"), 16.0 / 7.0));
+    assert!(close(ratio("all_reduce", "10 us", "1 KB"), 7.0));
+    assert!(close(ratio("all_to_all", "10 us", "1 KB"), 16.0));
+}
+
+/// Zion Fig. 12 as shipped (studies/zion-fig12.yaml): NVIDIA's and Zion's boxes are local-
+/// bandwidth dominated (Zion's global share slightly larger), HLS-1 splits 7/3, a flat
+/// fabric is 1. Hierarchy wins where the traffic stays in a box whose local bandwidth beats
+/// the flat fabric's per-device bandwidth (DGX-1 and Zion in one box); across boxes the
+/// flat fabric with HLS-1's ports beats every hierarchy here (no switch cost is modelled).
+#[test]
+fn zion_fig12_local_against_global_bandwidth() {
+    let s = Study::load(&root().join("studies/zion-fig12.yaml")).unwrap();
+    let results: BTreeMap<Vec<String>, PointResult> = (0..s.len())
+        .map(|i| s.evaluate(i))
+        .map(|r| (r.labels.clone(), r))
+        .collect();
+    let ratio = |system: &str| {
+        let r = &results[&vec![
+            system.to_string(),
+            "one box (8)".to_string(),
+            "all_reduce".to_string(),
+        ]];
+        r.local_bandwidth_bytes_per_s.unwrap() / r.network_bandwidth_bytes_per_s.unwrap()
+    };
+    let (dgx, zion, hls, flat) = ("DGX-1", "Zion", "HLS-1", "flat (HLS-1 ports)");
+    println!(
+        "local/global: DGX-1 {:.1}, Zion {:.1}, HLS-1 {:.2}, flat {:.1}",
+        ratio(dgx),
+        ratio(zion),
+        ratio(hls),
+        ratio(flat)
+    );
+    assert!(ratio(dgx) > 10.0 && ratio(zion) > 10.0);
+    assert!((ratio(hls) - 7.0 / 3.0).abs() < 1e-9 && ratio(flat) == 1.0);
+    let t = |system: &str, devices: &str, c: &str| {
+        results[&vec![system.to_string(), devices.to_string(), c.to_string()]]
+            .time_per_iteration_s
+            .unwrap()
+    };
+    let (box8, boxes) = ("one box (8)", "8 boxes (64)");
+    for c in ["all_reduce", "all_to_all"] {
+        assert!(t(zion, box8, c) < t(flat, box8, c), "{c}");
+        for h in [dgx, zion, hls] {
+            assert!(t(flat, boxes, c) < t(h, boxes, c), "{h} {c}");
+        }
+    }
+    assert!(t(dgx, box8, "all_reduce") < t(flat, box8, "all_reduce"));
+}
+
+/// Zion Fig. 14 as shipped (studies/zion-fig14.yaml): GDR over non-GDR all-reduce through
+/// InfiniBand on 8-256 GPUs: 2x for large messages (the halved PCIe bandwidth), more for
+/// small ones (the copy through host memory), falling toward 2 as messages grow.
+#[test]
+fn zion_fig14_gpu_direct_speedup() {
+    let t = collective_times("studies/zion-fig14.yaml");
+    let messages = [
+        "64 KB", "256 KB", "1 MB", "4 MB", "16 MB", "64 MB", "256 MB",
+    ];
+    for g in ["8 GPUs", "32 GPUs", "256 GPUs"] {
+        let x: Vec<f64> = messages
+            .iter()
+            .map(|m| at(&t, &[g, m, "non-GDR"]) / at(&t, &[g, m, "GDR"]))
+            .collect();
+        println!("{g}: {x:.2?}");
+        assert!(x.windows(2).all(|w| w[0] >= w[1] - 1e-9), "{g}: {x:?}");
+        assert!(x[0] > 2.2, "{g}: {x:?}");
+        assert!((x[6] - 2.0).abs() < 0.01, "{g}: {x:?}");
     }
 }

@@ -348,6 +348,7 @@ fn write_results(study: &Study, out: &Path, results: &[PointResult]) -> anyhow::
             r.memory_bandwidth_bytes_per_s.to_string(),
             r.memory_capacity_bytes.to_string(),
             opt(r.network_bandwidth_bytes_per_s),
+            opt(r.local_bandwidth_bytes_per_s),
             opt(r.compute_s),
             opt(r.exposed_communication_s),
             opt(r.pipeline_bubble_s),
@@ -443,6 +444,9 @@ struct PlotAxes<'a> {
     xs: &'a [String],
     /// The axis whose values are the lines of a line plot, if any.
     series: Option<usize>,
+    /// The axis a line plot's speedups are over (see `StudyPlot::over`), and each point's.
+    over: Option<usize>,
+    over_speedup: &'a dyn Fn(&[usize], &PointResult) -> Option<f64>,
     /// The slowest time per iteration of the plot (every panel), s: a line plot's 1.0.
     slowest: f64,
     /// The top of a line plot's y axis (every panel).
@@ -466,6 +470,7 @@ fn metric_scale(m: StudyMetric) -> Option<(&'static str, &'static str, f64)> {
         StudyMetric::ServingLatencyS => ("latency per batch", "ms", 1e3),
         StudyMetric::SamplesPerS => ("throughput", "samples/s", 1.0),
         StudyMetric::MemoryPerDeviceBytes => ("memory per device", "GiB", 1.0 / GIB),
+        StudyMetric::LocalToGlobalBandwidth => ("local over global bandwidth", "x", 1.0),
     })
 }
 
@@ -482,6 +487,9 @@ fn metric_value(m: StudyMetric, r: &PointResult) -> Option<f64> {
         StudyMetric::ServingLatencyS => r.serving_latency_s,
         StudyMetric::SamplesPerS => r.samples_per_s,
         StudyMetric::MemoryPerDeviceBytes => r.memory_per_device_bytes,
+        StudyMetric::LocalToGlobalBandwidth => {
+            Some(r.local_bandwidth_bytes_per_s? / r.network_bandwidth_bytes_per_s?)
+        }
     }?;
     Some(v * scale)
 }
@@ -496,7 +504,11 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
     let x = axis_index(study, &p.x);
     let series = p.series.as_deref().map(|s| axis_index(study, s));
     let panels = p.panels.as_deref().map(|s| axis_index(study, s));
-    let free: Vec<usize> = [Some(x), series, panels].into_iter().flatten().collect();
+    let over = p.over.as_deref().map(|s| axis_index(study, s));
+    let free: Vec<usize> = [Some(x), series, panels, over]
+        .into_iter()
+        .flatten()
+        .collect();
     let points = slice(study, results, &free);
     let xs = &study.axes[x].labels;
     let panel_count = panels.map_or(1, |i| study.axes[i].values.len());
@@ -511,7 +523,29 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
         .iter()
         .filter_map(|(_, r)| r.time_per_iteration_s)
         .fold(f64::INFINITY, f64::min);
+    // With `over`, each point's time against its reference's: the same coordinates but
+    // the first value of that axis.
+    let reference: BTreeMap<Vec<usize>, f64> = over.map_or_else(BTreeMap::new, |o| {
+        points
+            .iter()
+            .filter(|(c, _)| c[o] == 0)
+            .filter_map(|(c, r)| Some((c.clone(), r.time_per_iteration_s?)))
+            .collect()
+    });
+    let over_speedup = |c: &[usize], r: &PointResult| -> Option<f64> {
+        let o = over?;
+        let mut at = c.to_vec();
+        at[o] = 0;
+        Some(reference.get(&at)? / r.time_per_iteration_s?)
+    };
     let top = match metric_scale(p.y) {
+        None if over.is_some() => {
+            points
+                .iter()
+                .filter_map(|(c, r)| over_speedup(c, r))
+                .fold(1.0f64, f64::max)
+                * 1.1
+        }
         None => (slowest / fastest).max(1.0) * 1.1,
         Some(_) => {
             let most = points
@@ -531,6 +565,8 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
         x,
         xs,
         series,
+        over,
+        over_speedup: &over_speedup,
         slowest,
         top,
         tallest: if metric_scale(p.y).is_some() {
@@ -593,19 +629,33 @@ fn draw_lines(
         x,
         xs,
         series,
+        over,
+        over_speedup,
         slowest,
         top,
         metric,
         ..
     } = *axes;
-    let lines: Vec<(String, Vec<(usize, f64)>)> = (0..series
-        .map_or(1, |s| study.axes[s].values.len()))
-        .map(|si| {
-            let name = series.map_or(String::new(), |s| study.axes[s].labels[si].clone());
+    // A line per series value, and per value of the `over` axis but its first (the
+    // reference every point of those lines is taken against).
+    let series_count = series.map_or(1, |s| study.axes[s].values.len());
+    let over_values = over.map_or(0..1, |o| 1..study.axes[o].values.len());
+    let keys: Vec<(usize, usize)> = (0..series_count)
+        .flat_map(|si| over_values.clone().map(move |oi| (si, oi)))
+        .collect();
+    let lines: Vec<(String, Vec<(usize, f64)>)> = keys
+        .into_iter()
+        .map(|(si, oi)| {
+            let mut name = series.map_or(String::new(), |s| study.axes[s].labels[si].clone());
+            if let Some(o) = over.filter(|o| study.axes[*o].values.len() > 2) {
+                name = format!("{name} {}", study.axes[o].labels[oi]);
+            }
             let mut pts: Vec<(usize, f64)> = in_panel
                 .iter()
                 .filter(|(c, _)| series.map_or(true, |s| c[s] == si))
+                .filter(|(c, _)| over.map_or(true, |o| c[o] == oi))
                 .filter_map(|(c, r)| match metric_scale(metric) {
+                    None if over.is_some() => over_speedup(c, r).map(|v| (c[x], v)),
                     None => r.time_per_iteration_s.map(|t| (c[x], slowest / t)),
                     Some(_) => metric_value(metric, r).map(|v| (c[x], v)),
                 })
@@ -614,9 +664,13 @@ fn draw_lines(
             (name, pts)
         })
         .collect();
-    let y_desc = match metric_scale(metric) {
-        None => format!("performance (x the slowest point, {slowest:.4} s)"),
-        Some((name, unit, _)) => format!("{name} ({unit})"),
+    let y_desc = match (metric_scale(metric), over) {
+        (None, Some(o)) => format!(
+            "speedup over {} = {}",
+            study.axes[o].name, study.axes[o].labels[0]
+        ),
+        (None, None) => format!("performance (x the slowest point, {slowest:.4} s)"),
+        (Some((name, unit, _)), _) => format!("{name} ({unit})"),
     };
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 15))
@@ -635,7 +689,7 @@ fn draw_lines(
         })
         .draw()?;
     for (si, (name, pts)) in lines.into_iter().enumerate() {
-        let color = Palette99::pick(si).to_rgba();
+        let color = DISTINCT[si % DISTINCT.len()].to_rgba();
         chart
             .draw_series(LineSeries::new(
                 pts.iter().map(|&(i, y)| (SegmentValue::CenterOf(i), y)),
@@ -644,10 +698,15 @@ fn draw_lines(
             .label(name)
             .legend(move |(a, b)| PathElement::new(vec![(a, b), (a + 18, b)], color));
     }
-    if series.is_some() {
+    if series.is_some() || over.is_some_and(|o| study.axes[o].values.len() > 2) {
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            // Speedups over a reference fall toward 1 at one end: the legend goes high.
+            .position(if over.is_some() {
+                SeriesLabelPosition::UpperRight
+            } else {
+                SeriesLabelPosition::LowerRight
+            })
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()?;

@@ -619,7 +619,12 @@ pub struct StudyFile {
 #[serde(deny_unknown_fields)]
 pub struct StudyBase {
     pub system: String,
-    pub workload: String,
+    /// The workload file (every action but `collective`).
+    #[serde(default)]
+    pub workload: Option<String>,
+    /// The collective a `collective` study times.
+    #[serde(default)]
+    pub collective: Option<StudyCollective>,
     /// Accelerator budget replacing the system's.
     #[serde(default)]
     pub budget: Option<String>,
@@ -637,6 +642,18 @@ pub enum StudyAction {
     Optimize,
     Search,
     Both,
+    /// Times one collective over every device of the point's system (Zion Fig. 10, 14).
+    Collective,
+}
+
+/// The collective of a `collective` study: its pattern and what each device contributes.
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyCollective {
+    /// `all_reduce`, `all_to_all`, `all_gather` or `reduce_scatter`.
+    pub kind: String,
+    /// Each device's buffer, bytes (an all-to-all sends all but its own share of it).
+    pub message_bytes: f64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
@@ -683,6 +700,11 @@ pub struct StudyPlot {
     /// What the y axis shows: the speedup (the default) or one of the results' quantities.
     #[serde(default)]
     pub y: StudyMetric,
+    /// An axis the speedup is taken over (lines): each point against the point with this
+    /// axis's first value and the same other coordinates (Zion Fig. 10: ring time over fully
+    /// connected time); the first value's points are the 1.0 and are not drawn.
+    #[serde(default)]
+    pub over: Option<String>,
 }
 
 /// A quantity a study plot draws on its y axis.
@@ -702,6 +724,9 @@ pub enum StudyMetric {
     /// Samples (sequences for language models, queries served) per second.
     SamplesPerS,
     MemoryPerDeviceBytes,
+    /// What a device sends into the innermost fabric over what it sends into the outermost
+    /// (Zion Fig. 12's local against global bandwidth; 1 for a flat fabric).
+    LocalToGlobalBandwidth,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

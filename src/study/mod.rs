@@ -19,11 +19,14 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::budget::Budget;
-use crate::config::raw::{StudyAction, StudyAxis, StudyFile, StudyOptimizer, StudyPlot};
+use crate::config::raw::{
+    StudyAction, StudyAxis, StudyCollective, StudyFile, StudyOptimizer, StudyPlot,
+};
 use crate::config::{edit_yaml, normalize, parse_yaml, Checker, ConfigError, Source};
 use crate::design::Design;
 use crate::distributed::DistPrediction;
 use crate::error::ModelError;
+use crate::network::collective::Collective;
 use crate::network::scale::Scaling;
 use crate::network::System;
 use crate::opt::budget::{optimize_budgets, sensitivities, Finish, Settings};
@@ -37,18 +40,30 @@ use crate::violation::Violation;
 use crate::workload::Workload;
 
 /// What an axis can edit: the base files, and the optimizer settings.
-const TARGETS: [&str; 6] = [
+const TARGETS: [&str; 7] = [
     "system",
     "budget",
     "template",
     "workload",
     "optimizer",
     "scale",
+    "collective",
 ];
+
+/// The collectives a `collective` study times, by their names in a study file.
+const COLLECTIVES: [(&str, Collective); 4] = [
+    ("all_reduce", Collective::AllReduce),
+    ("all_to_all", Collective::AllToAll),
+    ("all_gather", Collective::AllGather),
+    ("reduce_scatter", Collective::ReduceScatter),
+];
+
+/// The largest buffer a collective study times, bytes (1 PB).
+const MAX_MESSAGE_BYTES: f64 = 1e15;
 
 /// The columns of a study's `results.csv` after the index and the axes (an axis may not
 /// take one of these names).
-pub const RESULT_COLUMNS: [&str; 25] = [
+pub const RESULT_COLUMNS: [&str; 26] = [
     "baseline_strategy",
     "strategy",
     "initial_time_per_iteration_s",
@@ -60,6 +75,7 @@ pub const RESULT_COLUMNS: [&str; 25] = [
     "memory_bandwidth_bytes_per_s",
     "memory_capacity_bytes",
     "network_bandwidth_bytes_per_s",
+    "local_bandwidth_bytes_per_s",
     "compute_s",
     "exposed_communication_s",
     "pipeline_bubble_s",
@@ -113,7 +129,9 @@ pub struct Study {
     /// The study file's text: shards of the same study must agree on it.
     pub text: String,
     system: (PathBuf, String),
-    workload: (PathBuf, String),
+    /// Absent only for a `collective` study.
+    workload: Option<(PathBuf, String)>,
+    collective: Option<StudyCollective>,
     budget: Option<(PathBuf, String)>,
 }
 
@@ -143,6 +161,10 @@ pub struct PointResult {
     /// What a device sends into the outermost fabric, each way: its generated port, or the
     /// bandwidth the system pins.
     pub network_bandwidth_bytes_per_s: Option<f64>,
+    /// What a device sends into the innermost fabric, each way (one fabric: the same as
+    /// `network_bandwidth_bytes_per_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_bandwidth_bytes_per_s: Option<f64>,
     pub compute_s: Option<f64>,
     pub exposed_communication_s: Option<f64>,
     pub pipeline_bubble_s: Option<f64>,
@@ -204,7 +226,8 @@ impl Study {
             Ok((p, t))
         };
         let system = read(&raw.base.system)?;
-        let workload = read(&raw.base.workload)?;
+        check_action_base(&file, &raw)?;
+        let workload = raw.base.workload.as_deref().map(read).transpose()?;
         let budget = raw.base.budget.as_deref().map(read).transpose()?;
         if raw.axes.is_empty() {
             return Err(ConfigError::invalid(
@@ -265,6 +288,7 @@ impl Study {
             text,
             system,
             workload,
+            collective: raw.base.collective,
             budget,
         };
         // Every value on its own against the base: type and unit errors surface now.
@@ -276,6 +300,7 @@ impl Study {
                     let devices = study.devices.unwrap_or_else(|| system.default_devices());
                     study.point_strategy(&coords, &system, devices)?;
                     study.point_scaling(&coords)?;
+                    study.point_collective(&coords)?;
                     study.point_settings(&coords)
                 });
                 checked.map_err(|e| {
@@ -330,8 +355,10 @@ impl Study {
             (budget_path, budget_text),
             (template.clone(), Source::Disk.read(&template)?),
             (tech.clone(), Source::Disk.read(&tech)?),
-            (self.workload.0.clone(), self.workload.1.clone()),
-        ] {
+        ]
+        .into_iter()
+        .chain(self.workload.clone())
+        {
             out.push_str(&format!("== {}\n{text}\n", path.display()));
         }
         // Workload files an axis swaps in.
@@ -375,8 +402,9 @@ impl Study {
             .collect()
     }
 
-    /// The edited inputs of a point: system, design, workload.
-    fn inputs(&self, coords: &[usize]) -> Result<(System, Design, Workload), ConfigError> {
+    /// The edited inputs of a point: system, design, workload (none for a `collective`
+    /// study).
+    fn inputs(&self, coords: &[usize]) -> Result<(System, Design, Option<Workload>), ConfigError> {
         let edit = |target: &str, file: &Path, text: &str| -> Result<String, ConfigError> {
             let mut t = text.to_string();
             for (a, &k) in self.axes.iter().zip(coords) {
@@ -423,15 +451,17 @@ impl Study {
         let tech = TechLibrary::load(Source::Disk, &tech_path)?;
         system.resolve_links(&tech)?;
         let design = Design::bind(&tech, &template, &budget)?;
-        let (w_path, w_text) = match self.workload_file(coords)? {
-            Some(swapped) => swapped,
-            None => self.workload.clone(),
+        let Some((w_path, w_text)) = self
+            .workload_file(coords)?
+            .or_else(|| self.workload.clone())
+        else {
+            return Ok((system, design, None));
         };
         let workload = Workload::from_yaml(
             &w_path.display().to_string(),
             &edit("workload", &w_path, &w_text)?,
         )?;
-        Ok((system, design, workload))
+        Ok((system, design, Some(workload)))
     }
 
     /// The strategy of a point: a `strategy` axis's, else the base's (`None`: the baseline).
@@ -518,6 +548,53 @@ impl Study {
         Ok(scaling)
     }
 
+    /// The collective of a point and each device's buffer (a `collective` study; `None`
+    /// otherwise): the base's, with its `collective.` edits made.
+    fn point_collective(&self, coords: &[usize]) -> Result<Option<(Collective, f64)>, ConfigError> {
+        let Some(base) = &self.collective else {
+            return Ok(None);
+        };
+        let mut c = base.clone();
+        for e in self
+            .axes
+            .iter()
+            .zip(coords)
+            .flat_map(|(a, &k)| a.values[k].iter().filter(|e| e.target == "collective"))
+        {
+            let mut raw = serde_json::to_value(&c).unwrap_or_default();
+            raw[e.path.as_str()] = e.value.clone();
+            c = serde_json::from_value(raw).map_err(|err| {
+                ConfigError::invalid(
+                    &self.file,
+                    format!("collective.{}", e.path),
+                    &e.value,
+                    format!("a collective's field (kind: a name; message_bytes: a number): {err}"),
+                )
+            })?;
+        }
+        let kind = COLLECTIVES
+            .iter()
+            .find(|(n, _)| *n == c.kind)
+            .map(|(_, k)| *k)
+            .ok_or_else(|| {
+                ConfigError::invalid(
+                    &self.file,
+                    "collective.kind",
+                    &c.kind,
+                    format!("one of [{}]", COLLECTIVES.map(|(n, _)| n).join(", ")),
+                )
+            })?;
+        if !(c.message_bytes > 0.0 && c.message_bytes <= MAX_MESSAGE_BYTES) {
+            return Err(ConfigError::invalid(
+                &self.file,
+                "collective.message_bytes",
+                c.message_bytes,
+                format!("a buffer of more than 0 and at most {MAX_MESSAGE_BYTES:e} bytes"),
+            ));
+        }
+        Ok(Some((kind, c.message_bytes)))
+    }
+
     /// The optimizer settings of a point: the study's, with its `optimizer.` edits made.
     fn point_settings(&self, coords: &[usize]) -> Result<Settings, ConfigError> {
         let edits: Vec<&Edit> = self
@@ -563,6 +640,7 @@ impl Study {
             memory_bandwidth_bytes_per_s: 0.0,
             memory_capacity_bytes: 0.0,
             network_bandwidth_bytes_per_s: None,
+            local_bandwidth_bytes_per_s: None,
             compute_s: None,
             exposed_communication_s: None,
             pipeline_bubble_s: None,
@@ -593,6 +671,18 @@ impl Study {
         let settings = self.point_settings(&coords)?;
         let scaling = self.point_scaling(&coords)?;
         let devices = self.devices.unwrap_or_else(|| system.default_devices());
+        if let Some((kind, bytes)) = self.point_collective(&coords)? {
+            return time_collective(&system, &design, devices, scaling, kind, bytes, r);
+        }
+        let Some(workload) = workload else {
+            return Err(ConfigError::invalid(
+                &self.file,
+                "base.workload",
+                "(none)",
+                "a workload file (every action but collective)",
+            )
+            .into());
+        };
         let strategy = match self.point_strategy(&coords, &system, devices)? {
             Some(s) => s,
             None => {
@@ -627,7 +717,8 @@ impl Study {
             .collect();
         let quiet = Progress::none();
         let (shares, strategy) = match self.action {
-            StudyAction::Predict => (start, problem.strategy),
+            // A collective study returned above, having no workload.
+            StudyAction::Predict | StudyAction::Collective => (start, problem.strategy),
             StudyAction::Optimize => {
                 let b = optimize_budgets(&problem, &settings, &quiet)?;
                 (b.best, problem.strategy)
@@ -678,6 +769,9 @@ impl Study {
         r.network_bandwidth_bytes_per_s = network
             .as_ref()
             .and_then(|n| n.fabrics.last().map(|f| f.egress_bytes_per_s));
+        r.local_bandwidth_bytes_per_s = network
+            .as_ref()
+            .and_then(|n| n.fabrics.first().map(|f| f.egress_bytes_per_s));
         r.bisection_bytes_per_s = network
             .as_ref()
             .and_then(|n| finite(n.bisection_bytes_per_s()));
@@ -708,6 +802,108 @@ impl Study {
         r.shares = shares;
         Ok(())
     }
+}
+
+/// A `collective` study's point: `kind` of `bytes` per device over all `devices` of the
+/// system, as the model prices a group spanning them (every fabric the group crosses,
+/// its phases one after another). The time goes in `time_per_iteration_s`.
+fn time_collective(
+    system: &System,
+    design: &Design,
+    devices: u64,
+    scaling: Scaling,
+    kind: Collective,
+    bytes: f64,
+    r: &mut PointResult,
+) -> Result<(), ModelError> {
+    let mut arch = crate::generator::generate(design);
+    scaling.architecture(&mut arch);
+    let mut fabrics = system.fabrics_for(&arch, devices)?;
+    scaling.fabrics(&mut fabrics);
+    let net = system.network(&arch, devices)?.rebuilt(fabrics);
+    let everyone: Vec<u64> = (0..devices).collect();
+    let t = net.group_link(&[everyone]).time(kind, bytes);
+    r.strategy = format!("{} of {bytes} B on {devices} devices", kind.name());
+    r.baseline_strategy = r.strategy.clone();
+    r.initial_time_per_iteration_s = finite(t);
+    r.time_per_iteration_s = finite(t);
+    r.speedup = finite(t).map(|_| 1.0);
+    r.feasible = t.is_finite();
+    r.peak_flops_per_s = arch.peak_flops_per_s;
+    r.memory_bandwidth_bytes_per_s = arch.memory_bandwidth_bytes_per_s;
+    r.memory_capacity_bytes = arch.memory_capacity_bytes;
+    r.network_bandwidth_bytes_per_s = net.fabrics.last().map(|f| f.egress_bytes_per_s);
+    r.local_bandwidth_bytes_per_s = net.fabrics.first().map(|f| f.egress_bytes_per_s);
+    r.bisection_bytes_per_s = finite(net.bisection_bytes_per_s());
+    r.bound_by = format!("network: {}", kind.name());
+    Ok(())
+}
+
+/// The base a study's action needs: a workload for every action but `collective`, a
+/// collective for that one; and nothing a collective study would ignore.
+fn check_action_base(file: &str, raw: &StudyFile) -> Result<(), ConfigError> {
+    let collective = raw.action == StudyAction::Collective;
+    let fail = |at: &str, value: &str, expected: &str| {
+        Err(ConfigError::invalid(file, at, value, expected))
+    };
+    match (&raw.base.workload, &raw.base.collective, collective) {
+        (None, _, false) => return fail("base.workload", "(none)", "a workload file"),
+        (_, None, true) => {
+            return fail(
+                "base.collective",
+                "(none)",
+                "the collective to time: {kind: all_to_all, message_bytes: 1.0e5}",
+            )
+        }
+        (_, Some(_), false) => {
+            return fail(
+                "base.collective",
+                "(given)",
+                "no collective unless the action is collective",
+            )
+        }
+        (Some(w), _, true) => {
+            return fail(
+                "base.workload",
+                w,
+                "no workload with action collective (it times the collective alone)",
+            )
+        }
+        _ => {}
+    }
+    let strategy_axis = raw.axes.iter().position(|a| {
+        matches!(a.field.as_deref(), Some("strategy" | "workload"))
+            || a.field
+                .as_deref()
+                .is_some_and(|f| f.starts_with("workload."))
+    });
+    if collective {
+        if let Some(i) = strategy_axis {
+            return fail(
+                &format!("axes[{i}].field"),
+                raw.axes[i].field.as_deref().unwrap_or(""),
+                "a system, budget, template, scale or collective field (a collective study has no workload or strategy)",
+            );
+        }
+        if let Some(s) = &raw.base.strategy {
+            return fail("base.strategy", s, "no strategy with action collective");
+        }
+    } else if let Some(i) = raw.axes.iter().position(|a| {
+        a.field
+            .as_deref()
+            .is_some_and(|f| f.starts_with("collective."))
+            || a.edits
+                .iter()
+                .flatten()
+                .any(|m| m.keys().any(|k| k.starts_with("collective.")))
+    }) {
+        return fail(
+            &format!("axes[{i}]"),
+            &raw.axes[i].name,
+            "collective fields only with action collective",
+        );
+    }
+    Ok(())
 }
 
 /// What sets the iteration time (see [`PointResult::bound_by`]): the largest part of the
@@ -930,10 +1126,25 @@ fn check_plots(file: &str, plots: &[StudyPlot], axes: &[Axis]) -> Result<(), Con
                  quantity where more is better)",
             ));
         }
+        if let Some(over) = &p.over {
+            let used = [Some(&p.x), p.series.as_ref(), p.panels.as_ref()];
+            if p.kind != StudyPlotKind::Lines
+                || p.y != StudyMetric::Speedup
+                || used.contains(&Some(over))
+            {
+                return Err(ConfigError::invalid(
+                    &file,
+                    format!("plots[{i}].over"),
+                    over,
+                    "an axis the plot does not otherwise use, on a lines plot of the speedup",
+                ));
+            }
+        }
         for (k, name) in [
             ("x", Some(&p.x)),
             ("series", p.series.as_ref()),
             ("panels", p.panels.as_ref()),
+            ("over", p.over.as_ref()),
         ] {
             if let Some(name) = name {
                 if !axes.iter().any(|a| &a.name == name) {
