@@ -358,6 +358,7 @@ fn write_results(study: &Study, out: &Path, results: &[PointResult]) -> anyhow::
             opt(r.sparse_core_s),
             opt(r.memory_per_device_bytes),
             opt(r.samples_per_s),
+            opt(r.goodput),
             r.bound_by.clone(),
             opt(r.strategy_only_speedup),
             opt(r.budgets_only_speedup),
@@ -471,6 +472,7 @@ fn metric_scale(m: StudyMetric) -> Option<(&'static str, &'static str, f64)> {
         StudyMetric::SamplesPerS => ("throughput", "samples/s", 1.0),
         StudyMetric::MemoryPerDeviceBytes => ("memory per device", "GiB", 1.0 / GIB),
         StudyMetric::LocalToGlobalBandwidth => ("local over global bandwidth", "x", 1.0),
+        StudyMetric::Goodput => ("goodput: share of the pod running slices", "%", 100.0),
     })
 }
 
@@ -487,6 +489,7 @@ fn metric_value(m: StudyMetric, r: &PointResult) -> Option<f64> {
         StudyMetric::ServingLatencyS => r.serving_latency_s,
         StudyMetric::SamplesPerS => r.samples_per_s,
         StudyMetric::MemoryPerDeviceBytes => r.memory_per_device_bytes,
+        StudyMetric::Goodput => r.goodput,
         StudyMetric::LocalToGlobalBandwidth => {
             Some(r.local_bandwidth_bytes_per_s? / r.network_bandwidth_bytes_per_s?)
         }

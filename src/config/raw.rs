@@ -625,6 +625,9 @@ pub struct StudyBase {
     /// The collective a `collective` study times.
     #[serde(default)]
     pub collective: Option<StudyCollective>,
+    /// The slices an `availability` study schedules.
+    #[serde(default)]
+    pub availability: Option<StudyAvailability>,
     /// Accelerator budget replacing the system's.
     #[serde(default)]
     pub budget: Option<String>,
@@ -644,6 +647,21 @@ pub enum StudyAction {
     Both,
     /// Times one collective over every device of the point's system (Zion Fig. 10, 14).
     Collective,
+    /// The goodput of slices of a pod of blocks (TPU v4 Fig. 4).
+    Availability,
+}
+
+/// The slices of an `availability` study: the pod, the slice size, how often a CPU host is
+/// up, and whether optical circuit switches compose the slices or the cabling is static.
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyAvailability {
+    pub pod_chips: u64,
+    pub slice_chips: u64,
+    /// Probability that one CPU host is up (0.995).
+    pub host_availability: f64,
+    /// `ocs` (any blocks that are up) or `static` (fixed slices).
+    pub switching: String,
 }
 
 /// The collective of a `collective` study: its pattern and what each device contributes.
@@ -727,6 +745,8 @@ pub enum StudyMetric {
     /// What a device sends into the innermost fabric over what it sends into the outermost
     /// (Zion Fig. 12's local against global bandwidth; 1 for a flat fabric).
     LocalToGlobalBandwidth,
+    /// An availability study's share of the pod running slices.
+    Goodput,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -20,12 +20,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::Budget;
 use crate::config::raw::{
-    StudyAction, StudyAxis, StudyCollective, StudyFile, StudyOptimizer, StudyPlot,
+    StudyAction, StudyAvailability, StudyAxis, StudyCollective, StudyFile, StudyOptimizer,
+    StudyPlot,
 };
 use crate::config::{edit_yaml, normalize, parse_yaml, Checker, ConfigError, Source};
 use crate::design::Design;
 use crate::distributed::DistPrediction;
 use crate::error::ModelError;
+use crate::network::availability::{goodput, Pod};
 use crate::network::collective::Collective;
 use crate::network::scale::Scaling;
 use crate::network::System;
@@ -40,7 +42,7 @@ use crate::violation::Violation;
 use crate::workload::Workload;
 
 /// What an axis can edit: the base files, and the optimizer settings.
-const TARGETS: [&str; 7] = [
+const TARGETS: [&str; 8] = [
     "system",
     "budget",
     "template",
@@ -48,6 +50,22 @@ const TARGETS: [&str; 7] = [
     "optimizer",
     "scale",
     "collective",
+    "availability",
+];
+
+/// The actions that price the system alone (no workload, no strategy), by the base section
+/// each reads and an example of it.
+const SYSTEM_ACTIONS: [(StudyAction, &str, &str); 2] = [
+    (
+        StudyAction::Collective,
+        "collective",
+        "{kind: all_to_all, message_bytes: 1.0e5}",
+    ),
+    (
+        StudyAction::Availability,
+        "availability",
+        "{pod_chips: 4096, slice_chips: 1024, host_availability: 0.995, switching: ocs}",
+    ),
 ];
 
 /// The collectives a `collective` study times, by their names in a study file.
@@ -63,7 +81,7 @@ const MAX_MESSAGE_BYTES: f64 = 1e15;
 
 /// The columns of a study's `results.csv` after the index and the axes (an axis may not
 /// take one of these names).
-pub const RESULT_COLUMNS: [&str; 26] = [
+pub const RESULT_COLUMNS: [&str; 27] = [
     "baseline_strategy",
     "strategy",
     "initial_time_per_iteration_s",
@@ -85,6 +103,7 @@ pub const RESULT_COLUMNS: [&str; 26] = [
     "sparse_core_s",
     "memory_per_device_bytes",
     "samples_per_s",
+    "goodput",
     "bound_by",
     "strategy_only_speedup",
     "budgets_only_speedup",
@@ -132,6 +151,7 @@ pub struct Study {
     /// Absent only for a `collective` study.
     workload: Option<(PathBuf, String)>,
     collective: Option<StudyCollective>,
+    availability: Option<StudyAvailability>,
     budget: Option<(PathBuf, String)>,
 }
 
@@ -189,6 +209,9 @@ pub struct PointResult {
     /// of a served batch) over the time per iteration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples_per_s: Option<f64>,
+    /// An availability study's expected share of the pod's chips running slices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<f64>,
     /// What sets the iteration time, the largest of its parts: `network: <the longest
     /// collective>` where the communication compute waits for exceeds the compute, `pipeline
     /// bubble`, else the kernel class taking most compute time and the resource bounding it
@@ -289,6 +312,7 @@ impl Study {
             system,
             workload,
             collective: raw.base.collective,
+            availability: raw.base.availability,
             budget,
         };
         // Every value on its own against the base: type and unit errors surface now.
@@ -301,6 +325,7 @@ impl Study {
                     study.point_strategy(&coords, &system, devices)?;
                     study.point_scaling(&coords)?;
                     study.point_collective(&coords)?;
+                    study.point_availability(&coords, &system)?;
                     study.point_settings(&coords)
                 });
                 checked.map_err(|e| {
@@ -548,30 +573,102 @@ impl Study {
         Ok(scaling)
     }
 
+    /// `base` with a point's `target.` edits made (a section of the study file: the
+    /// collective, the availability); `expected` says what its fields take.
+    fn edited<T: Serialize + serde::de::DeserializeOwned>(
+        &self,
+        base: &T,
+        target: &str,
+        coords: &[usize],
+        expected: &str,
+    ) -> Result<T, ConfigError> {
+        let mut raw = serde_json::to_value(base).unwrap_or_default();
+        for e in self
+            .axes
+            .iter()
+            .zip(coords)
+            .flat_map(|(a, &k)| a.values[k].iter().filter(|e| e.target == target))
+        {
+            raw[e.path.as_str()] = e.value.clone();
+            serde_json::from_value::<T>(raw.clone()).map_err(|err| {
+                ConfigError::invalid(
+                    &self.file,
+                    format!("{target}.{}", e.path),
+                    &e.value,
+                    format!("{expected}: {err}"),
+                )
+            })?;
+        }
+        serde_json::from_value(raw).map_err(|err| {
+            ConfigError::invalid(&self.file, format!("base.{target}"), "", err.to_string())
+        })
+    }
+
+    /// The pod, slice size and host availability of a point, and whether optical circuit
+    /// switches compose its slices (an `availability` study; `None` otherwise): the base's,
+    /// with its `availability.` edits made, checked against the system's blocks.
+    fn point_availability(
+        &self,
+        coords: &[usize],
+        system: &System,
+    ) -> Result<Option<(Pod, u64, f64, bool)>, ConfigError> {
+        let Some(base) = &self.availability else {
+            return Ok(None);
+        };
+        let a = self.edited(
+            base,
+            "availability",
+            coords,
+            "an availability field (pod_chips, slice_chips: counts; host_availability: a \
+             probability; switching: ocs or static)",
+        )?;
+        let fail = |at: &str, value: serde_json::Value, expected: String| {
+            ConfigError::invalid(&self.file, format!("availability.{at}"), value, expected)
+        };
+        let ocs = match a.switching.as_str() {
+            "ocs" => true,
+            "static" => false,
+            other => {
+                return Err(fail(
+                    "switching",
+                    other.into(),
+                    "one of [ocs, static]".into(),
+                ))
+            }
+        };
+        if !(a.host_availability > 0.0 && a.host_availability <= 1.0) {
+            return Err(fail(
+                "host_availability",
+                a.host_availability.into(),
+                "a probability above 0 and at most 1 (e.g. 0.995)".into(),
+            ));
+        }
+        let pod = Pod::of(system, a.pod_chips)?;
+        if a.slice_chips == 0 || a.slice_chips % pod.block_chips != 0 || a.slice_chips > pod.chips {
+            return Err(fail(
+                "slice_chips",
+                a.slice_chips.into(),
+                format!(
+                    "a multiple of the {}-chip block, at most the pod's {} chips",
+                    pod.block_chips, pod.chips
+                ),
+            ));
+        }
+        Ok(Some((pod, a.slice_chips, a.host_availability, ocs)))
+    }
+
     /// The collective of a point and each device's buffer (a `collective` study; `None`
     /// otherwise): the base's, with its `collective.` edits made.
     fn point_collective(&self, coords: &[usize]) -> Result<Option<(Collective, f64)>, ConfigError> {
         let Some(base) = &self.collective else {
             return Ok(None);
         };
-        let mut c = base.clone();
-        for e in self
-            .axes
-            .iter()
-            .zip(coords)
-            .flat_map(|(a, &k)| a.values[k].iter().filter(|e| e.target == "collective"))
-        {
-            let mut raw = serde_json::to_value(&c).unwrap_or_default();
-            raw[e.path.as_str()] = e.value.clone();
-            c = serde_json::from_value(raw).map_err(|err| {
-                ConfigError::invalid(
-                    &self.file,
-                    format!("collective.{}", e.path),
-                    &e.value,
-                    format!("a collective's field (kind: a name; message_bytes: a number): {err}"),
-                )
-            })?;
-        }
+        let c = self.edited(
+            base,
+            "collective",
+            coords,
+            "a collective's field (kind: a name; message_bytes: a number)",
+        )?;
         let kind = COLLECTIVES
             .iter()
             .find(|(n, _)| *n == c.kind)
@@ -650,6 +747,7 @@ impl Study {
             sparse_core_s: None,
             memory_per_device_bytes: None,
             samples_per_s: None,
+            goodput: None,
             bound_by: String::new(),
             shares: Vec::new(),
             share_names: Vec::new(),
@@ -673,6 +771,18 @@ impl Study {
         let devices = self.devices.unwrap_or_else(|| system.default_devices());
         if let Some((kind, bytes)) = self.point_collective(&coords)? {
             return time_collective(&system, &design, devices, scaling, kind, bytes, r);
+        }
+        if let Some((pod, slice, up, ocs)) = self.point_availability(&coords, &system)? {
+            let g = goodput(&pod, slice, up)?;
+            r.strategy = format!(
+                "slices of {slice} of {} chips, {}",
+                pod.chips,
+                if ocs { "OCS" } else { "static" }
+            );
+            r.baseline_strategy = r.strategy.clone();
+            r.goodput = Some(if ocs { g.with_ocs } else { g.static_cabled });
+            r.feasible = true;
+            return Ok(());
         }
         let Some(workload) = workload else {
             return Err(ConfigError::invalid(
@@ -717,8 +827,10 @@ impl Study {
             .collect();
         let quiet = Progress::none();
         let (shares, strategy) = match self.action {
-            // A collective study returned above, having no workload.
-            StudyAction::Predict | StudyAction::Collective => (start, problem.strategy),
+            // Collective and availability studies returned above, having no workload.
+            StudyAction::Predict | StudyAction::Collective | StudyAction::Availability => {
+                (start, problem.strategy)
+            }
             StudyAction::Optimize => {
                 let b = optimize_budgets(&problem, &settings, &quiet)?;
                 (b.best, problem.strategy)
@@ -839,68 +951,100 @@ fn time_collective(
     Ok(())
 }
 
-/// The base a study's action needs: a workload for every action but `collective`, a
-/// collective for that one; and nothing a collective study would ignore.
+/// The base a study's action needs: a workload for every action that runs one; for an
+/// action that prices the system alone ([`SYSTEM_ACTIONS`]), its own section and no
+/// workload or strategy. A section's fields are axes only under its action.
 fn check_action_base(file: &str, raw: &StudyFile) -> Result<(), ConfigError> {
-    let collective = raw.action == StudyAction::Collective;
-    let fail = |at: &str, value: &str, expected: &str| {
+    let fail = |at: String, value: &str, expected: String| {
         Err(ConfigError::invalid(file, at, value, expected))
     };
-    match (&raw.base.workload, &raw.base.collective, collective) {
-        (None, _, false) => return fail("base.workload", "(none)", "a workload file"),
-        (_, None, true) => {
+    let given = |key: &str| match key {
+        "collective" => raw.base.collective.is_some(),
+        _ => raw.base.availability.is_some(),
+    };
+    let own = SYSTEM_ACTIONS.iter().find(|(a, _, _)| *a == raw.action);
+    for (_, key, _) in SYSTEM_ACTIONS {
+        if given(key) && own.map(|o| o.1) != Some(key) {
             return fail(
-                "base.collective",
-                "(none)",
-                "the collective to time: {kind: all_to_all, message_bytes: 1.0e5}",
-            )
-        }
-        (_, Some(_), false) => {
-            return fail(
-                "base.collective",
+                format!("base.{key}"),
                 "(given)",
-                "no collective unless the action is collective",
-            )
-        }
-        (Some(w), _, true) => {
-            return fail(
-                "base.workload",
-                w,
-                "no workload with action collective (it times the collective alone)",
-            )
-        }
-        _ => {}
-    }
-    let strategy_axis = raw.axes.iter().position(|a| {
-        matches!(a.field.as_deref(), Some("strategy" | "workload"))
-            || a.field
-                .as_deref()
-                .is_some_and(|f| f.starts_with("workload."))
-    });
-    if collective {
-        if let Some(i) = strategy_axis {
-            return fail(
-                &format!("axes[{i}].field"),
-                raw.axes[i].field.as_deref().unwrap_or(""),
-                "a system, budget, template, scale or collective field (a collective study has no workload or strategy)",
+                format!("no {key} unless the action is {key}"),
             );
         }
-        if let Some(s) = &raw.base.strategy {
-            return fail("base.strategy", s, "no strategy with action collective");
-        }
-    } else if let Some(i) = raw.axes.iter().position(|a| {
-        a.field
-            .as_deref()
-            .is_some_and(|f| f.starts_with("collective."))
-            || a.edits
+    }
+    // Every field an axis sets, with where it sets it.
+    let fields: Vec<(usize, &str)> = raw
+        .axes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, a)| {
+            a.field
                 .iter()
-                .flatten()
-                .any(|m| m.keys().any(|k| k.starts_with("collective.")))
-    }) {
+                .map(String::as_str)
+                .chain(
+                    a.edits
+                        .iter()
+                        .flatten()
+                        .flat_map(|m| m.keys().map(String::as_str)),
+                )
+                .map(move |f| (i, f))
+        })
+        .collect();
+    let Some((_, key, example)) = own else {
+        if raw.base.workload.is_none() {
+            return fail("base.workload".into(), "(none)", "a workload file".into());
+        }
+        for (i, f) in &fields {
+            if let Some((_, key, _)) = SYSTEM_ACTIONS
+                .iter()
+                .find(|(_, key, _)| f.starts_with(&format!("{key}.")))
+            {
+                return fail(
+                    format!("axes[{i}]"),
+                    f,
+                    format!("{key} fields only with action {key}"),
+                );
+            }
+        }
+        return Ok(());
+    };
+    if !given(key) {
         return fail(
-            &format!("axes[{i}]"),
-            &raw.axes[i].name,
-            "collective fields only with action collective",
+            format!("base.{key}"),
+            "(none)",
+            format!("the {key} the study prices: {example}"),
+        );
+    }
+    if let Some(w) = &raw.base.workload {
+        return fail(
+            "base.workload".into(),
+            w,
+            format!("no workload with action {key} (it prices the system alone)"),
+        );
+    }
+    if let Some(s) = &raw.base.strategy {
+        return fail(
+            "base.strategy".into(),
+            s,
+            format!("no strategy with action {key}"),
+        );
+    }
+    let elsewhere = |f: &str| {
+        f == "strategy"
+            || f == "workload"
+            || f.starts_with("workload.")
+            || f.starts_with("optimizer.")
+            || SYSTEM_ACTIONS
+                .iter()
+                .any(|(_, k, _)| k != key && f.starts_with(&format!("{k}.")))
+    };
+    if let Some((i, f)) = fields.iter().find(|(_, f)| elsewhere(f)) {
+        return fail(
+            format!("axes[{i}]"),
+            f,
+            format!(
+                "a system, budget, template, scale or {key} field (action {key} prices the system alone: no workload, strategy or optimizer)"
+            ),
         );
     }
     Ok(())
