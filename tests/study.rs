@@ -872,10 +872,10 @@ fn madmax_fig12_search_gain_does_not_grow_with_context() {
     assert!(gains[0] >= gains[1] && gains[1] >= gains[2], "{gains:?}");
 }
 
-/// MAD Max Fig. 8 as shipped (studies/madmax-fig8.yaml): on 128 ZionEX A100s the searched
-/// strategy is never slower than FSDP and beats it on every model but DLRM-A-Transformer,
-/// where one strategy for the whole model gains 0.5% (the per-layer-type search,
-/// `search --per-layer-type`, splits it further).
+/// MAD Max Fig. 8 as shipped (studies/madmax-fig8.yaml): on 128 ZionEX A100s the best
+/// per-layer-type strategy beats FSDP on every model, by more than 5% on all but
+/// DLRM-A-Transformer (1.2%); the DLRMs take a split per layer type, the language models
+/// one strategy for every layer.
 #[test]
 fn madmax_fig8_best_strategy_over_fsdp() {
     let results = run(&root()
@@ -885,10 +885,17 @@ fn madmax_fig8_best_strategy_over_fsdp() {
     for (labels, r) in &results {
         let gain = r.speedup.unwrap();
         println!("{}: {gain:.3}x over FSDP with {}", labels[0], r.strategy);
-        assert!(gain >= 1.0, "{labels:?}");
+        assert!(gain > 1.01, "{labels:?}: {gain}");
         if labels[0] != "dlrm-a-transformer" {
             assert!(gain > 1.05, "{labels:?}: {gain}");
         }
+        let per_type = r.strategy.contains("embedding:");
+        assert_eq!(
+            per_type,
+            labels[0].starts_with("dlrm"),
+            "{labels:?}: {}",
+            r.strategy
+        );
     }
 }
 

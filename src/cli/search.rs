@@ -84,9 +84,6 @@ struct Report<'a> {
     per_layer_type: Option<LayeredResult>,
 }
 
-/// Uniform strategies a per-layer-type search starts from: the fastest that fit.
-const LAYERED_STARTS: usize = 4;
-
 pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
     let (source, workload_file) = match &a.workload {
         Some(p) => (Source::Disk, p.clone()),
@@ -160,7 +157,7 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
             .top
             .iter()
             .filter(|c| c.feasible)
-            .take(LAYERED_STARTS)
+            .take(stackflow::opt::search::layered::STARTS)
             .map(|c| c.parsed)
             .collect();
         search_layered(&workload, &arch, &net, system.devices_per_node(), &starts)

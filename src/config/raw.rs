@@ -645,6 +645,9 @@ pub enum StudyAction {
     Optimize,
     Search,
     Both,
+    /// `search`, then each layer type's own split from the fastest uniform strategies
+    /// (MAD Max Sec. 4, Fig. 8; `stackflow search --per-layer-type`).
+    SearchPerLayerType,
     /// Times one collective over every device of the point's system (Zion Fig. 10, 14).
     Collective,
     /// The goodput of slices of a pod of blocks (TPU v4 Fig. 4).

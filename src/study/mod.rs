@@ -33,6 +33,7 @@ use crate::network::scale::Scaling;
 use crate::network::System;
 use crate::opt::budget::{optimize_budgets, sensitivities, Finish, Settings};
 use crate::opt::problem::{feasible_set, layout};
+use crate::opt::search::layered;
 use crate::opt::Progress;
 use crate::opt::{co_optimize, search, BudgetProblem};
 use crate::parallel::Strategy;
@@ -826,6 +827,8 @@ impl Study {
             .map(|s| format!("{}.{}", s.resource, s.component))
             .collect();
         let quiet = Progress::none();
+        // A per-layer-type search's starting points: the fastest uniform strategies that fit.
+        let mut layered_starts = Vec::new();
         let (shares, strategy) = match self.action {
             // Collective and availability studies returned above, having no workload.
             StudyAction::Predict | StudyAction::Collective | StudyAction::Availability => {
@@ -835,7 +838,7 @@ impl Study {
                 let b = optimize_budgets(&problem, &settings, &quiet)?;
                 (b.best, problem.strategy)
             }
-            StudyAction::Search => {
+            StudyAction::Search | StudyAction::SearchPerLayerType => {
                 let (arch, net) = problem.machine(&start)?;
                 let node = problem.system.devices_per_node();
                 let space =
@@ -850,6 +853,13 @@ impl Study {
                     &search::Settings::default(),
                     &quiet,
                 );
+                layered_starts = found
+                    .top
+                    .iter()
+                    .filter(|c| c.feasible)
+                    .take(layered::STARTS)
+                    .map(|c| c.parsed)
+                    .collect();
                 let best = found.best.map(|c| c.parsed).unwrap_or(problem.strategy);
                 (start, best)
             }
@@ -910,6 +920,46 @@ impl Study {
                     )
                 })
                 .collect();
+        }
+        if self.action == StudyAction::SearchPerLayerType {
+            let (arch, net) = problem.machine(&shares)?;
+            let node = problem.system.devices_per_node();
+            let found =
+                layered::search_layered(&problem.workload, &arch, &net, node, &layered_starts);
+            if let Some(b) = found.best.filter(|b| {
+                b.feasible
+                    && r.time_per_iteration_s
+                        .map_or(true, |t| b.time_per_iteration_s < t)
+            }) {
+                r.strategy = b.strategy.clone();
+                r.time_per_iteration_s = finite(b.time_per_iteration_s);
+                r.speedup = match (r.initial_time_per_iteration_s, r.time_per_iteration_s) {
+                    (Some(a), Some(t)) => Some(a / t),
+                    _ => None,
+                };
+                r.feasible = true;
+                r.violations.clear();
+                // The busiest stage's compute: the schedule with free communication, less
+                // its bubble.
+                r.compute_s = finite(
+                    b.time_per_iteration_s - b.exposed_communication_s - b.pipeline_bubble_s,
+                );
+                r.exposed_communication_s = finite(b.exposed_communication_s);
+                r.pipeline_bubble_s = finite(b.pipeline_bubble_s);
+                r.host_tables_s = b.host_tables.as_ref().and_then(|h| finite(h.time_s));
+                r.serving_latency_s = b.serving_latency_s.and_then(finite);
+                r.memory_per_device_bytes = finite(b.memory_per_device_bytes);
+                r.samples_per_s = finite(problem.workload.graph().samples / b.time_per_iteration_s);
+                // The largest part of the iteration, as `bound_by` names it for one strategy.
+                let compute = r.compute_s.unwrap_or(0.0);
+                r.bound_by = if b.exposed_communication_s > compute.max(b.pipeline_bubble_s) {
+                    "network".to_string()
+                } else if b.pipeline_bubble_s > compute {
+                    "pipeline bubble".to_string()
+                } else {
+                    "compute".to_string()
+                };
+            }
         }
         r.shares = shares;
         Ok(())

@@ -140,6 +140,9 @@ impl Pricer<'_> {
     }
 }
 
+/// Uniform strategies a per-layer-type search starts from by default: the fastest that fit.
+pub const STARTS: usize = 4;
+
 /// Searches per-layer-type strategies for `workload` on `arch` x `net` (nodes of `node`
 /// devices) from each of `starts` (uniform strategies, best first; those that cannot run
 /// or fit, RC/CR kernel splits and context parallelism are skipped).
