@@ -508,7 +508,21 @@ fn bad_studies_exit_2_naming_the_valid_choices() {
         let (code, _, err) = stackflow(&["sweep", &s, "--out", &dir.write("o", "")]);
         assert_eq!(code, 2, "{base} {axes}");
         assert!(err.contains(says), "{base} {axes}: {err}");
-    } // An availability study: the pod's blocks from the system, the slice a multiple of them.
+    }
+    // A served transformer is priced at one strategy: none given is refused up front.
+    let gpt3 = root()
+        .join("workloads/gpt3-175b.yaml")
+        .display()
+        .to_string();
+    let zionex = root().join("templates/zionex.yaml").display().to_string();
+    let served = dir.write(
+        "served.yaml",
+        &format!("version: 1\nname: served\nbase:\n  system: {zionex}\n  workload: {gpt3}\n  devices: 128\naction: predict\naxes:\n  - name: x\n    field: workload.inference\n    values: [{{batch: 8, prompt_tokens: 2048, output_tokens: 256}}]\n"),
+    );
+    let (code, _, err) = stackflow(&["sweep", &served, "--out", &dir.write("o", "")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("a strategy for a served transformer"), "{err}");
+    // An availability study: the pod's blocks from the system, the slice a multiple of them.
     let tpu = root()
         .join("templates/tpu-v4-pod.yaml")
         .display()
@@ -962,6 +976,19 @@ fn madmax_fig14_one_resource_at_a_time() {
     let best = g[..5].iter().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
     assert_eq!(best.0, "compute", "{g:?}");
     assert!(g[5].1 > 10.0, "GPT-3, all 10x: {}", g[5].1);
+    // Served at one strategy, GPT-3 gains more from compute than DLRM-A does, and most from
+    // all five at once; its decode steps are bound by reading the weights.
+    let served = gains("GPT-3 inference");
+    println!("GPT-3 inference: {served:?}");
+    assert!(
+        served[0].1 > gains("DLRM-A inference")[0].1 + 0.2,
+        "{served:?}"
+    );
+    assert!(
+        served[..5].iter().all(|(_, x)| *x < served[5].1),
+        "{served:?}"
+    );
+    assert!(results.values().all(|r| r.feasible));
 }
 
 /// The Fig. 14 ablation (studies/madmax-fig14-ablation.yaml): with MAD Max Table 2's 4-byte

@@ -321,9 +321,18 @@ impl Study {
             for (k, edits) in a.values.iter().enumerate() {
                 let mut coords = vec![0; study.axes.len()];
                 coords[i] = k;
-                let checked = study.inputs(&coords).and_then(|(system, _, _)| {
+                let checked = study.inputs(&coords).and_then(|(system, _, workload)| {
                     let devices = study.devices.unwrap_or_else(|| system.default_devices());
-                    study.point_strategy(&coords, &system, devices)?;
+                    let strategy = study.point_strategy(&coords, &system, devices)?;
+                    if workload.is_some_and(|w| w.serving().is_some()) && strategy.is_none() {
+                        return Err(ConfigError::invalid(
+                            &study.file,
+                            "strategy",
+                            "(none)",
+                            "a strategy for a served transformer (base.strategy or a strategy \
+                             axis): serving is priced at one strategy, not searched",
+                        ));
+                    }
                     study.point_scaling(&coords)?;
                     study.point_collective(&coords)?;
                     study.point_availability(&coords, &system)?;
@@ -794,6 +803,12 @@ impl Study {
             )
             .into());
         };
+        if workload.serving().is_some() {
+            let strategy = self.point_strategy(&coords, &system, devices)?;
+            return serve_transformer(
+                &self.file, &system, &design, devices, scaling, &workload, strategy, r,
+            );
+        }
         let strategy = match self.point_strategy(&coords, &system, devices)? {
             Some(s) => s,
             None => {
@@ -964,6 +979,71 @@ impl Study {
         r.shares = shares;
         Ok(())
     }
+}
+
+/// A served transformer's point (`predict` serves it; no strategy search or budget
+/// optimization runs for serving, whatever the study's action): its strategy's time to
+/// emit one batch's output tokens on every replica in `time_per_iteration_s` (so speedups
+/// are throughput ratios), one request's latency (prefill and every decode step) in
+/// `serving_latency_s`, requests per second in `samples_per_s`.
+#[allow(clippy::too_many_arguments)]
+fn serve_transformer(
+    file: &str,
+    system: &System,
+    design: &Design,
+    devices: u64,
+    scaling: Scaling,
+    workload: &Workload,
+    strategy: Option<Strategy>,
+    r: &mut PointResult,
+) -> Result<(), ModelError> {
+    let Some((t, spec)) = workload.serving() else {
+        return Ok(());
+    };
+    let Some(strategy) = strategy else {
+        return Err(ConfigError::invalid(
+            file,
+            "strategy",
+            "(none)",
+            "a strategy for a served transformer (base.strategy or a strategy axis): serving \
+             is priced at one strategy, not searched",
+        )
+        .into());
+    };
+    let mut arch = crate::generator::generate(design);
+    scaling.architecture(&mut arch);
+    let mut fabrics = system.fabrics_for(&arch, devices)?;
+    scaling.fabrics(&mut fabrics);
+    let net = system.network(&arch, devices)?.rebuilt(fabrics);
+    let p = crate::distributed::predict_inference(t, spec, &arch, &net, &strategy)?;
+    let tokens =
+        (spec.batch * spec.output_tokens) as f64 * (p.batches_in_flight * strategy.data) as f64;
+    let interval = tokens / p.tokens_per_s;
+    let decode = spec.output_tokens as f64 * p.time_per_output_token_s;
+    r.strategy = strategy.to_string();
+    r.baseline_strategy = r.strategy.clone();
+    r.initial_time_per_iteration_s = finite(interval);
+    r.time_per_iteration_s = finite(interval);
+    r.speedup = finite(interval).map(|_| 1.0);
+    r.feasible = p.feasible && interval.is_finite();
+    r.violations = p.violations.clone();
+    r.peak_flops_per_s = arch.peak_flops_per_s;
+    r.memory_bandwidth_bytes_per_s = arch.memory_bandwidth_bytes_per_s;
+    r.memory_capacity_bytes = arch.memory_capacity_bytes;
+    r.network_bandwidth_bytes_per_s = net.fabrics.last().map(|f| f.egress_bytes_per_s);
+    r.local_bandwidth_bytes_per_s = net.fabrics.first().map(|f| f.egress_bytes_per_s);
+    r.bisection_bytes_per_s = finite(net.bisection_bytes_per_s());
+    r.exposed_communication_s =
+        finite(p.prefill_communication_s + spec.output_tokens as f64 * p.decode_communication_s);
+    r.serving_latency_s = finite(p.time_to_first_token_s + decode);
+    r.memory_per_device_bytes = finite(p.memory_per_device_bytes);
+    r.samples_per_s = finite(p.tokens_per_s / spec.output_tokens as f64);
+    r.bound_by = if decode > p.time_to_first_token_s {
+        "serving: decode".to_string()
+    } else {
+        "serving: prefill".to_string()
+    };
+    Ok(())
 }
 
 /// A `collective` study's point: `kind` of `bytes` per device over all `devices` of the
