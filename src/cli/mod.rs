@@ -91,10 +91,10 @@ enum Command {
         #[arg(long)]
         bounds: Option<PathBuf>,
         /// Restarts (S): the budget's own split, then seeded random starts.
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=stackflow::opt::budget::MAX_RESTARTS))]
         restarts: u64,
         /// Steps per restart (T).
-        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=stackflow::opt::budget::MAX_STEPS))]
         steps: u64,
         /// Seed of the random starts.
         #[arg(long, default_value_t = 0)]
@@ -117,9 +117,9 @@ enum Command {
         /// Output folder (default: sweep-<study name>).
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Worker threads (default: one per core).
-        #[arg(long)]
-        jobs: Option<usize>,
+        /// Worker threads (default: one per core; at most 256).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+        jobs: Option<u64>,
         /// Evaluate only shard K of N (points whose index is K-1 modulo N), e.g. 2/8.
         #[arg(long)]
         shard: Option<String>,
@@ -221,7 +221,7 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
             return sweep::run(sweep::Args {
                 study,
                 out,
-                jobs,
+                jobs: jobs.map(|j| j as usize),
                 shard,
                 resume,
             })

@@ -127,6 +127,20 @@ impl Checker<'_> {
     }
 
     /// An integer `> 0`.
+    /// A count from 1 to `max`.
+    pub fn count_in(&self, path: &str, value: u64, max: u64) -> Result<u64, ConfigError> {
+        if (1..=max).contains(&value) {
+            Ok(value)
+        } else {
+            Err(ConfigError::invalid(
+                self.file,
+                path,
+                value,
+                format!("expected an integer from 1 to {max}"),
+            ))
+        }
+    }
+
     pub fn positive_count(&self, path: &str, value: u64) -> Result<u64, ConfigError> {
         if value > 0 {
             Ok(value)

@@ -41,6 +41,12 @@ impl Finish {
     }
 }
 
+/// The most restarts an optimization takes (each keeps its trajectory's best).
+pub const MAX_RESTARTS: u64 = 10_000;
+
+/// The most projected-gradient steps per restart.
+pub const MAX_STEPS: u64 = 1_000_000;
+
 /// Search settings; defaults are DeepFlow's (T = 100, S = 10), finished by a transfer search.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Settings {

@@ -31,7 +31,9 @@ use crate::network::availability::{goodput, Pod};
 use crate::network::collective::Collective;
 use crate::network::scale::Scaling;
 use crate::network::System;
-use crate::opt::budget::{optimize_budgets, sensitivities, Finish, Settings};
+use crate::opt::budget::{
+    optimize_budgets, sensitivities, Finish, Settings, MAX_RESTARTS, MAX_STEPS,
+};
 use crate::opt::problem::{feasible_set, layout};
 use crate::opt::search::layered;
 use crate::opt::Progress;
@@ -293,6 +295,9 @@ impl Study {
                     "grouped_bars (the co-optimization's three speedups) with action both; lines or bars otherwise",
                 ));
             }
+        }
+        if let Some(d) = raw.base.devices {
+            check.count_in("base.devices", d, crate::network::system::MAX_DEVICES)?;
         }
         if let Some(s) = &raw.base.strategy {
             Strategy::parse(s)
@@ -1448,10 +1453,10 @@ fn study_settings(check: &Checker, raw: &Option<StudyOptimizer>) -> Result<Setti
         None => defaults,
         Some(o) => Settings {
             restarts: o.restarts.map_or(Ok(defaults.restarts as u64), |v| {
-                check.positive_count("optimizer.restarts", v)
+                check.count_in("optimizer.restarts", v, MAX_RESTARTS)
             })? as usize,
             steps: o.steps.map_or(Ok(defaults.steps), |v| {
-                check.positive_count("optimizer.steps", v)
+                check.count_in("optimizer.steps", v, MAX_STEPS)
             })?,
             seed: o.seed.unwrap_or(defaults.seed),
             finish: match &o.finish {
