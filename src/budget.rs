@@ -47,8 +47,10 @@ impl Budget {
         let raw: BudgetFile = parse_yaml(file, text)?;
         let check = Checker { file };
         check.version(raw.version)?;
-        let chip_area_mm2 = check.positive("area.chip_mm2", raw.area.chip_mm2)?;
-        let node_area_mm2 = check.positive("area.node_mm2", raw.area.node_mm2)?;
+        // Physical ranges: a chip is at most a 300 mm wafer (~70,000 mm2), a node at most
+        // ten of them; a chip's power at most 100 kW (a wafer-scale engine draws ~20 kW).
+        let chip_area_mm2 = check.within("area.chip_mm2", raw.area.chip_mm2, 1e-6, 1e5)?;
+        let node_area_mm2 = check.within("area.node_mm2", raw.area.node_mm2, 1e-6, 1e6)?;
         if node_area_mm2 < chip_area_mm2 {
             return Err(ConfigError::invalid(
                 file,
@@ -57,7 +59,7 @@ impl Budget {
                 format!("expected node area >= chip area ({chip_area_mm2} mm2)"),
             ));
         }
-        let tdp_w = check.non_negative("power.tdp_w", raw.power.tdp_w)?;
+        let tdp_w = check.within("power.tdp_w", raw.power.tdp_w, 0.0, 1e5)?;
         let perimeter_mm = match raw.perimeter.total_mm {
             Some(p) => check.non_negative("perimeter.total_mm", p)?,
             None => 4.0 * chip_area_mm2.sqrt(),

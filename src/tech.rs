@@ -324,7 +324,8 @@ impl TechLibrary {
                 macs_per_cycle: check.positive(&p("macs_per_cycle"), c.macs_per_cycle)?,
                 area_mm2: check.positive(&p("area_mm2"), c.area_mm2)?,
                 power_w: check.positive(&p("power_w"), c.power_w)?,
-                frequency_hz: check.positive(&p("frequency_ghz"), c.frequency_ghz)? * 1e9,
+                // Physical range: no logic clocks below 10 MHz or above 20 GHz.
+                frequency_hz: check.within(&p("frequency_ghz"), c.frequency_ghz, 0.01, 20.0)? * 1e9,
                 voltage: VoltageCurve::from_raw(&check, &p("voltage"), &c.voltage)?,
             };
             insert_unique(&mut self.compute, file, "compute", name, tech)?;

@@ -72,9 +72,20 @@ pub enum Violation {
     /// The design cannot be evaluated under this strategy at all (the strategy does not fit
     /// the workload, or the system's network cannot be built for the design).
     CannotRun { reason: String },
+    /// A derived quantity came out infinite or NaN (an input at the edge of its range, a
+    /// share of zero): the result means nothing, so it is never feasible.
+    NonFinite { quantity: String, value: String },
 }
 
 impl Violation {
+    /// [`Violation::NonFinite`] when `value` is infinite or NaN.
+    pub fn unless_finite(quantity: &str, value: f64) -> Option<Violation> {
+        (!value.is_finite()).then(|| Violation::NonFinite {
+            quantity: quantity.to_string(),
+            value: value.to_string(),
+        })
+    }
+
     /// The `kind` tag of the JSON form.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -87,6 +98,7 @@ impl Violation {
             Violation::HostMemoryExceeded { .. } => "host_memory_exceeded",
             Violation::NoBandwidth => "no_bandwidth",
             Violation::CannotRun { .. } => "cannot_run",
+            Violation::NonFinite { .. } => "non_finite",
         }
     }
 
@@ -196,6 +208,11 @@ impl fmt::Display for Violation {
                  throughput in this design",
             ),
             Violation::CannotRun { reason } => f.write_str(reason),
+            Violation::NonFinite { quantity, value } => write!(
+                f,
+                "{quantity} is {value}: a non-finite result (an input at the edge of its range, \
+                 or a share of zero), so nothing here can be trusted"
+            ),
         }
     }
 }

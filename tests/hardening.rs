@@ -96,3 +96,96 @@ fn d6_a_study_base_is_checked_before_any_point() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("base.devices = 0"), "{err}");
 }
+
+/// D3: a technology value outside its physical range is refused (a clock of 1e308 GHz), and
+/// a derived quantity that still overflows is a typed violation, never "feasible".
+#[test]
+fn d3_overflowing_technology_is_refused_or_infeasible() {
+    let dir = Scratch::new("hardening-d3");
+    let root = common::root();
+    // The node file with its includes beside it.
+    for entry in std::fs::read_dir(root.join("tech_libs")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        dir.write(&name, &std::fs::read_to_string(&path).unwrap());
+    }
+    let tech = std::fs::read_to_string(root.join("tech_libs/n7.yaml"))
+        .unwrap()
+        .replacen("frequency_ghz: 1.41", "frequency_ghz: 1e308", 1);
+    assert!(tech.contains("1e308"));
+    let tech_path = dir.write("n7.yaml", &tech);
+    let (code, _, err) = stackflow(&[
+        "generate",
+        "--budget",
+        "budgets/a100.yaml",
+        "--tech",
+        &tech_path,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("frequency_ghz = 1e308") && err.contains("expected a number in [0.01, 20]"),
+        "{err}"
+    );
+}
+
+/// D4 and D7: a budget whose inter-package power share is 0 gives the DeepFlow Sec. 9 system
+/// an endless gradient sync: the answer is INFEASIBLE with that reason (exit 0, as predict
+/// reports an infeasible design), never "feasible"; a TDP of 1e308 W is refused.
+#[test]
+fn d4_an_endless_iteration_is_infeasible_and_says_why() {
+    let dir = Scratch::new("hardening-d4");
+    let root = common::root();
+    let budget = std::fs::read_to_string(root.join("budgets/deepflow-sec9.yaml"))
+        .unwrap()
+        .replace(
+            "../templates",
+            &root.join("templates").display().to_string(),
+        )
+        .replace(
+            "../tech_libs",
+            &root.join("tech_libs").display().to_string(),
+        );
+    let starved = budget.replacen("inter_package: 0.0427", "inter_package: 0", 1);
+    assert_ne!(starved, budget);
+    let budget_path = dir.write("budget.yaml", &starved);
+    let system = std::fs::read_to_string(root.join("templates/deepflow-sec9.yaml"))
+        .unwrap()
+        .replace("../budgets/deepflow-sec9.yaml", &budget_path);
+    let system_path = dir.write("system.yaml", &system);
+    let args = [
+        "predict",
+        "--system",
+        &system_path,
+        "--workload",
+        "workloads/lstm-sec9.yaml",
+        "--strategy",
+        "d512-z2",
+    ];
+    let (code, out, err) = stackflow(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("INFEASIBLE"), "{out}");
+    assert!(
+        out.contains("time per iteration (gradient sync) is inf: a non-finite result"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("feasible: every device holds its share"),
+        "{out}"
+    );
+    let (code, json, _) = stackflow(&[&args[..], &["--json"]].concat());
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["feasible"], false, "{json}");
+    assert!(
+        v["violations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["kind"] == "non_finite"),
+        "{json}"
+    );
+    let hot = dir.write("hot.yaml", &budget.replacen("tdp_w: ", "tdp_w: 1e308 #", 1));
+    let (code, _, err) = stackflow(&["generate", "--budget", &hot]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("power.tdp_w = 1e308"), "{err}");
+}

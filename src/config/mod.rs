@@ -64,6 +64,17 @@ pub fn parse_json<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, Conf
     })
 }
 
+/// A number as an error message shows it: in scientific notation when very large or very
+/// small (`1e308`, not three hundred digits).
+pub fn number(v: f64) -> String {
+    let a = v.abs();
+    if a != 0.0 && !(1e-4..1e15).contains(&a) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
+}
+
 /// Checks numeric fields of one file, building errors that name the file and field path.
 pub struct Checker<'a> {
     pub file: &'a str,
@@ -92,7 +103,7 @@ impl Checker<'_> {
             Err(ConfigError::invalid(
                 self.file,
                 path,
-                value,
+                number(value),
                 "expected a finite number >= 0",
             ))
         }
@@ -106,7 +117,7 @@ impl Checker<'_> {
             Err(ConfigError::invalid(
                 self.file,
                 path,
-                value,
+                number(value),
                 "expected a finite number > 0",
             ))
         }
@@ -120,8 +131,8 @@ impl Checker<'_> {
             Err(ConfigError::invalid(
                 self.file,
                 path,
-                value,
-                format!("expected a number in [{lo}, {hi}]"),
+                number(value),
+                format!("expected a number in [{}, {}]", number(lo), number(hi)),
             ))
         }
     }

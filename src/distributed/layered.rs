@@ -568,6 +568,8 @@ impl LayeredPlan {
                 format!("{} {pair}", p.layer.name())
             })
             .collect();
+        let mut violations = self.violations.clone();
+        violations.extend(super::predict::non_finite_time(time, &eval.comms));
         LayeredPrediction {
             workload: graph.name.clone(),
             strategy: self.strategy.to_string(),
@@ -593,8 +595,8 @@ impl LayeredPlan {
             gradients_bytes: memory.gradients_bytes,
             optimizer_state_bytes: memory.optimizer_state_bytes,
             activations_bytes: memory.activations_bytes,
-            feasible: self.violations.is_empty(),
-            violations: self.violations.clone(),
+            feasible: violations.is_empty(),
+            violations,
         }
     }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use super::fit::{fit, fit_graph, Fit, FitError};
 use super::host::{placed_with, HostReport};
 use super::memory::{self, Footprint};
-use super::report::{ComputeReport, DistPrediction, LayerTimes};
+use super::report::{CommReport, ComputeReport, DistPrediction, LayerTimes};
 use super::timeline::{self, Eval, StageTimes};
 use super::work::{stages_weights, stages_work, StageWork};
 use crate::domain::{Precision, Recompute};
@@ -569,6 +569,14 @@ impl Plan {
         let communication_s: f64 = eval.comms.iter().map(|c| c.time_s).sum();
         let energy_j = self.energy_j(&eval);
         let memory = &self.memory;
+        let mut violations = self.violations.clone();
+        violations.extend(non_finite_time(time, &eval.comms));
+        if time.is_finite() {
+            violations.extend(Violation::unless_finite(
+                "energy per iteration (J)",
+                energy_j,
+            ));
+        }
         DistPrediction {
             energy_j,
             average_power_w: energy_j / time,
@@ -616,10 +624,25 @@ impl Plan {
             gradients_bytes: memory.gradients_bytes,
             optimizer_state_bytes: memory.optimizer_state_bytes,
             activations_bytes: memory.activations_bytes,
-            feasible: self.violations.is_empty(),
-            violations: self.violations.clone(),
+            feasible: violations.is_empty(),
+            violations,
         }
     }
+}
+
+/// Why an iteration's time is not finite, naming the collective that made it so when one
+/// did: nothing such a prediction says can be trusted.
+pub(super) fn non_finite_time(time_s: f64, comms: &[CommReport]) -> Option<Violation> {
+    if time_s.is_finite() {
+        return None;
+    }
+    let culprit = comms
+        .iter()
+        .find(|c| !c.time_s.is_finite())
+        .map_or("time per iteration".to_string(), |c| {
+            format!("time per iteration ({})", c.name)
+        });
+    Violation::unless_finite(&culprit, time_s)
 }
 
 /// The precision of `graph`'s matrix products (the one most of their FLOPs use) and its

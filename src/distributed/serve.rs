@@ -313,6 +313,16 @@ pub fn predict_inference(
     .expect("without a bound every ordering is priced");
     let energy = energy_j(&work, spec, s, &rates, time.total_s, sp);
     let tokens = (in_flight * spec.batch * spec.output_tokens) as f64;
+    let mut violations = violations;
+    violations.extend(
+        [
+            ("time to first token (s)", time.ttft_s),
+            ("time per output token (s)", time.tpot_s),
+            ("energy per batch (J)", energy),
+        ]
+        .into_iter()
+        .filter_map(|(q, v)| Violation::unless_finite(q, v)),
+    );
     Ok(DistInference {
         workload: w.name.clone(),
         strategy: s.to_string(),

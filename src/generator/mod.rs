@@ -454,6 +454,33 @@ pub fn generate(design: &Design) -> Architecture {
         [&intra_package, &inter_package],
         &mut violations,
     );
+    // An input at the edge of its range can overflow what it derives: such a design is
+    // not usable, whatever else it fits.
+    let derived = [
+        ("core: peak FLOP/s", core.peak_flops_per_s),
+        ("core: frequency (Hz)", core.frequency_hz),
+        (
+            "main memory: bandwidth (B/s)",
+            main_memory.bandwidth_bytes_per_s,
+        ),
+        ("main memory: capacity (bytes)", main_memory.capacity_bytes),
+        ("chip: power (W)", power_w.used),
+        ("chip: area (mm2)", chip_area_mm2.used),
+    ];
+    let levels = on_chip
+        .iter()
+        .map(|l| (l.name.as_str(), l.bandwidth_bytes_per_s));
+    let networks = [&intra_package, &inter_package]
+        .into_iter()
+        .flatten()
+        .map(|n| ("network: bandwidth (B/s)", n.bandwidth_bytes_per_s));
+    violations.extend(
+        derived
+            .into_iter()
+            .chain(levels)
+            .chain(networks)
+            .filter_map(|(q, v)| Violation::unless_finite(q, v)),
+    );
     Architecture {
         peak_flops_per_s: core.peak_flops_per_s,
         memory_bandwidth_bytes_per_s: main_memory.bandwidth_bytes_per_s,
