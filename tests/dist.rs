@@ -2635,7 +2635,7 @@ fn ocs_slice_goodput_matches_the_papers_reading() {
     use stackflow::network::availability::{goodput, Pod};
     // The TPU v4 pod as its template gives it: 4x4x4 blocks, 4 chips per host.
     let (sys, _) = system("templates/tpu-v4-pod.yaml");
-    let pod = Pod::of(&sys, 4096).unwrap();
+    let pod = Pod::of(&sys, 4096, ("(test)", "chips")).unwrap();
     assert_eq!((pod.block_chips, pod.chips_per_host), (64, 4));
     let goodput = |slice, a| goodput(&pod, slice, a);
     for a in [0.99, 0.995] {

@@ -305,7 +305,7 @@ fn availability(
         None => (Source::Embedded, PathBuf::from("templates/tpu-v4-pod.yaml")),
     };
     let system = stackflow::network::System::load(source, &file)?;
-    let pod = Pod::of(&system, pod_chips)?;
+    let pod = Pod::of(&system, pod_chips, ("(command line)", "--pod-chips"))?;
     let hosts = if hosts.is_empty() {
         vec![0.99, 0.995, 0.999]
     } else {

@@ -153,13 +153,7 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
         &progress,
     );
     let per_layer_type = a.per_layer_type.then(|| {
-        let starts: Vec<_> = r
-            .top
-            .iter()
-            .filter(|c| c.feasible)
-            .take(stackflow::opt::search::layered::STARTS)
-            .map(|c| c.parsed)
-            .collect();
+        let starts = stackflow::opt::search::layered::starts(&r);
         search_layered(&workload, &arch, &net, system.devices_per_node(), &starts)
     });
     let wall_s = start.elapsed().as_secs_f64();

@@ -692,7 +692,7 @@ fn draw_lines(
         })
         .draw()?;
     for (si, (name, pts)) in lines.into_iter().enumerate() {
-        let color = DISTINCT[si % DISTINCT.len()].to_rgba();
+        let color = distinct(si);
         chart
             .draw_series(LineSeries::new(
                 pts.iter().map(|&(i, y)| (SegmentValue::CenterOf(i), y)),
@@ -726,6 +726,13 @@ const DISTINCT: [RGBColor; 6] = [
     RGBColor(148, 103, 189),
     RGBColor(140, 86, 75),
 ];
+
+/// The colour of series `i`: [`DISTINCT`]'s first, then the plotting library's palette.
+fn distinct(i: usize) -> RGBAColor {
+    DISTINCT
+        .get(i)
+        .map_or_else(|| Palette99::pick(i).to_rgba(), |c| c.to_rgba())
+}
 
 /// A tick label with an SI prefix: 2.5M, 750k, 12.5.
 fn compact(v: f64) -> String {
@@ -826,18 +833,28 @@ fn draw_pareto(
     }
     let count = series.map_or(1, |s| study.axes[s].values.len());
     for si in 0..count {
-        let color = DISTINCT[si % DISTINCT.len()].to_rgba();
-        let pts: Vec<(f64, f64, usize)> = in_panel
+        let color = distinct(si);
+        let pts: Vec<(f64, f64, usize, bool)> = in_panel
             .iter()
             .filter(|(c, _)| series.map_or(true, |s| c[s] == si))
-            .filter_map(|(c, r)| at(r).map(|(a, b)| (a, b, c[x])))
+            .filter_map(|(c, r)| at(r).map(|(a, b)| (a, b, c[x], r.feasible)))
             .collect();
-        let front = pareto_front(&pts);
+        // The front of what runs: a point that does not fit is drawn hollow, off the front.
+        let fits: Vec<(f64, f64, usize)> = pts
+            .iter()
+            .filter(|p| p.3)
+            .map(|&(a, b, k, _)| (a, b, k))
+            .collect();
+        let front = pareto_front(&fits);
         let label = series.map_or(String::new(), |s| study.axes[s].labels[si].clone());
-        chart.draw_series(
-            pts.iter()
-                .map(|&(a, b, _)| Circle::new((a, b), 4, color.mix(0.5).filled())),
-        )?;
+        chart.draw_series(pts.iter().map(|&(a, b, _, feasible)| {
+            let style = if feasible {
+                color.mix(0.5).filled()
+            } else {
+                color.mix(0.6).stroke_width(1)
+            };
+            Circle::new((a, b), 4, style)
+        }))?;
         chart
             .draw_series(LineSeries::new(
                 front.iter().map(|&(a, b, _)| (a, b)),
@@ -853,6 +870,13 @@ fn draw_pareto(
                     ("sans-serif", 11).into_font().color(&color),
                 )
         }))?;
+    }
+    if every.iter().any(|(_, r)| !r.feasible) {
+        chart.draw_series(std::iter::once(Text::new(
+            "hollow: does not fit (off the fronts)",
+            (left + (right - left) * 0.02, top * 0.91),
+            ("sans-serif", 11),
+        )))?;
     }
     if series.is_some() {
         chart

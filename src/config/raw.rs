@@ -752,6 +752,25 @@ pub enum StudyMetric {
     Goodput,
 }
 
+impl StudyMetric {
+    /// The name a study file gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            StudyMetric::Speedup => "speedup",
+            StudyMetric::ActionSpeedup => "action_speedup",
+            StudyMetric::TimePerIterationS => "time_per_iteration_s",
+            StudyMetric::BisectionBytesPerS => "bisection_bytes_per_s",
+            StudyMetric::SparseCoreS => "sparse_core_s",
+            StudyMetric::HostTablesS => "host_tables_s",
+            StudyMetric::ServingLatencyS => "serving_latency_s",
+            StudyMetric::SamplesPerS => "samples_per_s",
+            StudyMetric::MemoryPerDeviceBytes => "memory_per_device_bytes",
+            StudyMetric::LocalToGlobalBandwidth => "local_to_global_bandwidth",
+            StudyMetric::Goodput => "goodput",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StudyPlotKind {

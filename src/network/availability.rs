@@ -34,9 +34,10 @@ pub struct Pod {
 
 impl Pod {
     /// The pod of `chips` chips of `system`: its first fabric with a `block` gives the block,
-    /// its `host.devices` the chips per host. Errors name the system file's field, or the
-    /// command line's `--pod-chips`.
-    pub fn of(system: &System, chips: u64) -> Result<Pod, ConfigError> {
+    /// its `host.devices` the chips per host. Errors name the system file's field, or for
+    /// `chips` the file and field in `chips_from` (the command line's `--pod-chips`, a
+    /// study's `availability.pod_chips`).
+    pub fn of(system: &System, chips: u64, chips_from: (&str, &str)) -> Result<Pod, ConfigError> {
         let file = &system.file;
         let block: u64 = match system.fabrics.iter().find_map(|f| f.block.as_ref()) {
             Some(b) => b.iter().product(),
@@ -69,8 +70,8 @@ impl Pod {
         }
         if chips == 0 || chips % block != 0 || chips / block > MAX_BLOCKS {
             return Err(ConfigError::invalid(
-                "(command line)",
-                "--pod-chips",
+                chips_from.0,
+                chips_from.1,
                 chips,
                 format!(
                     "a positive multiple of the {block}-chip block, at most {MAX_BLOCKS} blocks"

@@ -8,9 +8,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::generator::Architecture;
+use crate::config::ConfigError;
+use crate::design::Design;
+use crate::generator::{generate, Architecture};
 
-use super::Fabric;
+use super::{Fabric, Network, System};
 
 /// Multipliers on one accelerator's resources and the bandwidth it sends into the fabrics
 /// (1 each: the machine as generated).
@@ -93,6 +95,25 @@ impl Scaling {
         arch.main_memory.bandwidth_bytes_per_s *= self.memory_bandwidth;
         arch.memory_capacity_bytes *= self.memory_capacity;
         arch.main_memory.capacity_bytes *= self.memory_capacity;
+    }
+
+    /// The accelerator `design` generates and `system`'s network of `devices` of it, both
+    /// scaled.
+    pub fn machine(
+        &self,
+        system: &System,
+        design: &Design,
+        devices: u64,
+    ) -> Result<(Architecture, Network), ConfigError> {
+        let mut arch = generate(design);
+        self.architecture(&mut arch);
+        let net = system.network(&arch, devices)?;
+        if self.is_identity() {
+            return Ok((arch, net));
+        }
+        let mut fabrics = net.fabrics.clone();
+        self.fabrics(&mut fabrics);
+        Ok((arch, net.rebuilt(fabrics)))
     }
 
     /// `fabrics` (innermost first) with what a device sends into each scaled.

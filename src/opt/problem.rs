@@ -421,11 +421,12 @@ impl BudgetProblem {
     /// The problem with every machine it generates scaled (MAD Max Fig. 14's what-ifs):
     /// errors as `new` does when the strategy cannot run on the scaled base design.
     pub fn with_scaling(mut self, scaling: Scaling) -> Result<BudgetProblem, ModelError> {
+        if scaling.is_identity() {
+            return Ok(self);
+        }
         self.scaling = scaling;
         let arch = self.generate(&self.design);
-        let mut fabrics = self.system.fabrics_for(&arch, self.devices)?;
-        scaling.fabrics(&mut fabrics);
-        self.base_network = self.base_network.rebuilt(fabrics);
+        self.base_network = self.base_network.rebuilt(self.fabrics(&arch)?);
         predict(&self.workload, &arch, &self.base_network, &self.strategy)?;
         Ok(self)
     }

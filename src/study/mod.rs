@@ -79,6 +79,20 @@ const COLLECTIVES: [(&str, Collective); 4] = [
     ("reduce_scatter", Collective::ReduceScatter),
 ];
 
+/// An availability point: the pod, the slice size, how often a host is up, and whether
+/// optical circuit switches compose the slices.
+struct Slices {
+    pod: Pod,
+    slice_chips: u64,
+    host_availability: f64,
+    ocs: bool,
+}
+
+/// The most devices a collective study prices in one group: an all-to-all's port loads
+/// over switched fabrics take time quadratic in the devices (0.8 s at 16,384 on DGX A100
+/// nodes).
+const MAX_COLLECTIVE_DEVICES: u64 = 16_384;
+
 /// The largest buffer a collective study times, bytes (1 PB).
 const MAX_MESSAGE_BYTES: f64 = 1e15;
 
@@ -264,7 +278,7 @@ impl Study {
             ));
         }
         let axes = check_axes(&file, &raw.axes)?;
-        check_plots(&file, &raw.plots, &axes)?;
+        check_plots(&file, &raw.plots, &axes, raw.action)?;
         let settings = study_settings(&check, &raw.optimizer)?;
         if !matches!(raw.action, StudyAction::Optimize | StudyAction::Both) {
             for (i, a) in axes.iter().enumerate() {
@@ -299,7 +313,13 @@ impl Study {
         if let Some(d) = raw.base.devices {
             check.count_in("base.devices", d, crate::network::system::MAX_DEVICES)?;
         }
-        if let Some(s) = &raw.base.strategy {
+        // MAD Max's notation needs the system's node size: checked with each point below.
+        if let Some(s) = raw
+            .base
+            .strategy
+            .as_ref()
+            .filter(|s| !s.trim_start().starts_with('('))
+        {
             Strategy::parse(s)
                 .map_err(|e| ConfigError::invalid(&file, "base.strategy", s, e.to_string()))?;
         }
@@ -321,6 +341,17 @@ impl Study {
             availability: raw.base.availability,
             budget,
         };
+        // The base's own sections, as the base's: no axis value is to blame for them.
+        if study.collective.is_some() || study.availability.is_some() {
+            let (path, text) = &study.system;
+            let system = System::from_yaml(&path.display().to_string(), text)?;
+            if let Some(c) = &study.collective {
+                study.collective_of(c, "base.collective")?;
+            }
+            if let Some(a) = &study.availability {
+                study.slices(a, "base.availability", &system)?;
+            }
+        }
         // Every value on its own against the base: type and unit errors surface now.
         for (i, a) in study.axes.iter().enumerate() {
             for (k, edits) in a.values.iter().enumerate() {
@@ -329,16 +360,45 @@ impl Study {
                 let checked = study.inputs(&coords).and_then(|(system, _, workload)| {
                     let devices = study.devices.unwrap_or_else(|| system.default_devices());
                     let strategy = study.point_strategy(&coords, &system, devices)?;
-                    if workload.is_some_and(|w| w.serving().is_some()) && strategy.is_none() {
+                    if workload.is_some_and(|w| w.serving().is_some()) {
+                        if strategy.is_none() {
+                            return Err(serving_needs_strategy(&study.file));
+                        }
+                        if matches!(study.action, StudyAction::Optimize | StudyAction::Both) {
+                            return Err(ConfigError::invalid(
+                                &study.file,
+                                "action",
+                                format!("{:?}", study.action).to_lowercase(),
+                                "predict or search for a served transformer (serving is priced \
+                                 at its strategy: a search leaves it as it is, and no budget \
+                                 optimization runs for it)",
+                            ));
+                        }
+                    }
+                    if study.action == StudyAction::Collective && devices > MAX_COLLECTIVE_DEVICES {
                         return Err(ConfigError::invalid(
                             &study.file,
-                            "strategy",
-                            "(none)",
-                            "a strategy for a served transformer (base.strategy or a strategy \
-                             axis): serving is priced at one strategy, not searched",
+                            "devices",
+                            devices,
+                            format!(
+                                "at most {MAX_COLLECTIVE_DEVICES} devices in one collective (its \
+                                 all-pairs port loads grow with the square of the devices)"
+                            ),
                         ));
                     }
-                    study.point_scaling(&coords)?;
+                    let scaling = study.point_scaling(&coords)?;
+                    if scaling.inter_node != 1.0 && system.fabrics.len() < 2 {
+                        return Err(ConfigError::invalid(
+                            &study.file,
+                            "scale.inter_node",
+                            crate::config::number(scaling.inter_node),
+                            format!(
+                                "a system with a fabric outside the innermost ({} has one: \
+                                 scale.intra_node scales it)",
+                                system.name
+                            ),
+                        ));
+                    }
                     study.point_collective(&coords)?;
                     study.point_availability(&coords, &system)?;
                     study.point_settings(&coords)
@@ -353,7 +413,14 @@ impl Study {
                             serde_json::Value::Object(
                                 edits
                                     .iter()
-                                    .map(|e| (format!("{}.{}", e.target, e.path), e.value.clone()))
+                                    .map(|e| {
+                                        let field = if e.path.is_empty() {
+                                            e.target.clone()
+                                        } else {
+                                            format!("{}.{}", e.target, e.path)
+                                        };
+                                        (field, e.value.clone())
+                                    })
                                     .collect(),
                             ),
                         ),
@@ -626,7 +693,7 @@ impl Study {
         &self,
         coords: &[usize],
         system: &System,
-    ) -> Result<Option<(Pod, u64, f64, bool)>, ConfigError> {
+    ) -> Result<Option<Slices>, ConfigError> {
         let Some(base) = &self.availability else {
             return Ok(None);
         };
@@ -637,8 +704,19 @@ impl Study {
             "an availability field (pod_chips, slice_chips: counts; host_availability: a \
              probability; switching: ocs or static)",
         )?;
-        let fail = |at: &str, value: serde_json::Value, expected: String| {
-            ConfigError::invalid(&self.file, format!("availability.{at}"), value, expected)
+        self.slices(&a, "availability", system).map(Some)
+    }
+
+    /// `a` checked against `system`'s blocks; errors name `at` (`base.availability` for the
+    /// base, `availability` for a point's edits).
+    fn slices(
+        &self,
+        a: &StudyAvailability,
+        at: &str,
+        system: &System,
+    ) -> Result<Slices, ConfigError> {
+        let fail = |field: &str, value: serde_json::Value, expected: String| {
+            ConfigError::invalid(&self.file, format!("{at}.{field}"), value, expected)
         };
         let ocs = match a.switching.as_str() {
             "ocs" => true,
@@ -654,11 +732,15 @@ impl Study {
         if !(a.host_availability > 0.0 && a.host_availability <= 1.0) {
             return Err(fail(
                 "host_availability",
-                a.host_availability.into(),
+                crate::config::number(a.host_availability).into(),
                 "a probability above 0 and at most 1 (e.g. 0.995)".into(),
             ));
         }
-        let pod = Pod::of(system, a.pod_chips)?;
+        let pod = Pod::of(
+            system,
+            a.pod_chips,
+            (&self.file, &format!("{at}.pod_chips")),
+        )?;
         if a.slice_chips == 0 || a.slice_chips % pod.block_chips != 0 || a.slice_chips > pod.chips {
             return Err(fail(
                 "slice_chips",
@@ -669,7 +751,12 @@ impl Study {
                 ),
             ));
         }
-        Ok(Some((pod, a.slice_chips, a.host_availability, ocs)))
+        Ok(Slices {
+            pod,
+            slice_chips: a.slice_chips,
+            host_availability: a.host_availability,
+            ocs,
+        })
     }
 
     /// The collective of a point and each device's buffer (a `collective` study; `None`
@@ -684,6 +771,15 @@ impl Study {
             coords,
             "a collective's field (kind: a name; message_bytes: a number)",
         )?;
+        self.collective_of(&c, "collective").map(Some)
+    }
+
+    /// `c` checked; errors name `at` (`base.collective` or `collective`).
+    fn collective_of(
+        &self,
+        c: &StudyCollective,
+        at: &str,
+    ) -> Result<(Collective, f64), ConfigError> {
         let kind = COLLECTIVES
             .iter()
             .find(|(n, _)| *n == c.kind)
@@ -691,7 +787,7 @@ impl Study {
             .ok_or_else(|| {
                 ConfigError::invalid(
                     &self.file,
-                    "collective.kind",
+                    format!("{at}.kind"),
                     &c.kind,
                     format!("one of [{}]", COLLECTIVES.map(|(n, _)| n).join(", ")),
                 )
@@ -699,12 +795,12 @@ impl Study {
         if !(c.message_bytes > 0.0 && c.message_bytes <= MAX_MESSAGE_BYTES) {
             return Err(ConfigError::invalid(
                 &self.file,
-                "collective.message_bytes",
-                c.message_bytes,
+                format!("{at}.message_bytes"),
+                crate::config::number(c.message_bytes),
                 format!("a buffer of more than 0 and at most {MAX_MESSAGE_BYTES:e} bytes"),
             ));
         }
-        Ok(Some((kind, c.message_bytes)))
+        Ok((kind, c.message_bytes))
     }
 
     /// The optimizer settings of a point: the study's, with its `optimizer.` edits made.
@@ -787,15 +883,16 @@ impl Study {
         if let Some((kind, bytes)) = self.point_collective(&coords)? {
             return time_collective(&system, &design, devices, scaling, kind, bytes, r);
         }
-        if let Some((pod, slice, up, ocs)) = self.point_availability(&coords, &system)? {
-            let g = goodput(&pod, slice, up)?;
+        if let Some(s) = self.point_availability(&coords, &system)? {
+            let g = goodput(&s.pod, s.slice_chips, s.host_availability)?;
             r.strategy = format!(
-                "slices of {slice} of {} chips, {}",
-                pod.chips,
-                if ocs { "OCS" } else { "static" }
+                "slices of {} of {} chips, {}",
+                s.slice_chips,
+                s.pod.chips,
+                if s.ocs { "OCS" } else { "static" }
             );
             r.baseline_strategy = r.strategy.clone();
-            r.goodput = Some(if ocs { g.with_ocs } else { g.static_cabled });
+            r.goodput = Some(if s.ocs { g.with_ocs } else { g.static_cabled });
             r.feasible = true;
             return Ok(());
         }
@@ -804,7 +901,7 @@ impl Study {
                 &self.file,
                 "base.workload",
                 "(none)",
-                "a workload file (every action but collective)",
+                "a workload file (every action but collective and availability)",
             )
             .into());
         };
@@ -817,11 +914,7 @@ impl Study {
         let strategy = match self.point_strategy(&coords, &system, devices)? {
             Some(s) => s,
             None => {
-                let mut arch = crate::generator::generate(&design);
-                scaling.architecture(&mut arch);
-                let mut fabrics = system.fabrics_for(&arch, devices)?;
-                scaling.fabrics(&mut fabrics);
-                let net = system.network(&arch, devices)?.rebuilt(fabrics);
+                let (arch, net) = scaling.machine(&system, &design, devices)?;
                 search::baseline(&workload, &arch, &net, devices).ok_or_else(|| {
                     ModelError::NoStrategy {
                         tried: search::enumerate(&workload, devices).map_or(0, |s| s.len()),
@@ -873,13 +966,7 @@ impl Study {
                     &search::Settings::default(),
                     &quiet,
                 );
-                layered_starts = found
-                    .top
-                    .iter()
-                    .filter(|c| c.feasible)
-                    .take(layered::STARTS)
-                    .map(|c| c.parsed)
-                    .collect();
+                layered_starts = layered::starts(&found);
                 let best = found.best.map(|c| c.parsed).unwrap_or(problem.strategy);
                 (start, best)
             }
@@ -946,39 +1033,52 @@ impl Study {
             let node = problem.system.devices_per_node();
             let found =
                 layered::search_layered(&problem.workload, &arch, &net, node, &layered_starts);
-            if let Some(b) = found.best.filter(|b| {
-                b.feasible
-                    && r.time_per_iteration_s
-                        .map_or(true, |t| b.time_per_iteration_s < t)
-            }) {
+            // The split's gain is measured per layer type against the best uniform start
+            // priced the same way (the two pricings differ by a few percent), then applied to
+            // the uniform search's time: a "split" that gives every type the same strategy
+            // gains nothing.
+            let gain = match (&found.uniform, &found.best) {
+                (Some(u), Some(b)) if b.feasible && b.strategy != u.strategy => {
+                    u.time_per_iteration_s / b.time_per_iteration_s
+                }
+                _ => 1.0,
+            };
+            if let (Some(b), Some(t)) = (found.best.filter(|_| gain > 1.0), r.time_per_iteration_s)
+            {
+                let time = t / gain;
                 r.strategy = b.strategy.clone();
-                r.time_per_iteration_s = finite(b.time_per_iteration_s);
-                r.speedup = match (r.initial_time_per_iteration_s, r.time_per_iteration_s) {
-                    (Some(a), Some(t)) => Some(a / t),
-                    _ => None,
-                };
+                r.time_per_iteration_s = finite(time);
+                r.speedup = r.initial_time_per_iteration_s.map(|a| a / time);
                 r.feasible = true;
                 r.violations.clear();
+                let scale = time / b.time_per_iteration_s;
+                r.exposed_communication_s = finite(b.exposed_communication_s * scale);
+                r.pipeline_bubble_s = finite(b.pipeline_bubble_s * scale);
                 // The busiest stage's compute: the schedule with free communication, less
                 // its bubble.
                 r.compute_s = finite(
-                    b.time_per_iteration_s - b.exposed_communication_s - b.pipeline_bubble_s,
+                    (b.time_per_iteration_s - b.exposed_communication_s - b.pipeline_bubble_s)
+                        * scale,
                 );
-                r.exposed_communication_s = finite(b.exposed_communication_s);
-                r.pipeline_bubble_s = finite(b.pipeline_bubble_s);
                 r.host_tables_s = b.host_tables.as_ref().and_then(|h| finite(h.time_s));
                 r.serving_latency_s = b.serving_latency_s.and_then(finite);
+                // Not priced per layer type.
+                r.sparse_core_s = None;
                 r.memory_per_device_bytes = finite(b.memory_per_device_bytes);
-                r.samples_per_s = finite(problem.workload.graph().samples / b.time_per_iteration_s);
-                // The largest part of the iteration, as `bound_by` names it for one strategy.
-                let compute = r.compute_s.unwrap_or(0.0);
-                r.bound_by = if b.exposed_communication_s > compute.max(b.pipeline_bubble_s) {
-                    "network".to_string()
-                } else if b.pipeline_bubble_s > compute {
-                    "pipeline bubble".to_string()
+                r.samples_per_s = finite(problem.workload.graph().samples / time);
+                let part = if b.exposed_communication_s
+                    > (b.time_per_iteration_s - b.exposed_communication_s - b.pipeline_bubble_s)
+                        .max(b.pipeline_bubble_s)
+                {
+                    "network"
+                } else if b.pipeline_bubble_s
+                    > b.time_per_iteration_s - b.exposed_communication_s - b.pipeline_bubble_s
+                {
+                    "pipeline bubble"
                 } else {
-                    "compute".to_string()
+                    "compute"
                 };
+                r.bound_by = format!("per layer type: {part}");
             }
         }
         r.shares = shares;
@@ -986,11 +1086,12 @@ impl Study {
     }
 }
 
-/// A served transformer's point (`predict` serves it; no strategy search or budget
-/// optimization runs for serving, whatever the study's action): its strategy's time to
-/// emit one batch's output tokens on every replica in `time_per_iteration_s` (so speedups
-/// are throughput ratios), one request's latency (prefill and every decode step) in
-/// `serving_latency_s`, requests per second in `samples_per_s`.
+/// A served transformer's point (priced at its strategy: under `search` too, which leaves it
+/// as it is; the load refuses `optimize` and `both`): the time the whole system takes to emit one batch's output tokens
+/// (`batch x output_tokens` over its tokens per second) in `time_per_iteration_s`, a fixed
+/// amount of work whatever the strategy, so speedups are throughput ratios; one request's
+/// latency (its prefill, then a decode step per further token) in `serving_latency_s`;
+/// requests per second in `samples_per_s`.
 #[allow(clippy::too_many_arguments)]
 fn serve_transformer(
     file: &str,
@@ -1006,25 +1107,14 @@ fn serve_transformer(
         return Ok(());
     };
     let Some(strategy) = strategy else {
-        return Err(ConfigError::invalid(
-            file,
-            "strategy",
-            "(none)",
-            "a strategy for a served transformer (base.strategy or a strategy axis): serving \
-             is priced at one strategy, not searched",
-        )
-        .into());
+        return Err(serving_needs_strategy(file).into());
     };
-    let mut arch = crate::generator::generate(design);
-    scaling.architecture(&mut arch);
-    let mut fabrics = system.fabrics_for(&arch, devices)?;
-    scaling.fabrics(&mut fabrics);
-    let net = system.network(&arch, devices)?.rebuilt(fabrics);
+    let (arch, net) = scaling.machine(system, design, devices)?;
     let p = crate::distributed::predict_inference(t, spec, &arch, &net, &strategy)?;
-    let tokens =
-        (spec.batch * spec.output_tokens) as f64 * (p.batches_in_flight * strategy.data) as f64;
-    let interval = tokens / p.tokens_per_s;
-    let decode = spec.output_tokens as f64 * p.time_per_output_token_s;
+    let interval = (spec.batch * spec.output_tokens) as f64 / p.tokens_per_s;
+    // The first token comes with the prefill; each further one takes a decode step.
+    let steps = spec.output_tokens.saturating_sub(1) as f64;
+    let decode = steps * p.time_per_output_token_s;
     r.strategy = strategy.to_string();
     r.baseline_strategy = r.strategy.clone();
     r.initial_time_per_iteration_s = finite(interval);
@@ -1039,7 +1129,7 @@ fn serve_transformer(
     r.local_bandwidth_bytes_per_s = net.fabrics.first().map(|f| f.egress_bytes_per_s);
     r.bisection_bytes_per_s = finite(net.bisection_bytes_per_s());
     r.exposed_communication_s =
-        finite(p.prefill_communication_s + spec.output_tokens as f64 * p.decode_communication_s);
+        finite(p.prefill_communication_s + steps * p.decode_communication_s);
     r.serving_latency_s = finite(p.time_to_first_token_s + decode);
     r.memory_per_device_bytes = finite(p.memory_per_device_bytes);
     r.samples_per_s = finite(p.tokens_per_s / spec.output_tokens as f64);
@@ -1049,6 +1139,17 @@ fn serve_transformer(
         "serving: prefill".to_string()
     };
     Ok(())
+}
+
+/// Why a served transformer cannot be priced: no strategy.
+fn serving_needs_strategy(file: &str) -> ConfigError {
+    ConfigError::invalid(
+        file,
+        "strategy",
+        "(none)",
+        "a strategy for a served transformer (base.strategy or a strategy axis): serving is \
+         priced at one strategy, not searched",
+    )
 }
 
 /// A `collective` study's point: `kind` of `bytes` per device over all `devices` of the
@@ -1063,13 +1164,11 @@ fn time_collective(
     bytes: f64,
     r: &mut PointResult,
 ) -> Result<(), ModelError> {
-    let mut arch = crate::generator::generate(design);
-    scaling.architecture(&mut arch);
-    let mut fabrics = system.fabrics_for(&arch, devices)?;
-    scaling.fabrics(&mut fabrics);
-    let net = system.network(&arch, devices)?.rebuilt(fabrics);
-    let everyone: Vec<u64> = (0..devices).collect();
-    let t = net.group_link(&[everyone]).time(kind, bytes);
+    let (arch, net) = scaling.machine(system, design, devices)?;
+    // One group of every device: the strided form is priced without listing the group's
+    // pairs (linear, not quadratic, in the devices).
+    let (link, _) = net.strided_link(devices, 1);
+    let t = link.time(kind, bytes);
     r.strategy = format!("{} of {bytes} B on {devices} devices", kind.name());
     r.baseline_strategy = r.strategy.clone();
     r.initial_time_per_iteration_s = finite(t);
@@ -1095,7 +1194,8 @@ fn check_action_base(file: &str, raw: &StudyFile) -> Result<(), ConfigError> {
     };
     let given = |key: &str| match key {
         "collective" => raw.base.collective.is_some(),
-        _ => raw.base.availability.is_some(),
+        "availability" => raw.base.availability.is_some(),
+        other => unreachable!("SYSTEM_ACTIONS names {other} without its base section"),
     };
     let own = SYSTEM_ACTIONS.iter().find(|(a, _, _)| *a == raw.action);
     for (_, key, _) in SYSTEM_ACTIONS {
@@ -1164,11 +1264,20 @@ fn check_action_base(file: &str, raw: &StudyFile) -> Result<(), ConfigError> {
             format!("no strategy with action {key}"),
         );
     }
+    // A collective reads only the fabrics of a machine; slices only the system's blocks.
+    let (scales, uses) = match *key {
+        "collective" => (
+            &["scale.intra_node", "scale.inter_node"][..],
+            "a system, budget, template, scale.intra_node, scale.inter_node or collective field",
+        ),
+        _ => (&[][..], "a system or availability field"),
+    };
     let elsewhere = |f: &str| {
         f == "strategy"
             || f == "workload"
             || f.starts_with("workload.")
             || f.starts_with("optimizer.")
+            || (f.starts_with("scale.") && !scales.contains(&f))
             || SYSTEM_ACTIONS
                 .iter()
                 .any(|(_, k, _)| k != key && f.starts_with(&format!("{k}.")))
@@ -1177,9 +1286,7 @@ fn check_action_base(file: &str, raw: &StudyFile) -> Result<(), ConfigError> {
         return fail(
             format!("axes[{i}]"),
             f,
-            format!(
-                "a system, budget, template, scale or {key} field (action {key} prices the system alone: no workload, strategy or optimizer)"
-            ),
+            format!("{uses} (action {key} prices the system alone: no workload, strategy, optimizer or other resources)"),
         );
     }
     Ok(())
@@ -1237,7 +1344,7 @@ fn check_axes(file: &str, raw: &[StudyAxis]) -> Result<Vec<Axis>, ConfigError> {
                     field_at,
                     field,
                     format!(
-                        "a field of one of the base files or the optimizer: {}, then its path (e.g. budget.technology, template.memory[3].technology, system.fabrics[0].bandwidth_gb_per_s, optimizer.restarts); scale.<resource>, a multiplier on the generated machine's {}; or workload, the whole workload file; or strategy",
+                        "a field of one of the base files or the optimizer: {}, then its path (e.g. budget.technology, template.memory[3].technology, system.fabrics[0].bandwidth_gb_per_s, optimizer.restarts); scale.<resource>, a multiplier on the generated machine's {}; collective.kind or collective.message_bytes (action collective); availability.pod_chips, .slice_chips, .host_availability or .switching (action availability); or workload, the whole workload file; or strategy",
                         TARGETS[..5].iter().map(|t| format!("{t}.")).collect::<Vec<_>>().join(", "),
                         Scaling::NAMES.join(", ")
                     ),
@@ -1370,17 +1477,47 @@ fn check_axes(file: &str, raw: &[StudyAxis]) -> Result<Vec<Axis>, ConfigError> {
     Ok(axes)
 }
 
-/// Checks that every plot names axes and that bar plots have no series.
-fn check_plots(file: &str, plots: &[StudyPlot], axes: &[Axis]) -> Result<(), ConfigError> {
+/// Checks that every plot names axes, that bar plots have no series, and that what a plot
+/// draws is something the study's action produces.
+fn check_plots(
+    file: &str,
+    plots: &[StudyPlot],
+    axes: &[Axis],
+    action: StudyAction,
+) -> Result<(), ConfigError> {
+    use crate::config::raw::StudyMetric as M;
     let file = file.to_string();
     for (i, p) in plots.iter().enumerate() {
+        // What each action leaves empty: a plot of it would be blank.
+        let produced = match action {
+            StudyAction::Availability => p.y == M::Goodput,
+            StudyAction::Collective => matches!(
+                p.y,
+                M::Speedup
+                    | M::TimePerIterationS
+                    | M::BisectionBytesPerS
+                    | M::LocalToGlobalBandwidth
+            ),
+            _ => p.y != M::Goodput,
+        };
+        if !produced {
+            return Err(ConfigError::invalid(
+                &file,
+                format!("plots[{i}].y"),
+                p.y.name(),
+                format!(
+                    "a quantity action {} produces",
+                    format!("{action:?}").to_lowercase()
+                ),
+            ));
+        }
         if p.kind == crate::config::raw::StudyPlotKind::GroupedBars
             && p.y != crate::config::raw::StudyMetric::Speedup
         {
             return Err(ConfigError::invalid(
                 &file,
                 format!("plots[{i}].y"),
-                format!("{:?}", p.y),
+                p.y.name(),
                 "speedup (grouped_bars draws the co-optimization's three speedups); another \
                  quantity with lines or bars",
             ));
@@ -1400,22 +1537,28 @@ fn check_plots(file: &str, plots: &[StudyPlot], axes: &[Axis]) -> Result<(), Con
             return Err(ConfigError::invalid(
                 &file,
                 format!("plots[{i}].y"),
-                format!("{:?}", p.y),
-                "samples_per_s (a pareto plot's fronts are of memory per device against a \
-                 quantity where more is better)",
+                p.y.name(),
+                "samples_per_s or action_speedup (a pareto plot's fronts are of memory per \
+                 device against a quantity where more is better)",
             ));
         }
         if let Some(over) = &p.over {
             let used = [Some(&p.x), p.series.as_ref(), p.panels.as_ref()];
+            let values = axes
+                .iter()
+                .find(|a| &a.name == over)
+                .map_or(0, |a| a.values.len());
             if p.kind != StudyPlotKind::Lines
                 || p.y != StudyMetric::Speedup
                 || used.contains(&Some(over))
+                || values == 1
             {
                 return Err(ConfigError::invalid(
                     &file,
                     format!("plots[{i}].over"),
                     over,
-                    "an axis the plot does not otherwise use, on a lines plot of the speedup",
+                    "an axis of two or more values the plot does not otherwise use, on a lines \
+                     plot of the speedup",
                 ));
             }
         }

@@ -143,6 +143,18 @@ impl Pricer<'_> {
 /// Uniform strategies a per-layer-type search starts from by default: the fastest that fit.
 pub const STARTS: usize = 4;
 
+/// The starts of a per-layer-type search after the uniform search `found`: its [`STARTS`]
+/// fastest strategies that fit.
+pub fn starts(found: &super::SearchResult) -> Vec<Strategy> {
+    found
+        .top
+        .iter()
+        .filter(|c| c.feasible)
+        .take(STARTS)
+        .map(|c| c.parsed)
+        .collect()
+}
+
 /// Searches per-layer-type strategies for `workload` on `arch` x `net` (nodes of `node`
 /// devices) from each of `starts` (uniform strategies, best first; those that cannot run
 /// or fit, RC/CR kernel splits and context parallelism are skipped).
