@@ -467,20 +467,31 @@ pub fn generate(design: &Design) -> Architecture {
         ("chip: power (W)", power_w.used),
         ("chip: area (mm2)", chip_area_mm2.used),
     ];
-    let levels = on_chip
-        .iter()
-        .map(|l| (l.name.as_str(), l.bandwidth_bytes_per_s));
-    let networks = [&intra_package, &inter_package]
-        .into_iter()
-        .flatten()
-        .map(|n| ("network: bandwidth (B/s)", n.bandwidth_bytes_per_s));
-    violations.extend(
-        derived
-            .into_iter()
-            .chain(levels)
-            .chain(networks)
-            .filter_map(|(q, v)| Violation::unless_finite(q, v)),
-    );
+    {
+        let networks = [&intra_package, &inter_package];
+        let all = || {
+            derived
+                .iter()
+                .copied()
+                .chain(
+                    on_chip
+                        .iter()
+                        .map(|l| (l.name.as_str(), l.bandwidth_bytes_per_s)),
+                )
+                .chain(
+                    networks
+                        .iter()
+                        .copied()
+                        .flatten()
+                        .map(|n| ("network: bandwidth (B/s)", n.bandwidth_bytes_per_s)),
+                )
+        };
+        // A finite sum means every term is finite (an infinity or NaN carries into it):
+        // the common case costs one pass of additions.
+        if !all().map(|(_, v)| v).sum::<f64>().is_finite() {
+            violations.extend(all().filter_map(|(q, v)| Violation::unless_finite(q, v)));
+        }
+    }
     Architecture {
         peak_flops_per_s: core.peak_flops_per_s,
         memory_bandwidth_bytes_per_s: main_memory.bandwidth_bytes_per_s,
