@@ -189,3 +189,38 @@ fn d4_an_endless_iteration_is_infeasible_and_says_why() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("power.tdp_w = 1e308"), "{err}");
 }
+
+/// D9: a served prompt and its answer must fit the model's sequence.
+#[test]
+fn d9_a_prompt_longer_than_the_sequence_is_refused() {
+    let dir = Scratch::new("hardening-d9");
+    let text =
+        std::fs::read_to_string(common::root().join("workloads/llama2-70b-decode.yaml")).unwrap();
+    let inference = text
+        .lines()
+        .find(|l| l.starts_with("inference:"))
+        .unwrap()
+        .to_string();
+    let long = dir.write(
+        "w.yaml",
+        &text.replace(
+            &inference,
+            "inference: {batch: 1, prompt_tokens: 100000, output_tokens: 256}",
+        ),
+    );
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--workload",
+        &long,
+        "--strategy",
+        "t8",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("inference.prompt_tokens = 100000")
+            && err.contains("prompt + output <= sequence"),
+        "{err}"
+    );
+}

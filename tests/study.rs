@@ -517,7 +517,7 @@ fn bad_studies_exit_2_naming_the_valid_choices() {
     let zionex = root().join("templates/zionex.yaml").display().to_string();
     let served = dir.write(
         "served.yaml",
-        &format!("version: 1\nname: served\nbase:\n  system: {zionex}\n  workload: {gpt3}\n  devices: 128\naction: predict\naxes:\n  - name: x\n    field: workload.inference\n    values: [{{batch: 8, prompt_tokens: 2048, output_tokens: 256}}]\n"),
+        &format!("version: 1\nname: served\nbase:\n  system: {zionex}\n  workload: {gpt3}\n  devices: 128\naction: predict\naxes:\n  - name: x\n    field: workload.inference\n    values: [{{batch: 8, prompt_tokens: 1792, output_tokens: 256}}]\n"),
     );
     let (code, _, err) = stackflow(&["sweep", &served, "--out", &dir.write("o", "")]);
     assert_eq!(code, 2, "{err}");
@@ -1353,7 +1353,7 @@ fn system_studies_refuse_what_they_would_ignore() {
     let served = dir.write(
         "served.yaml",
         &format!(
-            "version: 1\nname: served\nbase:\n  system: {}\n  workload: {}\n  devices: 128\n  strategy: t8-p2-d8\naction: optimize\naxes:\n  - name: x\n    field: workload.inference\n    values: [{{batch: 8, prompt_tokens: 2048, output_tokens: 256}}]\n",
+            "version: 1\nname: served\nbase:\n  system: {}\n  workload: {}\n  devices: 128\n  strategy: t8-p2-d8\naction: optimize\naxes:\n  - name: x\n    field: workload.inference\n    values: [{{batch: 8, prompt_tokens: 1792, output_tokens: 256}}]\n",
             path("templates/zionex.yaml"),
             path("workloads/gpt3-175b.yaml")
         ),

@@ -188,11 +188,28 @@ pub(super) fn transformer(
         moe: raw.moe.map(|m| moe(check, m)).transpose()?,
         inference: match raw.inference {
             None => None,
-            Some(i) => Some(inference::InferenceSpec {
-                batch: check.positive_count("inference.batch", i.batch)?,
-                prompt_tokens: check.positive_count("inference.prompt_tokens", i.prompt_tokens)?,
-                output_tokens: check.positive_count("inference.output_tokens", i.output_tokens)?,
-            }),
+            Some(i) => {
+                let prompt = check.positive_count("inference.prompt_tokens", i.prompt_tokens)?;
+                let output = check.positive_count("inference.output_tokens", i.output_tokens)?;
+                // A request's prompt and its answer share the model's context.
+                if prompt.saturating_add(output) > raw.sequence {
+                    return Err(ConfigError::invalid(
+                        check.file,
+                        "inference.prompt_tokens",
+                        prompt,
+                        format!(
+                            "a prompt that leaves room for the {output} output tokens in the \
+                             model's {}-token sequence (prompt + output <= sequence)",
+                            raw.sequence
+                        ),
+                    ));
+                }
+                Some(inference::InferenceSpec {
+                    batch: check.positive_count("inference.batch", i.batch)?,
+                    prompt_tokens: prompt,
+                    output_tokens: output,
+                })
+            }
         },
     }))
 }
