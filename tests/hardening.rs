@@ -224,3 +224,44 @@ fn d9_a_prompt_longer_than_the_sequence_is_refused() {
         "{err}"
     );
 }
+
+/// D8: a file nested 100,000 levels deep is refused before the YAML parser sees it (the
+/// parser's time grows with the square of the depth: over a minute here before).
+#[test]
+fn d8_deep_nesting_is_refused_before_parsing() {
+    let dir = Scratch::new("hardening-d8");
+    let n = 100_000;
+    let deep = dir.write(
+        "deep.yaml",
+        &format!(
+            "version: 1\nkind: gemm\nname: x\nextra: {}{}\n",
+            "[".repeat(n),
+            "]".repeat(n)
+        ),
+    );
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--workload",
+        &deep,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("line 4 nested 100000 levels deep") && err.contains("at most 64 levels"),
+        "{err}"
+    );
+    let wide = dir.write(
+        "wide.yaml",
+        &format!("version: 1\nkind: gemm\nm:\n{}1\n", " ".repeat(1000)),
+    );
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--workload",
+        &wide,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("indented 1000 columns"), "{err}");
+}

@@ -22,6 +22,7 @@ pub const VERSION: u32 = 1;
 
 /// Parses YAML text from `file` into `T`, reporting the field path of any error.
 pub fn parse_yaml<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, ConfigError> {
+    check_shape(file, text)?;
     let deserializer = serde_yaml::Deserializer::from_str(text);
     let value: T = serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let path = e.path().to_string();
@@ -39,6 +40,63 @@ pub fn parse_yaml<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, Conf
         }
     })?;
     Ok(value)
+}
+
+/// The largest configuration file read, bytes (the shipped ones are under 20 KiB).
+pub const MAX_FILE_BYTES: usize = 16 << 20;
+
+/// The deepest nesting of flow collections (`[`, `{`) and the widest indentation a
+/// configuration file may have: the YAML parser's time grows with the square of the depth
+/// (100,000 levels took over a minute), and no configuration needs more than a few.
+pub const MAX_NESTING: usize = 64;
+pub const MAX_INDENT: usize = 256;
+
+/// Refuses, before parsing, a file too large or nested too deep to be a configuration.
+fn check_shape(file: &str, text: &str) -> Result<(), ConfigError> {
+    let fail = |what: String, expected: String| {
+        Err(ConfigError::invalid(file, "(top level)", what, expected))
+    };
+    if text.len() > MAX_FILE_BYTES {
+        return fail(
+            format!("{} bytes", text.len()),
+            format!("a file of at most {MAX_FILE_BYTES} bytes"),
+        );
+    }
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for (n, line) in text.lines().enumerate() {
+        let indent = line.len() - line.trim_start_matches([' ', '\t']).len();
+        if indent > MAX_INDENT {
+            return fail(
+                format!("line {} indented {indent} columns", n + 1),
+                format!("at most {MAX_INDENT} columns of indentation"),
+            );
+        }
+        // Flow brackets outside quotes and comments.
+        let mut quote: Option<char> = None;
+        let mut previous = ' ';
+        for c in line.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '\'' | '"') => quote = Some(c),
+                (None, '#') if previous.is_whitespace() => break,
+                (None, '[' | '{') => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                (None, ']' | '}') => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            previous = c;
+        }
+        if deepest > MAX_NESTING {
+            return fail(
+                format!("line {} nested {deepest} levels deep", n + 1),
+                format!("at most {MAX_NESTING} levels of [ ] and {{ }}"),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// A serde_path_to_error path as errors print it.
