@@ -265,3 +265,36 @@ fn d8_deep_nesting_is_refused_before_parsing() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("indented 1000 columns"), "{err}");
 }
+
+/// D7: the carbon inputs have physical ranges (a grid of 1e308 kg CO2e per kWh refused).
+#[test]
+fn d7_carbon_inputs_have_physical_ranges() {
+    for (flag, value, says) in [
+        (
+            "--grid-kg-per-kwh",
+            "1e308",
+            "--grid-kg-per-kwh 1e308: expected a carbon intensity from 0 to 5",
+        ),
+        (
+            "--pue",
+            "50",
+            "--pue 50: expected a power usage effectiveness from 1 to 5",
+        ),
+    ] {
+        let mut args = vec![
+            "predict",
+            "--system",
+            "templates/dgx-a100.yaml",
+            "--grid-kg-per-kwh",
+            "0.4",
+        ];
+        if flag == "--grid-kg-per-kwh" {
+            args[4] = value;
+        } else {
+            args.extend([flag, value]);
+        }
+        let (code, _, err) = stackflow(&args);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(says), "{err}");
+    }
+}

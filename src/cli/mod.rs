@@ -570,12 +570,21 @@ impl CarbonRates {
 /// Checks `--grid-kg-per-kwh` and `--pue` (default 1.1).
 fn carbon_rates(grid: Option<f64>, pue: Option<f64>) -> anyhow::Result<Option<CarbonRates>> {
     let Some(g) = grid else { return Ok(None) };
-    if !(g.is_finite() && g >= 0.0) {
-        bail!("--grid-kg-per-kwh {g}: expected a carbon intensity >= 0 kg CO2e per kWh");
+    // Physical ranges: coal-fired grids emit ~1 kg CO2e per kWh; datacenters run a PUE of
+    // 1.1-2.
+    if !(0.0..=5.0).contains(&g) {
+        bail!(
+            "--grid-kg-per-kwh {}: expected a carbon intensity from 0 to 5 kg CO2e per kWh",
+            stackflow::config::number(g)
+        );
     }
     let pue = pue.unwrap_or(1.1);
-    if !(pue.is_finite() && pue >= 1.0) {
-        bail!("--pue {pue}: expected a power usage effectiveness >= 1 (facility over IT energy)");
+    if !(1.0..=5.0).contains(&pue) {
+        bail!(
+            "--pue {}: expected a power usage effectiveness from 1 to 5 (facility over IT \
+             energy)",
+            stackflow::config::number(pue)
+        );
     }
     Ok(Some(CarbonRates {
         grid_kg_per_kwh: g,
