@@ -298,3 +298,39 @@ fn d7_carbon_inputs_have_physical_ranges() {
         assert!(err.contains(says), "{err}");
     }
 }
+
+/// Messages: a negative number reaches its option (which refuses it by name) instead of
+/// being read as an unknown flag; a strategy starting with a dash is a strategy.
+#[test]
+fn negative_numbers_and_dashed_strategies_reach_their_options() {
+    for (args, says) in [
+        (
+            vec![
+                "predict",
+                "--system",
+                "templates/dgx-a100.yaml",
+                "--devices",
+                "-1",
+            ],
+            "invalid value '-1' for '--devices <DEVICES>'",
+        ),
+        (
+            vec!["optimize", "--steps", "-5"],
+            "invalid value '-5' for '--steps <STEPS>'",
+        ),
+        (
+            vec![
+                "predict",
+                "--system",
+                "templates/dgx-a100.yaml",
+                "--strategy",
+                "-d8",
+            ],
+            "strategy \"-d8\": empty field between dashes",
+        ),
+    ] {
+        let (code, _, err) = stackflow(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

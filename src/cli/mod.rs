@@ -12,7 +12,7 @@ mod validate;
 
 use std::path::{Path, PathBuf};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use anyhow::{bail, Context};
 use stackflow::config::{parse_json, Source};
@@ -82,7 +82,7 @@ enum Command {
         /// Fixed strategy (file or string): budgets only. Without it, or with
         /// --search-strategy, strategies are searched too (from data parallelism with the least ZeRO stage that
         /// fits).
-        #[arg(long, conflicts_with = "search_strategy")]
+        #[arg(long, conflicts_with = "search_strategy", allow_hyphen_values = true)]
         strategy: Option<String>,
         /// Search strategies as well as budgets (DeepFlow Fig. 10).
         #[arg(long)]
@@ -194,7 +194,20 @@ pub(crate) enum Outcome {
 /// Runs the command line and returns the process exit code: 0 done, 2 bad input, 3 a search
 /// that ran but found nothing feasible.
 pub fn run() -> i32 {
-    let cli = Cli::parse();
+    // A negative number is a value (which its option then refuses by name: `--devices -1`
+    // is not a count), never a flag clap does not know.
+    let mut command = Cli::command();
+    let names: Vec<String> = command
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for name in names {
+        command = command.mut_subcommand(name, |s| s.allow_negative_numbers(true));
+    }
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     match execute(cli) {
         Ok(Outcome::Done) => 0,
         Ok(Outcome::NothingFeasible) => 3,
@@ -419,7 +432,7 @@ struct PredictArgs {
     /// (INTRA, INTER) such as "(TP, DDP)", or one short form per layer type
     /// (embedding:d128,attention:t8-d16,dense:d128-z3-hs8). Default: data parallelism over
     /// all devices.
-    #[arg(long, requires = "system")]
+    #[arg(long, requires = "system", allow_hyphen_values = true)]
     strategy: Option<String>,
     /// Reshape the system's mesh or torus into this slice, e.g. 4x8x16 (TPU v4 slices
     /// are whole 4x4x4 blocks); the device count follows.

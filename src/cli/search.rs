@@ -42,7 +42,7 @@ pub struct SearchArgs {
     /// form. Its schedule (GPipe or 1F1B) is kept for every candidate. Default: data
     /// parallelism over every device with the least ZeRO stage that fits, else the first
     /// strategy that fits, else the first that runs the workload.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     base: Option<String>,
     /// Strategies listed by time.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
