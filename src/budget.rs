@@ -37,8 +37,10 @@ impl Budget {
     pub fn load(source: Source, path: &Path) -> Result<Self, ConfigError> {
         let file = path.display().to_string();
         let mut budget = Self::from_yaml(&file, &source.read(path)?)?;
-        budget.template = source.resolve(path, &budget.template.to_string_lossy());
-        budget.technology = source.resolve(path, &budget.technology.to_string_lossy());
+        budget.template =
+            source.referenced(path, "template", &budget.template.to_string_lossy())?;
+        budget.technology =
+            source.referenced(path, "technology", &budget.technology.to_string_lossy())?;
         Ok(budget)
     }
 

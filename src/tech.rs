@@ -298,8 +298,9 @@ impl TechLibrary {
             ));
         }
         let raw: TechFile = parse_yaml(&file, &source.read(path)?)?;
-        for include in raw.include.clone() {
-            self.merge_file(source, &source.resolve(path, &include), depth + 1)?;
+        for (i, include) in raw.include.clone().into_iter().enumerate() {
+            let included = source.referenced(path, &format!("include[{i}]"), &include)?;
+            self.merge_file(source, &included, depth + 1)?;
         }
         self.merge_raw(&file, raw)
     }

@@ -334,3 +334,34 @@ fn negative_numbers_and_dashed_strategies_reach_their_options() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// Messages: a dangling reference names the file and field that hold it (a system's
+/// accelerator, a study's base workload), not only the path it resolved to.
+#[test]
+fn a_dangling_reference_names_the_file_and_field_holding_it() {
+    let dir = Scratch::new("hardening-refs");
+    let root = common::root();
+    let system = std::fs::read_to_string(root.join("templates/zion.yaml"))
+        .unwrap()
+        .replace("../budgets/v100.yaml", "nope.yaml");
+    let system_path = dir.write("system.yaml", &system);
+    let (code, _, err) = stackflow(&["predict", "--system", &system_path]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("system.yaml: accelerator = nope.yaml: a file that exists"),
+        "{err}"
+    );
+    let study = dir.write(
+        "s.yaml",
+        &format!(
+            "version: 1\nname: s\nbase:\n  system: {}\n  workload: missing.yaml\naction: predict\naxes:\n  - name: x\n    field: workload.global_batch\n    values: [8]\n",
+            root.join("templates/dgx-a100.yaml").display()
+        ),
+    );
+    let (code, _, err) = stackflow(&["sweep", &study, "--out", &dir.write("o", "")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("s.yaml: base.workload = missing.yaml: a file that exists"),
+        "{err}"
+    );
+}

@@ -279,6 +279,41 @@ impl Source {
         }
     }
 
+    /// Resolves `reference`, written at `field` of the file `from`, to a path that exists:
+    /// a dangling reference is an error naming the file and field that hold it.
+    pub fn referenced(
+        self,
+        from: &Path,
+        field: &str,
+        reference: &str,
+    ) -> Result<PathBuf, ConfigError> {
+        let path = self.resolve(from, reference);
+        let exists = match self {
+            Source::Disk => path.is_file(),
+            Source::Embedded => {
+                let key = normalize(&path);
+                SHIPPED.iter().any(|(name, _)| Path::new(name) == key)
+            }
+        };
+        if exists {
+            return Ok(path);
+        }
+        Err(ConfigError::invalid(
+            &from.display().to_string(),
+            field,
+            reference,
+            format!(
+                "a file that exists, relative to this one ({} is not one{})",
+                path.display(),
+                if self == Source::Embedded {
+                    " of the embedded files"
+                } else {
+                    ""
+                }
+            ),
+        ))
+    }
+
     /// Resolves `reference`, written inside `from`, to a path.
     pub fn resolve(self, from: &Path, reference: &str) -> PathBuf {
         let base = from.parent().unwrap_or_else(|| Path::new(""));

@@ -86,7 +86,11 @@ impl System {
     pub fn parse(source: Source, path: &Path, text: &str) -> Result<System, ConfigError> {
         let file = path.display().to_string();
         let mut system = Self::from_yaml(&file, text)?;
-        system.accelerator = source.resolve(path, &system.accelerator.display().to_string());
+        system.accelerator = source.referenced(
+            path,
+            "accelerator",
+            &system.accelerator.display().to_string(),
+        )?;
         system.source = source;
         if system
             .fabrics

@@ -260,15 +260,25 @@ impl Study {
         let raw: StudyFile = parse_yaml(&file, &text)?;
         let check = Checker { file: &file };
         check.version(raw.version)?;
-        let read = |reference: &str| -> Result<(PathBuf, String), ConfigError> {
-            let p = normalize(&Source::Disk.resolve(path, reference));
+        let read = |field: &str, reference: &str| -> Result<(PathBuf, String), ConfigError> {
+            let p = normalize(&Source::Disk.referenced(path, field, reference)?);
             let t = Source::Disk.read(&p)?;
             Ok((p, t))
         };
-        let system = read(&raw.base.system)?;
+        let system = read("base.system", &raw.base.system)?;
         check_action_base(&file, &raw)?;
-        let workload = raw.base.workload.as_deref().map(read).transpose()?;
-        let budget = raw.base.budget.as_deref().map(read).transpose()?;
+        let workload = raw
+            .base
+            .workload
+            .as_deref()
+            .map(|w| read("base.workload", w))
+            .transpose()?;
+        let budget = raw
+            .base
+            .budget
+            .as_deref()
+            .map(|b| read("base.budget", b))
+            .transpose()?;
         if raw.axes.is_empty() {
             return Err(ConfigError::invalid(
                 &file,
@@ -630,7 +640,7 @@ impl Study {
                 "a workload file's path, relative to the study",
             ));
         };
-        let path = normalize(&Source::Disk.resolve(Path::new(&self.file), name));
+        let path = normalize(&Source::Disk.referenced(Path::new(&self.file), "workload", name)?);
         let text = Source::Disk.read(&path)?;
         Ok(Some((path, text)))
     }
