@@ -365,3 +365,28 @@ fn a_dangling_reference_names_the_file_and_field_holding_it() {
         "{err}"
     );
 }
+
+/// Messages: a wrong type under a map keyed by precision names the key, not `?`.
+#[test]
+fn a_wrong_type_under_a_precision_key_names_the_key() {
+    let dir = Scratch::new("hardening-precision-key");
+    let root = common::root();
+    let text = std::fs::read_to_string(root.join("templates/gpu-a100.yaml"))
+        .unwrap()
+        .replacen("    fp32: 0.0625 ", "    fp32: fast ", 1);
+    assert!(text.contains("fp32: fast"));
+    let template = dir.write("t.yaml", &text);
+    let (code, _, err) = stackflow(&[
+        "generate",
+        "--budget",
+        "budgets/a100.yaml",
+        "--template",
+        &template,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("t.yaml: compute.throughput_by_precision.fp32: invalid type"),
+        "{err}"
+    );
+    assert!(!err.contains(".?"), "{err}");
+}

@@ -25,11 +25,17 @@ pub fn parse_yaml<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, Conf
     check_shape(file, text)?;
     let deserializer = serde_yaml::Deserializer::from_str(text);
     let value: T = serde_path_to_error::deserialize(deserializer).map_err(|e| {
-        let path = e.path().to_string();
+        let mut path = e.path().to_string();
         let mut message = e.into_inner().to_string();
-        // serde_yaml already prefixes nested errors with the path; keep it once.
+        // serde_yaml already prefixes nested errors with the path; keep it once. Where the
+        // tracked path has a `?` (a map keyed by an enum, such as a precision), serde_yaml's
+        // own names the key: take it.
         if let Some((head, rest)) = message.split_once(": ") {
+            let known = path.split(".?").next().unwrap_or("");
             if !head.contains(' ') && path.starts_with(head) {
+                message = rest.to_string();
+            } else if !head.contains(' ') && path.contains('?') && head.starts_with(known) {
+                path = head.to_string();
                 message = rest.to_string();
             }
         }
