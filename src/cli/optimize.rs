@@ -466,7 +466,8 @@ fn render_sensitivities(s: &mut String, sensitivities: &[Sensitivity]) {
         let _ = writeln!(
             s,
             "  {:<14} {:<9} {:>+12.3e} s/{:<3} {:>+8.3}%   bound by {}",
-            x.component,
+            // Padded as text: the component's own Display ignores widths.
+            x.component.to_string(),
             x.resource.name(),
             x.seconds_per_unit,
             x.unit,
