@@ -201,7 +201,6 @@ impl Checker<'_> {
         }
     }
 
-    /// An integer `> 0`.
     /// A count from 1 to `max`.
     pub fn count_in(&self, path: &str, value: u64, max: u64) -> Result<u64, ConfigError> {
         if (1..=max).contains(&value) {
@@ -216,6 +215,7 @@ impl Checker<'_> {
         }
     }
 
+    /// An integer `> 0`.
     pub fn positive_count(&self, path: &str, value: u64) -> Result<u64, ConfigError> {
         if value > 0 {
             Ok(value)

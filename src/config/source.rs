@@ -264,11 +264,8 @@ impl Source {
                 message: e.to_string(),
             }),
             Source::Embedded => {
-                let key = normalize(path);
-                SHIPPED
-                    .iter()
-                    .find(|(name, _)| Path::new(name) == key)
-                    .map(|(_, text)| text.to_string())
+                embedded(path)
+                    .map(str::to_string)
                     .ok_or_else(|| ConfigError::Unreadable {
                         file: path.display().to_string(),
                         message: "no such embedded file (the binary embeds the files under \
@@ -290,10 +287,7 @@ impl Source {
         let path = self.resolve(from, reference);
         let exists = match self {
             Source::Disk => path.is_file(),
-            Source::Embedded => {
-                let key = normalize(&path);
-                SHIPPED.iter().any(|(name, _)| Path::new(name) == key)
-            }
+            Source::Embedded => embedded(&path).is_some(),
         };
         if exists {
             return Ok(path);
@@ -323,6 +317,15 @@ impl Source {
             Source::Embedded => normalize(&joined),
         }
     }
+}
+
+/// The embedded file at `path` (normalized), if the binary holds one.
+fn embedded(path: &Path) -> Option<&'static str> {
+    let key = normalize(path);
+    SHIPPED
+        .iter()
+        .find(|(name, _)| Path::new(name) == key)
+        .map(|(_, text)| *text)
 }
 
 /// Removes `.` and resolves `..` lexically (embedded paths have no symlinks).

@@ -541,9 +541,7 @@ impl BudgetProblem {
             for (s, &v) in self.layout.iter().zip(w) {
                 *share_mut(design, s) = v;
             }
-            let mut arch = generate(design);
-            self.scaling.architecture(&mut arch);
-            arch
+            self.generate(design)
         });
         let Ok(fabrics) = self.fabrics(&arch) else {
             return f64::INFINITY;

@@ -27,10 +27,11 @@ use crate::config::{edit_yaml, normalize, parse_yaml, Checker, ConfigError, Sour
 use crate::design::Design;
 use crate::distributed::DistPrediction;
 use crate::error::ModelError;
+use crate::generator::Architecture;
 use crate::network::availability::{goodput, Pod};
 use crate::network::collective::Collective;
 use crate::network::scale::Scaling;
-use crate::network::System;
+use crate::network::{Network, System};
 use crate::opt::budget::{
     optimize_budgets, sensitivities, Finish, Settings, MAX_RESTARTS, MAX_STEPS,
 };
@@ -999,21 +1000,9 @@ impl Study {
         };
         r.feasible = e.feasible;
         r.violations = e.violations.clone();
-        r.peak_flops_per_s = a.peak_flops_per_s;
-        r.memory_bandwidth_bytes_per_s = a.memory_bandwidth_bytes_per_s;
-        r.memory_capacity_bytes = a.memory_capacity_bytes;
-        // The outermost fabric as the prediction ran it: a generated port, or the bandwidth
-        // the system pins (a pinned port takes no budget).
-        let network = problem.network(a).ok();
-        r.network_bandwidth_bytes_per_s = network
-            .as_ref()
-            .and_then(|n| n.fabrics.last().map(|f| f.egress_bytes_per_s));
-        r.local_bandwidth_bytes_per_s = network
-            .as_ref()
-            .and_then(|n| n.fabrics.first().map(|f| f.egress_bytes_per_s));
-        r.bisection_bytes_per_s = network
-            .as_ref()
-            .and_then(|n| finite(n.bisection_bytes_per_s()));
+        // The fabrics as the prediction ran them: generated ports, or the bandwidths the
+        // system pins (a pinned port takes no budget).
+        record_machine(r, a, problem.network(a).ok().as_ref());
         if let Some(p) = &e.prediction {
             r.compute_s = finite(p.compute_s);
             r.exposed_communication_s = finite(p.exposed_communication_s);
@@ -1062,28 +1051,22 @@ impl Study {
                 r.feasible = true;
                 r.violations.clear();
                 let scale = time / b.time_per_iteration_s;
-                r.exposed_communication_s = finite(b.exposed_communication_s * scale);
-                r.pipeline_bubble_s = finite(b.pipeline_bubble_s * scale);
                 // The busiest stage's compute: the schedule with free communication, less
                 // its bubble.
-                r.compute_s = finite(
-                    (b.time_per_iteration_s - b.exposed_communication_s - b.pipeline_bubble_s)
-                        * scale,
-                );
+                let compute =
+                    b.time_per_iteration_s - b.exposed_communication_s - b.pipeline_bubble_s;
+                r.exposed_communication_s = finite(b.exposed_communication_s * scale);
+                r.pipeline_bubble_s = finite(b.pipeline_bubble_s * scale);
+                r.compute_s = finite(compute * scale);
                 r.host_tables_s = b.host_tables.as_ref().and_then(|h| finite(h.time_s));
                 r.serving_latency_s = b.serving_latency_s.and_then(finite);
                 // Not priced per layer type.
                 r.sparse_core_s = None;
                 r.memory_per_device_bytes = finite(b.memory_per_device_bytes);
                 r.samples_per_s = finite(problem.workload.graph().samples / time);
-                let part = if b.exposed_communication_s
-                    > (b.time_per_iteration_s - b.exposed_communication_s - b.pipeline_bubble_s)
-                        .max(b.pipeline_bubble_s)
-                {
+                let part = if b.exposed_communication_s > compute.max(b.pipeline_bubble_s) {
                     "network"
-                } else if b.pipeline_bubble_s
-                    > b.time_per_iteration_s - b.exposed_communication_s - b.pipeline_bubble_s
-                {
+                } else if b.pipeline_bubble_s > compute {
                     "pipeline bubble"
                 } else {
                     "compute"
@@ -1132,12 +1115,7 @@ fn serve_transformer(
     r.speedup = finite(interval).map(|_| 1.0);
     r.feasible = p.feasible && interval.is_finite();
     r.violations = p.violations.clone();
-    r.peak_flops_per_s = arch.peak_flops_per_s;
-    r.memory_bandwidth_bytes_per_s = arch.memory_bandwidth_bytes_per_s;
-    r.memory_capacity_bytes = arch.memory_capacity_bytes;
-    r.network_bandwidth_bytes_per_s = net.fabrics.last().map(|f| f.egress_bytes_per_s);
-    r.local_bandwidth_bytes_per_s = net.fabrics.first().map(|f| f.egress_bytes_per_s);
-    r.bisection_bytes_per_s = finite(net.bisection_bytes_per_s());
+    record_machine(r, &arch, Some(&net));
     r.exposed_communication_s =
         finite(p.prefill_communication_s + steps * p.decode_communication_s);
     r.serving_latency_s = finite(p.time_to_first_token_s + decode);
@@ -1149,6 +1127,19 @@ fn serve_transformer(
         "serving: prefill".to_string()
     };
     Ok(())
+}
+
+/// A point's machine columns: the accelerator's peak and main memory, and what a device
+/// sends into the outermost and innermost fabrics and the bisection (no network: absent).
+fn record_machine(r: &mut PointResult, arch: &Architecture, net: Option<&Network>) {
+    r.peak_flops_per_s = arch.peak_flops_per_s;
+    r.memory_bandwidth_bytes_per_s = arch.memory_bandwidth_bytes_per_s;
+    r.memory_capacity_bytes = arch.memory_capacity_bytes;
+    r.network_bandwidth_bytes_per_s =
+        net.and_then(|n| n.fabrics.last().map(|f| f.egress_bytes_per_s));
+    r.local_bandwidth_bytes_per_s =
+        net.and_then(|n| n.fabrics.first().map(|f| f.egress_bytes_per_s));
+    r.bisection_bytes_per_s = net.and_then(|n| finite(n.bisection_bytes_per_s()));
 }
 
 /// Why a served transformer cannot be priced: no strategy.
@@ -1185,12 +1176,7 @@ fn time_collective(
     r.time_per_iteration_s = finite(t);
     r.speedup = finite(t).map(|_| 1.0);
     r.feasible = t.is_finite();
-    r.peak_flops_per_s = arch.peak_flops_per_s;
-    r.memory_bandwidth_bytes_per_s = arch.memory_bandwidth_bytes_per_s;
-    r.memory_capacity_bytes = arch.memory_capacity_bytes;
-    r.network_bandwidth_bytes_per_s = net.fabrics.last().map(|f| f.egress_bytes_per_s);
-    r.local_bandwidth_bytes_per_s = net.fabrics.first().map(|f| f.egress_bytes_per_s);
-    r.bisection_bytes_per_s = finite(net.bisection_bytes_per_s());
+    record_machine(r, &arch, Some(&net));
     r.bound_by = format!("network: {}", kind.name());
     Ok(())
 }
