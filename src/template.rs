@@ -217,6 +217,9 @@ fn network(check: &Checker, path: &str, raw: raw::NetworkRaw) -> Result<Network,
 
 /// Checks a topology at `path` (grid sizes, twisted-torus shape, fat-tree levels) and
 /// returns the members a grid topology joins.
+/// Switch stages a fat tree may have (large clusters use three to five).
+pub const MAX_FAT_TREE_LEVELS: u64 = 8;
+
 pub(crate) fn check_topology(
     check: &Checker,
     path: &str,
@@ -246,7 +249,7 @@ pub(crate) fn check_topology(
             Ok(Some(dims.iter().product()))
         }
         Topology::FatTree { levels } => {
-            check.positive_count(&format!("{path}.levels"), *levels)?;
+            check.count_in(&format!("{path}.levels"), *levels, MAX_FAT_TREE_LEVELS)?;
             Ok(None)
         }
         _ => Ok(None),

@@ -38,6 +38,63 @@ fn d1_device_counts_are_bounded_before_the_network_is_built() {
     assert!(err.contains("at most 1048576 devices"), "{err}");
 }
 
+/// D1 (network): a network's cost follows its distinct group shapes, not its device count:
+/// a million-device switched system predicts (0.02 s and 19 MB here), and fabrics whose
+/// traffic is routed member by member are bounded in size with a message.
+#[test]
+fn d1_a_million_devices_predict_and_fabric_sizes_are_bounded() {
+    let dir = Scratch::new("hardening-d1-network");
+    let root = common::root();
+    let workload = std::fs::read_to_string(root.join("workloads/gpt3-175b.yaml"))
+        .unwrap()
+        .replacen("global_batch: 1536", "global_batch: 1048576", 1);
+    assert!(workload.contains("global_batch: 1048576"));
+    let workload = dir.write("gpt3-big-batch.yaml", &workload);
+    let (code, out, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "1048576",
+        "--workload",
+        &workload,
+        "--strategy",
+        "t8-d131072",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let time = report["time_per_iteration_s"].as_f64().unwrap();
+    assert!(time.is_finite() && time > 0.0, "{time}");
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/tpu-v4-pod.yaml",
+        "--slice",
+        "64x128x128",
+        "--workload",
+        &workload,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("fabrics[0].topology = 1048576 members")
+            && err.contains("at most 16384 members in a direct (ring, mesh or torus) fabric"),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(root.join("templates/deepflow-package.yaml"))
+        .unwrap()
+        .replace("size: 4 ", "size: 128 ")
+        .replace("../budgets", &root.join("budgets").display().to_string());
+    assert!(text.contains("size: 128 "));
+    let mesh = dir.write("full-mesh.yaml", &text);
+    let (code, _, err) = stackflow(&["predict", "--system", &mesh, "--devices", "128"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("128 members") && err.contains("at most 64 members in a fully connected"),
+        "{err}"
+    );
+}
+
 /// D2: the optimizer's restarts and steps and a sweep's worker threads are bounded on the
 /// command line and in a study file.
 #[test]

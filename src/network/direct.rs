@@ -5,12 +5,13 @@
 
 use std::collections::VecDeque;
 
+use rustc_hash::FxHashMap;
+
 use super::{Network, Shape};
 
 impl Network {
     /// The dimension-order route inside direct fabric `f` from `cur` (local index `from`)
-    /// to local index `to`: the first dimension first, each the shorter way round when the
-    /// dimension wraps (ties go forward).
+    /// to local index `to` ([`direct_route`]); `visit` sees every traversed port.
     pub(super) fn route_direct(
         &self,
         f: usize,
@@ -22,41 +23,62 @@ impl Network {
     ) {
         let stride = self.stride[f];
         let hop_s = self.fabrics[f].hop_s;
-        let mut node = cur;
-        let mut scale = 1;
-        for (j, &n) in dims.iter().enumerate() {
-            let x = (from / scale) % n;
-            let y = (to / scale) % n;
-            if x != y {
-                let ahead = (y + n - x) % n;
-                let (forward, steps) = if wrap {
-                    (ahead <= n - ahead, ahead.min(n - ahead))
-                } else {
-                    (y > x, x.abs_diff(y))
-                };
-                let mut xi = x;
-                for _ in 0..steps {
-                    visit(self.port(node, f, 2 * j + usize::from(!forward)), hop_s);
-                    let nx = if forward {
-                        (xi + 1) % n
-                    } else {
-                        (xi + n - 1) % n
-                    };
-                    node = node + nx * scale * stride - xi * scale * stride;
-                    xi = nx;
-                }
-            }
-            scale *= n;
-        }
+        let origin = cur - from * stride;
+        direct_route(dims, wrap, (from, to), |x, port| {
+            visit(self.port(origin + x * stride, f, port), hop_s)
+        });
     }
 
     /// All-pairs traffic inside direct fabric `f`, split evenly over shortest paths
-    /// (Brandes' edge loads, restricted to members as sources and targets).
-    pub(super) fn all_pairs_direct(
+    /// (Brandes' edge loads, restricted to members as sources and targets): the peak load
+    /// on each kind of port, the longest pair latency and the longest all-pairs exchange.
+    /// Every group lies in one copy of the fabric (it spans no other), so the copies whose
+    /// groups have the same local indices load alike: each distinct pattern is routed once,
+    /// in one copy's ports.
+    pub(super) fn all_pairs_direct(&self, f: usize, groups: &[Vec<u64>]) -> (Vec<f64>, f64, f64) {
+        let inner = self.stride[f];
+        let outer = inner * self.fabrics[f].size;
+        let mut copies: FxHashMap<(u64, u64), Vec<Vec<u64>>> = FxHashMap::default();
+        for g in groups {
+            let copy = (g[0] % inner, g[0] / outer);
+            let local = g.iter().map(|&d| self.local(d, f)).collect();
+            copies.entry(copy).or_default().push(local);
+        }
+        let mut patterns: Vec<Vec<Vec<u64>>> = copies.into_values().collect();
+        patterns.iter_mut().for_each(|p| p.sort_unstable());
+        patterns.sort_unstable();
+        patterns.dedup();
+        let mut peak = vec![0.0_f64; self.ports];
+        let (mut diameter, mut exchange) = (0.0_f64, 0.0_f64);
+        for pattern in &patterns {
+            let (ports, d, e) = self.all_pairs_in_copy(f, pattern);
+            for (p, l) in peak[self.port_base[f]..].iter_mut().zip(ports) {
+                *p = p.max(l);
+            }
+            diameter = diameter.max(d);
+            exchange = exchange.max(e);
+        }
+        (peak, diameter, exchange)
+    }
+
+    /// [`Network::all_pairs_direct`] of the groups (by local index) in one copy of direct
+    /// fabric `f`: the peak load on each of the fabric's port kinds and the two latencies.
+    /// A torus maps onto itself, ports included, under every translation, so two shortcuts
+    /// hold there: groups that are translates of the first by a subgroup of the coordinate
+    /// grid load every member as the first group's loads summed over that subgroup's coset;
+    /// and a group that is itself such a coset sends from every member what its first
+    /// member sends, translated. Elsewhere each group is searched from every member.
+    fn all_pairs_in_copy(&self, f: usize, groups: &[Vec<u64>]) -> (Vec<f64>, f64, f64) {
+        self.all_pairs_searched(f, groups, true)
+    }
+
+    /// [`Network::all_pairs_in_copy`], searching every group from every member when
+    /// `symmetric` is false.
+    fn all_pairs_searched(
         &self,
         f: usize,
         groups: &[Vec<u64>],
-        loads: &mut [f64],
+        symmetric: bool,
     ) -> (Vec<f64>, f64, f64) {
         let fabric = &self.fabrics[f];
         let Shape::Direct {
@@ -68,63 +90,289 @@ impl Network {
             unreachable!("checked by the caller")
         };
         let n = fabric.size as usize;
-        let adjacency = direct_adjacency(dims, *wrap, *twisted);
-        let mut dist = vec![u32::MAX; n];
-        let mut sigma = vec![0.0; n];
-        let mut delta = vec![0.0; n];
-        let mut order = Vec::with_capacity(n);
-        let mut member = vec![false; n];
+        let ports = fabric.ports();
+        let torus = symmetric && *wrap && !*twisted;
+        let mut search = Brandes::new(direct_adjacency(dims, *wrap, *twisted));
+        let mut loads = vec![0.0; n * ports];
         let (mut diameter, mut sum_worst) = (0u32, 0u32);
-        for g in groups {
-            member.iter_mut().for_each(|m| *m = false);
-            for &d in g {
-                member[self.local(d, f) as usize] = true;
-            }
-            for &src in g {
-                let s = self.local(src, f) as usize;
-                dist.iter_mut().for_each(|d| *d = u32::MAX);
-                sigma.iter_mut().for_each(|x| *x = 0.0);
-                delta.iter_mut().for_each(|x| *x = 0.0);
-                order.clear();
-                dist[s] = 0;
-                sigma[s] = 1.0;
-                let mut queue = VecDeque::from([s]);
-                while let Some(v) = queue.pop_front() {
-                    order.push(v);
-                    for &(w, _) in &adjacency[v] {
-                        if dist[w] == u32::MAX {
-                            dist[w] = dist[v] + 1;
-                            queue.push_back(w);
-                        }
-                        if dist[w] == dist[v] + 1 {
-                            sigma[w] += sigma[v];
-                        }
-                    }
-                }
-                let mut sum = 0;
-                for &v in order.iter().rev() {
-                    if member[v] && v != s {
-                        diameter = diameter.max(dist[v]);
-                        sum += dist[v];
-                    }
-                    for &(w, port) in &adjacency[v] {
-                        if dist[w] == dist[v] + 1 {
-                            let share =
-                                sigma[v] / sigma[w] * (f64::from(u8::from(member[w])) + delta[w]);
-                            delta[v] += share;
-                            let device = self.with_local(src, f, v as u64);
-                            loads[self.port(device, f, port)] += share;
-                        }
-                    }
-                }
-                sum_worst = sum_worst.max(sum);
-            }
+        let translates = torus.then(|| translation_steps(dims, groups)).flatten();
+        let searched = match &translates {
+            Some(_) => &groups[..1],
+            None => groups,
+        };
+        for g in searched {
+            let steps = torus.then(|| coset_steps(dims, g)).flatten();
+            let (d, sum) = search.group(g, dims, steps.as_deref(), ports, &mut loads);
+            diameter = diameter.max(d);
+            sum_worst = sum_worst.max(sum);
+        }
+        if let Some(steps) = translates {
+            loads = summed_over_cosets(&loads, dims, &steps, ports);
         }
         (
-            self.peak(loads),
+            super::peak_by_kind(&loads, ports),
             f64::from(diameter) * fabric.hop_s,
             f64::from(sum_worst) * fabric.hop_s,
         )
+    }
+}
+
+/// The key of local index `v`'s coset of the subgroup `s_0 Z x s_1 Z x ...` of a torus's
+/// grid: its coordinates modulo the steps.
+fn coset_key(v: u64, dims: &[u64], steps: &[u64]) -> usize {
+    let (mut key, mut scale, mut radix) = (0, 1, 1);
+    for (&d, &s) in dims.iter().zip(steps) {
+        key += (v / scale) % d % s * radix;
+        scale *= d;
+        radix *= s;
+    }
+    key as usize
+}
+
+/// Every member's loads replaced by the sum of `loads` over its coset of the subgroup with
+/// `steps` (`ports` per member).
+fn summed_over_cosets(loads: &[f64], dims: &[u64], steps: &[u64], ports: usize) -> Vec<f64> {
+    let classes: u64 = steps.iter().product();
+    let mut by_class = vec![0.0; classes as usize * ports];
+    for (v, member) in loads.chunks_exact(ports).enumerate() {
+        let c = coset_key(v as u64, dims, steps);
+        for (sum, &l) in by_class[c * ports..(c + 1) * ports].iter_mut().zip(member) {
+            *sum += l;
+        }
+    }
+    (0..loads.len() / ports)
+        .flat_map(|v| {
+            let c = coset_key(v as u64, dims, steps);
+            by_class[c * ports..(c + 1) * ports].iter().copied()
+        })
+        .collect()
+}
+
+/// When every group (local indices of a torus) is the first one translated, by
+/// translations forming a subgroup `s_0 Z x s_1 Z x ...` of the grid, the steps `s_j`.
+fn translation_steps(dims: &[u64], groups: &[Vec<u64>]) -> Option<Vec<u64>> {
+    let coords = |v: u64| {
+        let mut scale = 1;
+        dims.iter()
+            .map(|&d| {
+                let x = (v / scale) % d;
+                scale *= d;
+                x
+            })
+            .collect::<Vec<u64>>()
+    };
+    let shifted = |v: u64, t: &[u64]| {
+        let (mut out, mut scale) = (0, 1);
+        for ((&d, x), &s) in dims.iter().zip(coords(v)).zip(t) {
+            out += (x + s) % d * scale;
+            scale *= d;
+        }
+        out
+    };
+    let g0 = groups.first()?;
+    let mut first = g0.clone();
+    first.sort_unstable();
+    let origin = coords(g0[0]);
+    let mut translations = Vec::with_capacity(groups.len());
+    for g in groups {
+        let t: Vec<u64> = coords(g[0])
+            .iter()
+            .zip(&origin)
+            .zip(dims)
+            .map(|((&x, &o), &d)| (x + d - o) % d)
+            .collect();
+        let mut moved: Vec<u64> = first.iter().map(|&v| shifted(v, &t)).collect();
+        moved.sort_unstable();
+        let mut members = g.clone();
+        members.sort_unstable();
+        if moved != members {
+            return None;
+        }
+        translations.push(shifted(0, &t));
+    }
+    coset_steps(dims, &translations)
+}
+
+/// The dimension-order route in a direct fabric of `dims` from local index `from` to `to`:
+/// the first dimension first, each the shorter way round when the dimension wraps (ties
+/// go forward). `visit` sees the local index and port of every hop's start.
+pub(super) fn direct_route(
+    dims: &[u64],
+    wrap: bool,
+    (from, to): (u64, u64),
+    mut visit: impl FnMut(u64, usize),
+) {
+    let mut node = from;
+    let mut scale = 1;
+    for (j, &n) in dims.iter().enumerate() {
+        let x = (from / scale) % n;
+        let y = (to / scale) % n;
+        if x != y {
+            let ahead = (y + n - x) % n;
+            let (forward, steps) = if wrap {
+                (ahead <= n - ahead, ahead.min(n - ahead))
+            } else {
+                (y > x, x.abs_diff(y))
+            };
+            let mut xi = x;
+            for _ in 0..steps {
+                visit(node, 2 * j + usize::from(!forward));
+                let nx = if forward {
+                    (xi + 1) % n
+                } else {
+                    (xi + n - 1) % n
+                };
+                node = node + nx * scale - xi * scale;
+                xi = nx;
+            }
+        }
+        scale *= n;
+    }
+}
+
+/// For a group (local indices) that is a coset of a subgroup of a torus's coordinate grid
+/// of the form `s_0 Z x s_1 Z x ...` (every combination of coordinates `r_j + k s_j`,
+/// `s_j` dividing dimension `j`), the steps `s_j`.
+fn coset_steps(dims: &[u64], group: &[u64]) -> Option<Vec<u64>> {
+    let mut members = group.to_vec();
+    members.sort_unstable();
+    members.dedup();
+    let mut steps = Vec::with_capacity(dims.len());
+    let mut combinations = 1u64;
+    let mut scale = 1;
+    for &d in dims {
+        let mut seen: Vec<u64> = members.iter().map(|&v| (v / scale) % d).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        let count = seen.len() as u64;
+        if d % count != 0 {
+            return None;
+        }
+        let step = d / count;
+        if seen.iter().any(|&x| x % step != seen[0] % step) {
+            return None;
+        }
+        steps.push(step);
+        combinations *= count;
+        scale *= d;
+    }
+    (combinations == members.len() as u64).then_some(steps)
+}
+
+/// Brandes' edge loads from one source over every shortest path of a direct fabric,
+/// restricted to members as targets, with its buffers kept between sources.
+struct Brandes {
+    adjacency: Vec<Vec<(usize, usize)>>,
+    dist: Vec<u32>,
+    sigma: Vec<f64>,
+    delta: Vec<f64>,
+    order: Vec<usize>,
+    member: Vec<bool>,
+}
+
+impl Brandes {
+    fn new(adjacency: Vec<Vec<(usize, usize)>>) -> Brandes {
+        let n = adjacency.len();
+        Brandes {
+            adjacency,
+            dist: vec![u32::MAX; n],
+            sigma: vec![0.0; n],
+            delta: vec![0.0; n],
+            order: Vec::with_capacity(n),
+            member: vec![false; n],
+        }
+    }
+
+    /// Adds to `loads` (`ports` per member) the all-pairs loads of `group`: searched from
+    /// its first member and summed over cosets when the group is the coset of the subgroup
+    /// with `steps` (a torus's), else from every member. Returns the longest and the
+    /// largest summed hops from a member to the others.
+    fn group(
+        &mut self,
+        group: &[u64],
+        dims: &[u64],
+        steps: Option<&[u64]>,
+        ports: usize,
+        loads: &mut [f64],
+    ) -> (u32, u32) {
+        self.members(group);
+        let (mut diameter, mut sum_worst) = (0, 0);
+        match steps {
+            Some(steps) => {
+                let mut first = vec![0.0; loads.len()];
+                (diameter, sum_worst) = self.from(group[0] as usize, |v, port, part| {
+                    first[v * ports + port] += part;
+                });
+                let summed = summed_over_cosets(&first, dims, steps, ports);
+                loads.iter_mut().zip(summed).for_each(|(l, s)| *l += s);
+            }
+            None => {
+                for &s in group {
+                    let (d, sum) = self.from(s as usize, |v, port, part| {
+                        loads[v * ports + port] += part;
+                    });
+                    diameter = diameter.max(d);
+                    sum_worst = sum_worst.max(sum);
+                }
+            }
+        }
+        (diameter, sum_worst)
+    }
+
+    /// Makes `group` (local indices) the targets.
+    fn members(&mut self, group: &[u64]) {
+        self.member.iter_mut().for_each(|m| *m = false);
+        for &x in group {
+            self.member[x as usize] = true;
+        }
+    }
+
+    /// Hands `share(v, port, load)` for every link of a shortest path from `s` to a
+    /// member (a unit of traffic per member, split evenly over the paths); returns the
+    /// longest and the summed hops to the members.
+    fn from(&mut self, s: usize, mut share: impl FnMut(usize, usize, f64)) -> (u32, u32) {
+        let Brandes {
+            adjacency,
+            dist,
+            sigma,
+            delta,
+            order,
+            member,
+        } = self;
+        dist.iter_mut().for_each(|d| *d = u32::MAX);
+        sigma.iter_mut().for_each(|x| *x = 0.0);
+        delta.iter_mut().for_each(|x| *x = 0.0);
+        order.clear();
+        dist[s] = 0;
+        sigma[s] = 1.0;
+        let mut queue = VecDeque::from([s]);
+        while let Some(v) = queue.pop_front() {
+            order.push(v);
+            for &(w, _) in &adjacency[v] {
+                if dist[w] == u32::MAX {
+                    dist[w] = dist[v] + 1;
+                    queue.push_back(w);
+                }
+                if dist[w] == dist[v] + 1 {
+                    sigma[w] += sigma[v];
+                }
+            }
+        }
+        let (mut longest, mut sum) = (0, 0);
+        for &v in order.iter().rev() {
+            if member[v] && v != s {
+                longest = longest.max(dist[v]);
+                sum += dist[v];
+            }
+            for &(w, port) in &adjacency[v] {
+                if dist[w] == dist[v] + 1 {
+                    let part = sigma[v] / sigma[w] * (f64::from(u8::from(member[w])) + delta[w]);
+                    delta[v] += part;
+                    share(v, port, part);
+                }
+            }
+        }
+        (longest, sum)
     }
 }
 
@@ -165,4 +413,54 @@ fn direct_adjacency(dims: &[u64], wrap: bool, twisted: bool) -> Vec<Vec<(usize, 
         }
     }
     adjacency
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Topology;
+    use crate::network::Fabric;
+
+    /// Loads from the torus shortcuts (translated groups, coset groups) equal those of
+    /// searching every group from every member, for every strided group set on tori and
+    /// rings.
+    #[test]
+    fn coset_loads_equal_every_member_searched() {
+        let (mut cosets, mut translates) = (0, 0);
+        for dims in [vec![4, 4, 2], vec![8, 4], vec![6], vec![2, 3, 4]] {
+            let n: u64 = dims.iter().product();
+            let net = Network::new(vec![Fabric::new(
+                "t",
+                &Topology::Torus { dims: dims.clone() },
+                n,
+                4e9,
+                1e-6,
+            )]);
+            for degree in (2..=n).filter(|d| n % d == 0) {
+                for stride in (1..=n / degree).filter(|s| n % (s * degree) == 0) {
+                    let groups: Vec<Vec<u64>> = (0..n)
+                        .filter(|d| (d / stride) % degree == 0)
+                        .map(|d| (0..degree).map(|c| d + c * stride).collect())
+                        .collect();
+                    if coset_steps(&dims, &groups[0]).is_some() {
+                        cosets += 1;
+                    }
+                    if translation_steps(&dims, &groups).is_some() {
+                        translates += 1;
+                    }
+                    let (a, da, ea) = net.all_pairs_searched(0, &groups, true);
+                    let (b, db, eb) = net.all_pairs_searched(0, &groups, false);
+                    for (x, y) in a.iter().zip(&b) {
+                        assert!(
+                            (x - y).abs() <= 1e-12 * y.abs(),
+                            "{dims:?} {degree} {stride}"
+                        );
+                    }
+                    assert_eq!((da, ea), (db, eb), "{dims:?} {degree} {stride}");
+                }
+            }
+        }
+        assert!(cosets >= 20, "{cosets} coset cases");
+        assert!(translates >= 20, "{translates} translated cases");
+    }
 }

@@ -1,15 +1,17 @@
 //! A fabric: one level of the network as a per-dimension building block (ASTRA-sim's
-//! analytical backend). Every template topology becomes one of three blocks, each with its
-//! own file for routing and all-pairs loads:
-//! - direct links to grid neighbours ([`super::direct`]): ring, mesh, torus, twisted torus;
-//! - a switch ([`super::switched`]): one non-blocking switch, or a fat tree of `levels`;
-//! - fully connected ([`super::switched`] too: like a switch, a pair's traffic takes one
-//!   link, counted per port).
+//! analytical backend). Every template topology becomes one of three blocks:
+//! - direct links to grid neighbours ([`super::direct`]: routes, and the all-pairs traffic
+//!   of groups inside one fabric over every shortest path): ring, mesh, torus, twisted torus;
+//! - a switch: one non-blocking switch, or a fat tree of `levels`;
+//! - fully connected: like a switch, a pair's traffic takes one link.
+//!
+//! The all-pairs traffic of groups across fabrics, or in one switch or full mesh, is counted
+//! by member coordinates in [`super::counted`].
 //!
 //! A new topology kind: a `Topology` variant in `crate::domain`, its block in
 //! [`Fabric::new`], and, if it is none of the three, a variant of [`Shape`] with its
-//! routing step (`Network::route`), its ports and port bandwidth here, and its all-pairs
-//! loads in a file of its own.
+//! routing step (`Network::route`), its ports and port bandwidth here, and its arm in
+//! `Network::all_pairs_counted`.
 
 use std::hash::BuildHasher;
 

@@ -8,8 +8,9 @@
 //! fabric (ring, mesh, torus) the local index splits into coordinates, first dimension
 //! fastest.
 //!
-//! Owns: [`Fabric`] (a topology block, `fabric.rs`; direct fabrics in `direct.rs`, switched
-//! and fully connected ones in `switched.rs`), [`Network`] (the stack of fabrics, routing,
+//! Owns: [`Fabric`] (a topology block, `fabric.rs`; direct fabrics' routes and their
+//! all-pairs traffic in `direct.rs`; all-pairs traffic counted across fabrics in
+//! `counted.rs`), [`Network`] (the stack of fabrics, routing,
 //! the link loads of groups communicating at once, memoised per group set), [`collective`]
 //! (collective algorithms and their cost on a group's link, DeepFlow Sec. 6.4 and Zion
 //! Eqs. 1-4), [`system`] (a system file: accelerator and fabrics, links resolved at load), [`host`]
@@ -22,11 +23,11 @@
 
 pub mod availability;
 pub mod collective;
+mod counted;
 mod direct;
 mod fabric;
 pub mod host;
 pub mod scale;
-mod switched;
 pub mod system;
 
 pub use fabric::{Fabric, Shape};
@@ -55,10 +56,6 @@ pub struct Network {
     ports: usize,
     #[serde(skip)]
     port_bw: Vec<f64>,
-    /// Coordinate of every device in every fabric, device-major; shared by the networks
-    /// rebuilt from one topology.
-    #[serde(skip)]
-    locals: Arc<[u32]>,
     /// Group shapes already computed, shared by networks of the same topology.
     #[serde(skip)]
     memo: Memo,
@@ -176,16 +173,6 @@ impl Network {
             ports += f.ports();
             port_bw.extend(std::iter::repeat(f.port_bytes_per_s()).take(f.ports()));
         }
-        let locals = (0..devices)
-            .flat_map(|d| {
-                let stride = &stride;
-                fabrics
-                    .iter()
-                    .enumerate()
-                    .map(move |(f, fabric)| ((d / stride[f]) % fabric.size) as u32)
-            })
-            .collect::<Vec<u32>>()
-            .into();
         Network {
             fabrics,
             devices,
@@ -194,14 +181,13 @@ impl Network {
             port_base,
             ports,
             port_bw,
-            locals,
             memo: Memo::default(),
         }
     }
 
-    /// The network of `fabrics`, reusing this one's device coordinates when the topology is
-    /// the same (shapes and sizes; only bandwidths and latencies differ, as between the
-    /// designs of a budget optimization) and its group shapes when the latencies are too.
+    /// The network of `fabrics`, reusing this one's group shapes when the topology and
+    /// latencies are the same (only bandwidths differ, as between the designs of a budget
+    /// optimization).
     pub fn rebuilt(&self, fabrics: Vec<Fabric>) -> Network {
         let same_topology = self.fabrics.len() == fabrics.len()
             && self
@@ -257,11 +243,7 @@ impl Network {
     }
 
     fn local(&self, device: u64, f: usize) -> u64 {
-        self.locals[device as usize * self.fabrics.len() + f] as u64
-    }
-
-    fn with_local(&self, device: u64, f: usize, local: u64) -> u64 {
-        device + local * self.stride[f] - self.local(device, f) * self.stride[f]
+        (device / self.stride[f]) % self.fabrics[f].size
     }
 
     fn port(&self, device: u64, f: usize, port: usize) -> usize {
@@ -314,13 +296,7 @@ impl Network {
 
     /// The highest load on each kind of port (a device's ports are numbered alike).
     fn peak(&self, loads: &[f64]) -> Vec<f64> {
-        let mut peak = vec![0.0_f64; self.ports];
-        for device in loads.chunks_exact(self.ports) {
-            for (p, &l) in peak.iter_mut().zip(device) {
-                *p = p.max(l);
-            }
-        }
-        peak
+        peak_by_kind(loads, self.ports)
     }
 
     /// Bandwidth each unit of load gets on the most loaded port.
@@ -539,12 +515,10 @@ impl Network {
         let ring = self.peak(&by_position);
         let next_s = route(&mut g0.windows(2).map(|w| (w[0], w[1])), &mut by_position);
         let next = self.peak(&by_position);
-        let mut loads = vec![0.0; self.devices as usize * ports];
-        let longest = self.all_pairs_switched(std::slice::from_ref(g0), &mut loads);
         by_position.iter_mut().for_each(|l| *l = 0.0);
-        for (port, &l) in loads.iter().enumerate().filter(|(_, &l)| l != 0.0) {
+        let longest = self.all_pairs_counted(std::slice::from_ref(g0), |port, l| {
             by_position[position(port)] += l;
-        }
+        });
         GroupShape {
             p: degree,
             level: self.outermost(g0).unwrap_or(0),
@@ -594,17 +568,13 @@ impl Network {
             .collect();
         if let [f] = spanned[..] {
             if matches!(self.fabrics[f].shape, Shape::Direct { .. }) {
-                return self.all_pairs_direct(f, groups, loads);
+                return self.all_pairs_direct(f, groups);
             }
         }
         let switched = spanned
             .iter()
             .all(|&f| !matches!(self.fabrics[f].shape, Shape::Direct { .. }));
-        let longest = if switched {
-            self.all_pairs_switched(groups, loads)
-        } else {
-            self.all_pairs_routed(groups, loads)
-        };
+        let longest = self.all_pairs_counted(groups, |port, l| loads[port] += l);
         let a2a = if switched {
             longest
         } else {
@@ -613,7 +583,8 @@ impl Network {
         (self.peak(loads), longest, a2a)
     }
 
-    /// All-pairs loads by routing every pair.
+    /// All-pairs loads by routing every pair (what `all_pairs_counted` counts).
+    #[cfg(test)]
     fn all_pairs_routed(&self, groups: &[Vec<u64>], loads: &mut [f64]) -> f64 {
         self.load(
             groups.iter().flat_map(|g| {
@@ -665,46 +636,74 @@ impl Network {
     }
 }
 
+/// The highest load on each of `ports` kinds of port in `loads`, `ports` per member.
+fn peak_by_kind(loads: &[f64], ports: usize) -> Vec<f64> {
+    let mut peak = vec![0.0_f64; ports];
+    for member in loads.chunks_exact(ports) {
+        for (p, &l) in peak.iter_mut().zip(member) {
+            *p = p.max(l);
+        }
+    }
+    peak
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::domain::Topology;
 
+    /// Counted all-pairs loads equal those of routing every pair, on switched, fully
+    /// connected, mesh and torus fabrics stacked in every order the systems use, for the
+    /// strided groups the mappings make and irregular ones.
     #[test]
     fn counted_all_pairs_loads_equal_routed_ones() {
-        let net = Network::new(vec![
-            Fabric::new("nvswitch", &Topology::Switch, 4, 8e9, 1e-6),
-            Fabric::new("mesh", &Topology::FullyConnected, 3, 6e9, 2e-6),
-            Fabric::new("ib", &Topology::FatTree { levels: 2 }, 2, 1e9, 5e-6),
-        ]);
-        assert_eq!(net.devices, 24);
-        // Strided groups as the mapping makes them, plus irregular ones.
-        let mut cases: Vec<Vec<Vec<u64>>> = Vec::new();
-        for (deg, stride) in [
-            (2, 1),
-            (4, 1),
-            (3, 4),
-            (6, 4),
-            (2, 12),
-            (6, 1),
-            (4, 3),
-            (8, 3),
-        ] {
-            cases.push(
-                (0..24u64)
-                    .filter(|d| (d / stride) % deg == 0)
-                    .map(|d| (0..deg).map(|k| d + k * stride).collect())
-                    .collect(),
-            );
-        }
-        cases.push(vec![vec![0, 5, 13, 22], vec![1, 7, 12, 18]]);
-        for groups in cases {
-            let mut routed = vec![0.0; 24 * net.ports];
-            let mut counted = routed.clone();
-            let slow = net.all_pairs_routed(&groups, &mut routed);
-            let fast = net.all_pairs_switched(&groups, &mut counted);
-            assert_eq!(routed, counted, "{groups:?}");
-            assert!((slow - fast).abs() < 1e-15, "{groups:?}: {slow} vs {fast}");
+        let nets = [
+            Network::new(vec![
+                Fabric::new("nvswitch", &Topology::Switch, 4, 8e9, 1e-6),
+                Fabric::new("mesh", &Topology::FullyConnected, 3, 6e9, 2e-6),
+                Fabric::new("ib", &Topology::FatTree { levels: 2 }, 2, 1e9, 5e-6),
+            ]),
+            Network::new(vec![
+                Fabric::new("ici", &Topology::Torus { dims: vec![3, 4] }, 12, 8e9, 1e-6),
+                Fabric::new("dcn", &Topology::FatTree { levels: 3 }, 2, 1e9, 5e-6),
+            ]),
+            Network::new(vec![
+                Fabric::new("board", &Topology::FullyConnected, 2, 8e9, 1e-6),
+                Fabric::new("ring", &Topology::Ring, 3, 4e9, 2e-6),
+                Fabric::new("grid", &Topology::Mesh { dims: vec![2, 2] }, 4, 1e9, 3e-6),
+            ]),
+        ];
+        for net in &nets {
+            assert_eq!(net.devices, 24);
+            // Strided groups as the mapping makes them, plus irregular ones.
+            let mut cases: Vec<Vec<Vec<u64>>> = Vec::new();
+            for (deg, stride) in [
+                (2, 1),
+                (4, 1),
+                (3, 4),
+                (6, 4),
+                (2, 12),
+                (6, 1),
+                (4, 3),
+                (8, 3),
+                (24, 1),
+            ] {
+                cases.push(
+                    (0..24u64)
+                        .filter(|d| (d / stride) % deg == 0)
+                        .map(|d| (0..deg).map(|k| d + k * stride).collect())
+                        .collect(),
+                );
+            }
+            cases.push(vec![vec![0, 5, 13, 22], vec![1, 7, 12, 18]]);
+            for groups in cases {
+                let mut routed = vec![0.0; 24 * net.ports];
+                let mut counted = routed.clone();
+                let slow = net.all_pairs_routed(&groups, &mut routed);
+                let fast = net.all_pairs_counted(&groups, |port, l| counted[port] += l);
+                assert_eq!(routed, counted, "{groups:?}");
+                assert!((slow - fast).abs() < 1e-15, "{groups:?}: {slow} vs {fast}");
+            }
         }
     }
 

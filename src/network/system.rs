@@ -22,6 +22,15 @@ use crate::template::check_topology;
 /// Devices a system may join (a bound on every count sized by it: group shapes, links).
 pub const MAX_DEVICES: u64 = 1 << 20;
 
+/// Members a direct fabric (ring, mesh, torus) may join: its all-pairs traffic is routed
+/// from every member over every shortest path (the largest built are a few thousand:
+/// TPU v4's 4,096, TPU v5p's 8,960).
+pub const MAX_DIRECT_MEMBERS: u64 = 1 << 14;
+
+/// Members a fully connected fabric may join: each has a port to every other (the
+/// largest built join 8 or 16).
+pub const MAX_FULLY_CONNECTED_MEMBERS: u64 = 64;
+
 /// Where a fabric's bandwidth and latency come from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "from", rename_all = "snake_case")]
@@ -458,6 +467,19 @@ impl System {
         let mut fabrics = Vec::new();
         for (i, f) in self.fabrics.iter().enumerate() {
             let size = f.size.unwrap_or(outer);
+            let (most, kind) = match f.topology {
+                Topology::FullyConnected => (MAX_FULLY_CONNECTED_MEMBERS, "a fully connected"),
+                Topology::FatTree { .. } | Topology::Switch => (MAX_DEVICES, "a switched"),
+                _ => (MAX_DIRECT_MEMBERS, "a direct (ring, mesh or torus)"),
+            };
+            if size > most {
+                return Err(ConfigError::invalid(
+                    file,
+                    format!("fabrics[{i}].topology"),
+                    format!("{size} members"),
+                    format!("at most {most} members in {kind} fabric"),
+                ));
+            }
             let (egress, hop) = match &f.source {
                 LinkSource::Network { name } => {
                     let n = match name {

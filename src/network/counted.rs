@@ -1,0 +1,252 @@
+//! All-pairs traffic of groups spanning several fabrics (or one switched or fully connected
+//! fabric), counted by member coordinates instead of routed pair by pair. Pair (a, b)
+//! crosses fabric f inside the copy of f that has b's coordinates below f and a's above
+//! (dimension-order routing, innermost first), from a's coordinate in f to b's: through a
+//! switch (one egress and one ingress port; a fat tree with full bisection), one direct
+//! link (fully connected), or the dimension-order route of a ring, mesh or torus. So a
+//! port's load is a product of two member counts, and each distinct pair of coordinates is
+//! routed once per copy. A test pins the loads to those of routing every pair.
+
+use rustc_hash::FxHashMap;
+
+use super::{Network, Shape};
+
+impl Network {
+    /// All-pairs loads of `groups` (handed to `add` as port and load) and the longest pair
+    /// latency, in time linear in the ports touched for switched fabrics and in the
+    /// distinct coordinate pairs times their hops for direct ones. Memory grows with the
+    /// groups' members, not with the network's devices.
+    pub(super) fn all_pairs_counted(
+        &self,
+        groups: &[Vec<u64>],
+        mut add: impl FnMut(usize, f64),
+    ) -> f64 {
+        // Member counts by coordinates from f up (`high`), below f (`low`), above f
+        // (`top`) and up to f (`base`), and by those with the coordinate in f.
+        let [mut high, mut low, mut low_at, mut top, mut top_at, mut base] =
+            std::array::from_fn(|_| Tally::default());
+        let mut longest = 0.0_f64;
+        for g in groups {
+            let spans: Vec<usize> = (0..self.fabrics.len())
+                .filter(|&f| g.iter().any(|&d| self.local(d, f) != self.local(g[0], f)))
+                .collect();
+            for &f in &spans {
+                let fabric = &self.fabrics[f];
+                let (stride, size) = (self.stride[f], fabric.size);
+                let outer = stride * size;
+                for t in [
+                    &mut high,
+                    &mut low,
+                    &mut low_at,
+                    &mut top,
+                    &mut top_at,
+                    &mut base,
+                ] {
+                    t.clear();
+                }
+                for &d in g {
+                    let x = self.local(d, f);
+                    high.add(d / stride);
+                    low.add(d % stride);
+                    low_at.add(d % stride * size + x);
+                    top.add(d / outer);
+                    top_at.add(d / outer * size + x);
+                    base.add(d % outer);
+                }
+                // Leaving: sources a (by `high`) times targets b (by `low`) that differ
+                // from a in f.
+                for (h, na) in high.iter() {
+                    let xa = h % size;
+                    match &fabric.shape {
+                        Shape::FullyConnected => {
+                            for (key, nb) in low_at.iter() {
+                                let (l, xb) = (key / size, key % size);
+                                if xb != xa {
+                                    add(self.port(h * stride + l, f, xb as usize), na * nb);
+                                }
+                            }
+                        }
+                        Shape::Switch { .. } => {
+                            for (l, nb) in low.iter() {
+                                let same = low_at.get(l * size + xa);
+                                add(self.port(h * stride + l, f, 0), na * (nb - same));
+                            }
+                        }
+                        // Routed copy by copy below.
+                        Shape::Direct { .. } => {}
+                    }
+                }
+                if let Shape::Direct { dims, wrap, .. } = &fabric.shape {
+                    self.direct_pairs(f, (dims, *wrap), (&high, &low_at), &mut add);
+                }
+                // Entering a switch: targets b (by `base`) times sources a (by `top`)
+                // that differ from b in f.
+                if let Shape::Switch { .. } = fabric.shape {
+                    for (b, nb) in base.iter() {
+                        let xb = (b / stride) % size;
+                        for (t, na) in top.iter() {
+                            let same = top_at.get(t * size + xb);
+                            add(self.port(t * outer + b, f, 1), (na - same) * nb);
+                        }
+                    }
+                }
+            }
+            longest = longest.max(self.longest_pair(g, &spans));
+        }
+        longest
+    }
+
+    /// The all-pairs loads in direct fabric `f` (of `dims`, wrapping or not): pairs from
+    /// sources counted by coordinates from f up (`high`) to targets counted by coordinate
+    /// below f and in f (`low_at`), each distinct coordinate pair routed once per copy of
+    /// the fabric into that copy's own ports, which are then handed to `add`.
+    fn direct_pairs(
+        &self,
+        f: usize,
+        (dims, wrap): (&[u64], bool),
+        (high, low_at): (&Tally, &Tally),
+        add: &mut impl FnMut(usize, f64),
+    ) {
+        let (stride, size) = (self.stride[f], self.fabrics[f].size);
+        let ports = self.fabrics[f].ports();
+        // Copies whose sources (and targets) sit alike load alike: route each distinct
+        // pair of patterns once.
+        let patterns = |by_copy: FxHashMap<u64, Vec<(u64, f64)>>| {
+            let mut alike: FxHashMap<Vec<(u64, u64)>, Vec<u64>> = FxHashMap::default();
+            for (copy, mut at) in by_copy {
+                at.sort_unstable_by_key(|&(x, _)| x);
+                let key = at.iter().map(|&(x, n)| (x, n as u64)).collect();
+                alike.entry(key).or_default().push(copy);
+            }
+            alike.into_iter().collect::<Vec<_>>()
+        };
+        let mut sources: FxHashMap<u64, Vec<(u64, f64)>> = FxHashMap::default();
+        for (h, na) in high.iter() {
+            sources.entry(h / size).or_default().push((h % size, na));
+        }
+        let mut targets: FxHashMap<u64, Vec<(u64, f64)>> = FxHashMap::default();
+        for (key, nb) in low_at.iter() {
+            targets
+                .entry(key / size)
+                .or_default()
+                .push((key % size, nb));
+        }
+        let (sources, targets) = (patterns(sources), patterns(targets));
+        let mut copy = vec![0.0; size as usize * ports];
+        for (from, aboves) in &sources {
+            for (to, belows) in &targets {
+                copy.iter_mut().for_each(|l| *l = 0.0);
+                for &(xa, na) in from {
+                    for &(xb, nb) in to.iter().filter(|&&(xb, _)| xb != xa) {
+                        super::direct::direct_route(dims, wrap, (xa, xb), |x, port| {
+                            copy[x as usize * ports + port] += (na * nb) as f64;
+                        });
+                    }
+                }
+                for (i, &l) in copy.iter().enumerate().filter(|(_, &l)| l != 0.0) {
+                    let (x, port) = ((i / ports) as u64, i % ports);
+                    for &above in aboves {
+                        for &below in belows {
+                            add(self.port((above * size + x) * stride + below, f, port), l);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The longest route latency between two members of `g`, which differ in the fabrics
+    /// `spans`. Members forming every combination of their coordinates in those fabrics
+    /// (as strided groups do) include a pair as far apart in each fabric as any: the sum of
+    /// each fabric's longest. Otherwise every pair is measured.
+    fn longest_pair(&self, g: &[u64], spans: &[usize]) -> f64 {
+        let coordinates: Vec<Vec<u64>> = spans
+            .iter()
+            .map(|&f| {
+                let mut seen: Vec<u64> = g.iter().map(|&d| self.local(d, f)).collect();
+                seen.sort_unstable();
+                seen.dedup();
+                seen
+            })
+            .collect();
+        let combinations: f64 = coordinates.iter().map(|c| c.len() as f64).product();
+        let mut members = g.to_vec();
+        members.sort_unstable();
+        members.dedup();
+        if combinations == members.len() as f64 {
+            return spans
+                .iter()
+                .zip(&coordinates)
+                .map(|(&f, xs)| match self.fabrics[f].shape {
+                    Shape::Direct { .. } => xs
+                        .iter()
+                        .flat_map(|&x| xs.iter().map(move |&y| (x, y)))
+                        .map(|(x, y)| self.distance_s(f, x, y))
+                        .fold(0.0, f64::max),
+                    _ => self.distance_s(f, xs[0], xs[1]),
+                })
+                .sum();
+        }
+        let mut longest = 0.0_f64;
+        for (i, &a) in members.iter().enumerate() {
+            for &b in &members[i + 1..] {
+                let latency: f64 = spans
+                    .iter()
+                    .map(|&f| self.distance_s(f, self.local(a, f), self.local(b, f)))
+                    .sum();
+                longest = longest.max(latency);
+            }
+        }
+        longest
+    }
+
+    /// Latency of the route inside fabric `f` from coordinate `x` to `y`.
+    fn distance_s(&self, f: usize, x: u64, y: u64) -> f64 {
+        let fabric = &self.fabrics[f];
+        if x == y {
+            return 0.0;
+        }
+        match &fabric.shape {
+            Shape::Switch { levels } => fabric.switch_s(*levels),
+            Shape::FullyConnected => fabric.hop_s,
+            Shape::Direct { dims, wrap, .. } => {
+                let mut hops = 0;
+                let mut scale = 1;
+                for &n in dims {
+                    let (a, b) = ((x / scale) % n, (y / scale) % n);
+                    let ahead = (b + n - a) % n;
+                    hops += if *wrap {
+                        ahead.min(n - ahead)
+                    } else {
+                        a.abs_diff(b)
+                    };
+                    scale *= n;
+                }
+                hops as f64 * fabric.hop_s
+            }
+        }
+    }
+}
+
+/// Member counts by integer key, holding only the keys counted (so as many entries as
+/// members at most, whatever the network's size).
+#[derive(Default)]
+struct Tally(FxHashMap<u64, f64>);
+
+impl Tally {
+    fn add(&mut self, key: u64) {
+        *self.0.entry(key).or_insert(0.0) += 1.0;
+    }
+
+    fn get(&self, key: u64) -> f64 {
+        self.0.get(&key).copied().unwrap_or(0.0)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, f64)> + '_ {
+        self.0.iter().map(|(&k, &n)| (k, n))
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
