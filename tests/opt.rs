@@ -230,6 +230,61 @@ fn default_problem(strategy: &str) -> BudgetProblem {
     .unwrap()
 }
 
+/// D5 (issue 23): a sensitivity probe that crosses a cliff says so in words. Area moved
+/// from l0 to the core until l0 can barely give every MCU a bank: one more percent of core
+/// area adds MCUs that l0 has no bank for, which is a cliff, not a slope.
+#[test]
+fn a_sensitivity_probe_across_a_cliff_says_why() {
+    use stackflow::domain::Component;
+    use stackflow::opt::budget::sensitivities;
+    use stackflow::opt::problem::Resource;
+    let problem = default_problem("CR-16-d32");
+    let start = problem.initial();
+    let at = |c: &str, r: Resource| {
+        problem
+            .layout
+            .iter()
+            .position(|s| s.resource == r && s.component.to_string() == c)
+            .unwrap()
+    };
+    let (core, l0) = (at("core", Resource::Area), at("l0", Resource::Area));
+    let moved = |x: f64| {
+        let mut w = start.clone();
+        let amount = x * w[l0];
+        w[l0] -= amount;
+        w[core] += amount;
+        w
+    };
+    assert!(problem.evaluate(&moved(0.0)).feasible);
+    assert!(!problem.evaluate(&moved(1.0)).feasible);
+    // The largest move that stays feasible, to 1e-6 of l0's share.
+    let (mut lo, mut hi) = (0.0, 1.0);
+    for _ in 0..20 {
+        let mid = 0.5 * (lo + hi);
+        if problem.evaluate(&moved(mid)).feasible {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let edge = moved(lo);
+    let found = sensitivities(&problem, &edge);
+    let probe = found
+        .iter()
+        .find(|s| s.component == Component::Core && s.resource == Resource::Area)
+        .unwrap();
+    let cliff = probe
+        .cliff
+        .as_deref()
+        .unwrap_or_else(|| panic!("{probe:?}"));
+    assert!(
+        cliff.starts_with("infeasible: ") && cliff.contains("bank"),
+        "{cliff}"
+    );
+    // A probe that stays feasible has no cliff.
+    assert!(found.iter().any(|s| s.cliff.is_none()));
+}
+
 #[test]
 fn same_seed_same_result_bit_for_bit() {
     let problem = default_problem("CR-16-d32");

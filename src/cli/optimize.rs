@@ -463,6 +463,15 @@ fn render_sensitivities(s: &mut String, sensitivities: &[Sensitivity]) {
         "\nsensitivities at the optimum: time change per extra unit (and % time per +1% of the budget)"
     );
     for x in sensitivities {
+        if let Some(cliff) = &x.cliff {
+            let _ = writeln!(
+                s,
+                "  {:<14} {:<9} a step of +1% crosses a cliff: {cliff}",
+                x.component.to_string(),
+                x.resource.name(),
+            );
+            continue;
+        }
         let _ = writeln!(
             s,
             "  {:<14} {:<9} {:>+12.3e} s/{:<3} {:>+8.3}%   bound by {}",
@@ -479,10 +488,14 @@ fn render_sensitivities(s: &mut String, sensitivities: &[Sensitivity]) {
             }
         );
     }
-    if let Some(most) = sensitivities.iter().min_by(|a, b| {
-        a.percent_time_per_percent_budget
-            .total_cmp(&b.percent_time_per_percent_budget)
-    }) {
+    if let Some(most) = sensitivities
+        .iter()
+        .filter(|x| x.cliff.is_none())
+        .min_by(|a, b| {
+            a.percent_time_per_percent_budget
+                .total_cmp(&b.percent_time_per_percent_budget)
+        })
+    {
         let _ = writeln!(
             s,
             "  the next 1% of budget is worth most as {} {} ({:+.3}% time)",

@@ -336,6 +336,10 @@ pub struct Sensitivity {
     pub percent_time_per_percent_budget: f64,
     /// What limits the component in the generated design (the generator's bounds).
     pub bound_by: Vec<String>,
+    /// When the probe's extra unit makes the design infeasible (a cliff, not a slope), why:
+    /// the probed design's violations in words. The slope is then not a marginal value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cliff: Option<String>,
 }
 
 /// Shadow prices at shares `w`: for each component and resource, the change in time per
@@ -360,7 +364,7 @@ pub fn sensitivities(problem: &BudgetProblem, w: &[f64]) -> Vec<Sensitivity> {
         .map(|(i, share)| {
             let t = total(share.resource);
             let delta = 0.01 * t;
-            let time_with = |extra: f64| -> f64 {
+            let time_with = |extra: f64| -> Evaluation {
                 let mut d = design.clone();
                 let grown = t + extra;
                 match share.resource {
@@ -383,10 +387,19 @@ pub fn sensitivities(problem: &BudgetProblem, w: &[f64]) -> Vec<Sensitivity> {
                     })
                     .collect();
                 let d = with_shares(&d, &problem.layout, &w2);
-                time_of(problem, &d)
+                problem.evaluate_design(&d, &problem.strategy)
             };
             // Forward: the question is what the next unit buys.
-            let up = time_with(delta);
+            let probe = time_with(delta);
+            let up = probe.time_per_iteration_s;
+            let cliff = (base.feasible && !probe.feasible).then(|| {
+                let reasons: Vec<String> = probe.violations.iter().map(|v| v.to_string()).collect();
+                if reasons.is_empty() {
+                    format!("infeasible: the time becomes {up}")
+                } else {
+                    format!("infeasible: {}", reasons.join("; "))
+                }
+            });
             let slope = (up - base.time_per_iteration_s) / delta;
             Sensitivity {
                 component: share.component.clone(),
@@ -396,15 +409,10 @@ pub fn sensitivities(problem: &BudgetProblem, w: &[f64]) -> Vec<Sensitivity> {
                 percent_time_per_percent_budget: 100.0 * (up - base.time_per_iteration_s)
                     / base.time_per_iteration_s,
                 bound_by: bound_by(arch, share),
+                cliff,
             }
         })
         .collect()
-}
-
-fn time_of(problem: &BudgetProblem, design: &crate::design::Design) -> f64 {
-    problem
-        .evaluate_design(design, &problem.strategy)
-        .time_per_iteration_s
 }
 
 /// The generator's binding limits of a component, as "quantity: limit".

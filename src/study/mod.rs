@@ -1022,7 +1022,8 @@ impl Study {
                 .map(|s| {
                     (
                         format!("{}.{}", s.resource, s.component),
-                        finite(s.percent_time_per_percent_budget),
+                        // A probe across a cliff has no marginal value to report.
+                        finite(s.percent_time_per_percent_budget).filter(|_| s.cliff.is_none()),
                     )
                 })
                 .collect();
