@@ -80,6 +80,20 @@ impl Network {
         groups: &[Vec<u64>],
         symmetric: bool,
     ) -> (Vec<f64>, f64, f64) {
+        let (loads, diameter, exchange) = self.all_pairs_loads(f, groups, symmetric);
+        let ports = self.fabrics[f].ports();
+        (super::peak_by_kind(&loads, ports), diameter, exchange)
+    }
+
+    /// The loads [`Network::all_pairs_searched`] peaks: every port of one copy of direct
+    /// fabric `f` (its ports per local index), the longest pair latency and the longest
+    /// all-pairs exchange.
+    pub(super) fn all_pairs_loads(
+        &self,
+        f: usize,
+        groups: &[Vec<u64>],
+        symmetric: bool,
+    ) -> (Vec<f64>, f64, f64) {
         let fabric = &self.fabrics[f];
         let Shape::Direct {
             dims,
@@ -110,7 +124,7 @@ impl Network {
             loads = summed_over_cosets(&loads, dims, &steps, ports);
         }
         (
-            super::peak_by_kind(&loads, ports),
+            loads,
             f64::from(diameter) * fabric.hop_s,
             f64::from(sum_worst) * fabric.hop_s,
         )

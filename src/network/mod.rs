@@ -437,12 +437,14 @@ impl Network {
     }
 
     /// `Some((stride, degree))` when `groups` are the groups of `degree` devices `stride`
-    /// apart (as [`Network::strided_link`] lists them), every fabric is a switch, and the
-    /// fabrics' and the groups' boundaries nest (each of the strides, `stride` and
-    /// `stride x degree` divides the next larger). Then permuting each fabric's coordinate
-    /// digit by digit maps the network onto itself and the groups onto each other, and
-    /// moves any device to any other with the same position in its group: every device at
-    /// a given position carries the same load, which the first group's routes alone give.
+    /// apart (as [`Network::strided_link`] lists them), every fabric is a switch or a torus
+    /// (not twisted), and the fabrics', the tori's dimensions' and the groups' boundaries
+    /// nest (each of the strides, `stride` and `stride x degree` divides the next larger).
+    /// Then permuting a switch's coordinate digit by digit, or translating a torus along a
+    /// dimension, maps the network onto itself (routes and ports included) and the groups
+    /// onto each other, and moves any device to any other with the same position in its
+    /// group: every device at a given position carries the same load, which the first
+    /// group's routes alone give.
     fn symmetric(&self, groups: &[Vec<u64>]) -> Option<(u64, u64)> {
         let g0 = groups.first()?;
         let degree = g0.len() as u64;
@@ -468,14 +470,25 @@ impl Network {
     /// Whether the groups of `degree` devices `stride` apart are symmetric (see
     /// [`Network::symmetric`]).
     fn symmetric_strided(&self, degree: u64, stride: u64) -> bool {
-        let switches = self
-            .fabrics
-            .iter()
-            .all(|f| matches!(f.shape, Shape::Switch { .. }));
-        if !switches || degree < 2 || stride == 0 || self.devices % (degree * stride) != 0 {
+        let symmetric = self.fabrics.iter().all(|f| match &f.shape {
+            Shape::Switch { .. } => true,
+            Shape::Direct { wrap, twisted, .. } => *wrap && !*twisted,
+            Shape::FullyConnected => false,
+        });
+        if !symmetric || degree < 2 || stride == 0 || self.devices % (degree * stride) != 0 {
             return false;
         }
         let mut bounds: Vec<u64> = self.stride.clone();
+        // A torus's dimensions are boundaries too: its translations are per dimension.
+        for (f, fabric) in self.fabrics.iter().enumerate() {
+            if let Shape::Direct { dims, .. } = &fabric.shape {
+                let mut inside = self.stride[f];
+                for d in dims {
+                    inside *= d;
+                    bounds.push(inside);
+                }
+            }
+        }
         bounds.extend([self.devices, stride, stride * degree]);
         bounds.sort_unstable();
         bounds.dedup();
@@ -516,9 +529,37 @@ impl Network {
         let next_s = route(&mut g0.windows(2).map(|w| (w[0], w[1])), &mut by_position);
         let next = self.peak(&by_position);
         by_position.iter_mut().for_each(|l| *l = 0.0);
-        let longest = self.all_pairs_counted(std::slice::from_ref(g0), |port, l| {
-            by_position[position(port)] += l;
-        });
+        let spanned: Vec<usize> = (0..self.fabrics.len())
+            .filter(|&f| g0.iter().any(|&d| self.local(d, f) != self.local(g0[0], f)))
+            .collect();
+        let direct = |f: usize| matches!(self.fabrics[f].shape, Shape::Direct { .. });
+        let (longest, exchange) = match spanned[..] {
+            // Inside one torus: every shortest path, searched in the first group's copy.
+            [f] if direct(f) => {
+                let locals: Vec<u64> = g0.iter().map(|&d| self.local(d, f)).collect();
+                let (loads, longest, exchange) = self.all_pairs_loads(f, &[locals], true);
+                let fabric_ports = self.fabrics[f].ports();
+                for (i, &l) in loads.iter().enumerate().filter(|(_, &l)| l != 0.0) {
+                    let device = (i / fabric_ports) as u64 * self.stride[f];
+                    by_position[position(self.port(device, f, i % fabric_ports))] += l;
+                }
+                (longest, exchange)
+            }
+            _ => {
+                let longest = self.all_pairs_counted(std::slice::from_ref(g0), |port, l| {
+                    by_position[position(port)] += l;
+                });
+                let hops = spanned.iter().any(|&f| direct(f));
+                (
+                    longest,
+                    if hops {
+                        longest * (n as f64 - 1.0)
+                    } else {
+                        longest
+                    },
+                )
+            }
+        };
         GroupShape {
             p: degree,
             level: self.outermost(g0).unwrap_or(0),
@@ -526,7 +567,7 @@ impl Network {
             ring_step_s,
             pair: self.peak(&by_position),
             pair_step_s: longest,
-            all_to_all_s: longest,
+            all_to_all_s: exchange,
             next,
             next_s,
             hierarchy: self.symmetric_hierarchy(g0, stride, degree),
@@ -708,9 +749,20 @@ mod tests {
     }
 
     fn same(a: &GroupShape, b: &GroupShape, case: &str) {
-        assert_eq!(a.ring, b.ring, "ring: {case}");
-        assert_eq!(a.next, b.next, "next: {case}");
-        assert_eq!(a.pair, b.pair, "pair: {case}");
+        // Loads split over shortest paths sum fractions in another order: 1e-12.
+        for (what, x, y) in [
+            ("ring", &a.ring, &b.ring),
+            ("next", &a.next, &b.next),
+            ("pair", &a.pair, &b.pair),
+        ] {
+            assert_eq!(x.len(), y.len(), "{what}: {case}");
+            for (u, v) in x.iter().zip(y) {
+                assert!(
+                    (u - v).abs() <= 1e-12 * v.abs(),
+                    "{what}: {case}: {x:?} vs {y:?}"
+                );
+            }
+        }
         for (x, y) in [
             (a.ring_step_s, b.ring_step_s),
             (a.next_s, b.next_s),
@@ -746,6 +798,29 @@ mod tests {
                 Fabric::new("spine", &Topology::FatTree { levels: 3 }, 6, 1e9, 5e-6),
             ]),
             Network::new(vec![Fabric::new("one", &Topology::Switch, 12, 8e9, 1e-6)]),
+            Network::new(vec![
+                Fabric::new(
+                    "ici",
+                    &Topology::Torus {
+                        dims: vec![4, 2, 4],
+                    },
+                    32,
+                    8e9,
+                    1e-6,
+                ),
+                Fabric::new("dcn", &Topology::FatTree { levels: 3 }, 4, 1e9, 5e-6),
+            ]),
+            Network::new(vec![
+                Fabric::new("nvswitch", &Topology::Switch, 2, 8e9, 1e-6),
+                Fabric::new("ring", &Topology::Ring, 6, 2e9, 2e-6),
+            ]),
+            Network::new(vec![Fabric::new(
+                "torus",
+                &Topology::Torus { dims: vec![4, 6] },
+                24,
+                8e9,
+                1e-6,
+            )]),
         ];
         let mut symmetric = 0;
         for net in &nets {
@@ -770,7 +845,7 @@ mod tests {
                 }
             }
         }
-        assert!(symmetric >= 30, "{symmetric} symmetric cases");
+        assert!(symmetric >= 60, "{symmetric} symmetric cases");
         // Groups straddling a node irregularly are not symmetric: 3 of 8 per node.
         let net = &nets[0];
         let groups: Groups = (0..128u64)
