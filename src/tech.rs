@@ -192,7 +192,16 @@ pub struct SramTech {
     /// Crossbar area per (bank, client) crosspoint.
     pub crossbar_area_per_port_mm2: f64,
     pub latency_s: f64,
+    /// Bytes one bank moves per clock through all its ports (ports x width); `None`: no cap
+    /// (DeepFlow's model, where power alone sets bandwidth).
+    pub bank_bytes_per_cycle: Option<f64>,
 }
+
+/// Ports an SRAM bank may have (multi-ported register files reach a handful).
+const MAX_BANK_PORTS: u64 = 16;
+
+/// Widest port of an SRAM bank, bits.
+const MAX_PORT_BITS: u64 = 8192;
 
 impl SramTech {
     /// Area of one bank including periphery, without controller or crossbar.
@@ -364,6 +373,30 @@ impl TechLibrary {
                     s.crossbar_area_per_port_mm2,
                 )?,
                 latency_s: check.non_negative(&p("latency_ns"), s.latency_ns)? * 1e-9,
+                bank_bytes_per_cycle: match (s.ports_per_bank, s.port_width_bits) {
+                    (None, None) => None,
+                    (Some(ports), Some(bits)) => Some(
+                        check.count_in(&p("ports_per_bank"), ports, MAX_BANK_PORTS)? as f64
+                            * check.count_in(&p("port_width_bits"), bits, MAX_PORT_BITS)? as f64
+                            / 8.0,
+                    ),
+                    (Some(_), None) => {
+                        return Err(ConfigError::invalid(
+                            file,
+                            p("port_width_bits"),
+                            "(absent)",
+                            "a port width beside ports_per_bank (both or neither)",
+                        ))
+                    }
+                    (None, Some(_)) => {
+                        return Err(ConfigError::invalid(
+                            file,
+                            p("ports_per_bank"),
+                            "(absent)",
+                            "a port count beside port_width_bits (both or neither)",
+                        ))
+                    }
+                },
             };
             insert_unique(&mut self.sram, file, "sram", name, tech)?;
         }

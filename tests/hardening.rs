@@ -447,3 +447,80 @@ fn a_wrong_type_under_a_precision_key_names_the_key() {
     );
     assert!(!err.contains(".?"), "{err}");
 }
+
+/// D7: SRAM bandwidth is capped by its banks' ports at the core's clock (2 ports of 1024
+/// bits per bank in the shipped libraries): an A100 budget with a 100 kW TDP no longer buys
+/// unbounded on-chip bandwidth with its power (was 82.6 PB/s from 8.38 mm2 at 1 MW).
+#[test]
+fn d7_sram_bandwidth_is_capped_by_bank_ports() {
+    let dir = Scratch::new("hardening-d7-sram");
+    let root = common::root();
+    let text = std::fs::read_to_string(root.join("budgets/a100.yaml"))
+        .unwrap()
+        .replacen("tdp_w: 400 ", "tdp_w: 100000 ", 1)
+        .replace("../", &format!("{}/", root.display()));
+    assert!(text.contains("tdp_w: 100000 "));
+    let budget = dir.write("a100-hot.yaml", &text);
+    let (code, out, err) = stackflow(&["generate", "--budget", &budget, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let arch: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let clock = arch["core"]["frequency_hz"].as_f64().unwrap();
+    for level in arch["on_chip"].as_array().unwrap() {
+        let banks = level["banks"].as_f64().unwrap();
+        let bandwidth = level["bandwidth_bytes_per_s"].as_f64().unwrap();
+        let cap = banks * 256.0 * clock;
+        assert!(bandwidth <= cap * (1.0 + 1e-12), "{level}");
+        assert!(
+            (bandwidth / cap - 1.0).abs() < 1e-9,
+            "bound by ports: {level}"
+        );
+        assert_eq!(level["bounds"][1]["limit"], "ports", "{level}");
+    }
+}
+
+/// Messages: `optimize --out` onto something that is not a directory names the path and
+/// the operating system's reason, exit 2.
+#[test]
+fn optimize_out_onto_a_file_gives_the_os_reason() {
+    let dir = Scratch::new("hardening-out");
+    let file = dir.write("not-a-directory", "x");
+    for (out, reason) in [
+        (file.clone(), "File exists"),
+        (format!("{file}/sub"), "Not a directory"),
+    ] {
+        let (code, _, err) =
+            stackflow(&["optimize", "--restarts", "1", "--steps", "2", "--out", &out]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!("creating {out}")) && err.contains(reason),
+            "{err}"
+        );
+    }
+}
+
+/// A reader that stops reading (`stackflow optimize --json | head -c 10`) ends the run
+/// quietly: exit 0, no panic message. The report (31 kB) fits a pipe's buffer, so the pipe
+/// is closed before anything is written: the write fails as it would past `head`.
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stackflow"))
+        .args(["optimize", "--restarts", "2", "--steps", "5", "--json"])
+        .current_dir(common::root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe"),
+        "{err}"
+    );
+    assert!(
+        matches!(out.status.code(), Some(0) | Some(141)),
+        "{:?}",
+        out.status
+    );
+}

@@ -69,6 +69,10 @@ pub struct SramTech {
     pub controller_power_per_bank_mw: f64,
     pub crossbar_area_per_port_mm2: f64,
     pub latency_ns: f64,
+    #[serde(default)]
+    pub ports_per_bank: Option<u64>,
+    #[serde(default)]
+    pub port_width_bits: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

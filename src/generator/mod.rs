@@ -329,6 +329,7 @@ fn memory_levels(
                     clients,
                     level.area_share * chip,
                     level.power_share * tdp,
+                    core.frequency_hz,
                 );
                 if mcus > 0 && report.banks == 0 {
                     violations.push(Violation::NoBank {
@@ -524,6 +525,7 @@ fn on_chip_level(
     clients: u64,
     area: f64,
     power: f64,
+    clock_hz: f64,
 ) -> OnChipReport {
     let bank_cost = sram.bank_area_mm2()
         + sram.controller_area_per_bank_mm2
@@ -544,7 +546,19 @@ fn on_chip_level(
     } else {
         (power - static_power).max(0.0)
     };
-    let bandwidth = dynamic / sram.dynamic_energy_per_bit_j / 8.0;
+    // The power left after leakage buys accesses, up to what the banks' ports move per
+    // clock (the core's clock); a capped level leaves the rest of its power unused.
+    let by_energy = dynamic / sram.dynamic_energy_per_bit_j / 8.0;
+    let by_ports = sram
+        .bank_bytes_per_cycle
+        .map_or(f64::INFINITY, |b| banks as f64 * b * clock_hz);
+    let ports_bound = by_ports < by_energy;
+    let bandwidth = by_energy.min(by_ports);
+    let dynamic = if ports_bound {
+        bandwidth * 8.0 * sram.dynamic_energy_per_bit_j
+    } else {
+        dynamic
+    };
     OnChipReport {
         name,
         technology,
@@ -572,6 +586,8 @@ fn on_chip_level(
                 "bandwidth",
                 if leakage_bound {
                     Limit::StaticPower
+                } else if ports_bound {
+                    Limit::Ports
                 } else {
                     Limit::Power
                 },

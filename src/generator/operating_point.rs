@@ -33,6 +33,8 @@ pub enum Limit {
     NodeArea,
     /// Leakage of the memory alone uses the whole power share: no power left for accesses.
     StaticPower,
+    /// An on-chip memory's banks move at most their ports' width every clock.
+    Ports,
 }
 
 impl std::fmt::Display for Limit {
@@ -45,6 +47,7 @@ impl std::fmt::Display for Limit {
             Limit::VoltageCeiling => "voltage ceiling",
             Limit::NodeArea => "node area",
             Limit::StaticPower => "static power",
+            Limit::Ports => "bank ports",
         };
         f.write_str(s)
     }
