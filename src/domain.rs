@@ -7,6 +7,10 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize, Serializer};
 
+/// Devices a system may join, and members a grid topology may have (a bound on every count
+/// sized by them: group shapes, links).
+pub const MAX_DEVICES: u64 = 1 << 20;
+
 /// A component of a design that takes a share of the area, power or perimeter budget
 /// (DeepFlow Sec. 4.3). Written by its name in budget files and reports.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

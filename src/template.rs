@@ -11,7 +11,9 @@ use serde::Serialize;
 
 use crate::config::raw::{self, OperandTile, TemplateFile};
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
-use crate::domain::{Component, Dataflow, McuShape, Precision, Scope, Topology, UtilizationCaps};
+use crate::domain::{
+    Component, Dataflow, McuShape, Precision, Scope, Topology, UtilizationCaps, MAX_DEVICES,
+};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Template {
@@ -215,11 +217,11 @@ fn network(check: &Checker, path: &str, raw: raw::NetworkRaw) -> Result<Network,
     })
 }
 
-/// Checks a topology at `path` (grid sizes, twisted-torus shape, fat-tree levels) and
-/// returns the members a grid topology joins.
 /// Switch stages a fat tree may have (large clusters use three to five).
 pub const MAX_FAT_TREE_LEVELS: u64 = 8;
 
+/// Checks a topology at `path` (grid sizes, twisted-torus shape, fat-tree levels) and
+/// returns the members a grid topology joins (at most [`MAX_DEVICES`]).
 pub(crate) fn check_topology(
     check: &Checker,
     path: &str,
@@ -246,7 +248,19 @@ pub(crate) fn check_topology(
                     "a twisted torus has shape [n, n, 2n] or [n, 2n, 2n]",
                 ));
             }
-            Ok(Some(dims.iter().product()))
+            // Checked as it multiplies: a product past 2^64 would wrap to any value.
+            let members = dims
+                .iter()
+                .try_fold(1u64, |n, &d| n.checked_mul(d).filter(|&n| n <= MAX_DEVICES));
+            match members {
+                Some(n) => Ok(Some(n)),
+                None => Err(ConfigError::invalid(
+                    check.file,
+                    format!("{path}.dims"),
+                    format!("{dims:?}"),
+                    format!("at most {MAX_DEVICES} members (2^20) in all"),
+                )),
+            }
         }
         Topology::FatTree { levels } => {
             check.count_in(&format!("{path}.levels"), *levels, MAX_FAT_TREE_LEVELS)?;

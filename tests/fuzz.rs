@@ -224,10 +224,34 @@ struct Tally {
     by_kind: [AtomicU64; 8],
 }
 
-/// Non-finite numbers in a report: its YAML spells them `.inf`, `-.inf`, `.nan`.
+/// Non-finite numbers in a report: its YAML writes them as the whole value `.inf`, `-.inf`
+/// or `.nan` (a string that reads so is quoted, and a name holding one is more than it).
 fn non_finite<T: serde::Serialize>(value: &T) -> bool {
-    let text = to_yaml(value);
-    text.contains(".inf") || text.contains(".nan") || text.contains(".NaN")
+    to_yaml(value).lines().any(|line| {
+        let value = match line.split_once(": ") {
+            Some((_, v)) => v,
+            None => line.trim_start().trim_start_matches("- "),
+        };
+        matches!(value.trim(), ".inf" | "-.inf" | ".nan" | ".NaN")
+    })
+}
+
+/// The invariants of a training prediction that says it is feasible: a finite positive
+/// time, no non-finite number anywhere, memory within capacity.
+fn check_feasible<T: serde::Serialize>(
+    report: &T,
+    time_s: f64,
+    memory_bytes: f64,
+    capacity_bytes: f64,
+    what: &str,
+) -> Result<(), String> {
+    if non_finite(report) || !positive(time_s) {
+        return Err(format!("a feasible {what} holds a non-finite number"));
+    }
+    if memory_bytes > capacity_bytes * (1.0 + 1e-9) {
+        return Err(format!("a feasible {what} exceeds the memory capacity"));
+    }
+    Ok(())
 }
 
 /// The invariants of a generated accelerator: one with no violations holds finite numbers
@@ -281,12 +305,8 @@ fn run_file(kind: &str, root: &Path, path: &Path) -> Result<Option<bool>, String
         }
         let p = evaluator.predict(&graph, &arch.violations);
         if p.feasible {
-            if non_finite(&p) || !positive(p.time_per_iteration_s) {
-                return Err("a feasible prediction holds a non-finite number".into());
-            }
-            if p.memory_per_device_bytes > arch.memory_capacity_bytes * (1.0 + 1e-9) {
-                return Err("a feasible prediction exceeds the memory capacity".into());
-            }
+            let (time, memory) = (p.time_per_iteration_s, p.memory_per_device_bytes);
+            check_feasible(&p, time, memory, arch.memory_capacity_bytes, "prediction")?;
         }
         Ok(Some(p.feasible))
     };
@@ -329,7 +349,9 @@ fn run_file(kind: &str, root: &Path, path: &Path) -> Result<Option<bool>, String
             };
             distributed(&system, system.default_devices(), None, root)
         }
-        "study" => Ok(Study::load(path).ok().map(|_| true)),
+        // A study that loads (its base and every axis value checked) is counted with the
+        // answers that are not feasible designs.
+        "study" => Ok(Study::load(path).ok().map(|_| false)),
         _ => unreachable!("{kind}"),
     };
     outcome
@@ -377,12 +399,9 @@ fn distributed(
         return Ok(None);
     };
     if p.feasible {
-        if non_finite(&p) || !positive(p.time_per_iteration_s) {
-            return Err("a feasible distributed prediction holds a non-finite number".into());
-        }
-        if p.memory_per_device_bytes > p.memory_capacity_bytes * (1.0 + 1e-9) {
-            return Err("a feasible distributed prediction exceeds the memory capacity".into());
-        }
+        let (time, memory) = (p.time_per_iteration_s, p.memory_per_device_bytes);
+        let capacity = p.memory_capacity_bytes;
+        check_feasible(&p, time, memory, capacity, "distributed prediction")?;
     }
     Ok(Some(p.feasible))
 }
@@ -518,12 +537,10 @@ fn run_cli(rng: &mut StdRng) -> (String, Result<Option<bool>, String>) {
     if args.is_empty() {
         args.push("predict".into());
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_stackflow"))
-        .args(&args)
-        .current_dir(common::root())
-        .output()
-        .unwrap();
     let line = args.join(" ");
+    let Some(out) = run_bounded(&args) else {
+        return (line, Err(format!("no answer within {HANG_S} s")));
+    };
     let code = out.status.code().unwrap_or(-1);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let outcome = match code {
@@ -547,6 +564,68 @@ fn run_cli(rng: &mut StdRng) -> (String, Result<Option<bool>, String>) {
         )),
     };
     (line, outcome)
+}
+
+/// The binary run on `args`, killed past [`HANG_S`] (then `None`).
+fn run_bounded(args: &[String]) -> Option<std::process::Output> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stackflow"))
+        .args(args)
+        .current_dir(common::root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Readers drain the pipes so that a long report cannot block the child.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > Duration::from_secs(HANG_S) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+    status.map(|status| std::process::Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+/// Sets a flag when dropped, so the watchdog stops even when the campaign panics.
+struct SetOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// A scratch copy of the shipped inputs for one worker.
@@ -613,6 +692,7 @@ fn fuzz_campaign() {
                 }
             }
         });
+        let _stop = SetOnDrop(&done);
         (first..first + executions).into_par_iter().for_each(|i| {
             let w = rayon::current_thread_index().unwrap_or(workers);
             let root = &roots[w];
@@ -667,7 +747,6 @@ fn fuzz_campaign() {
                 }
             };
         });
-        done.store(true, Ordering::Relaxed);
     });
     std::panic::set_hook(previous_hook);
     for root in &roots {
@@ -704,10 +783,13 @@ fn fuzz_campaign() {
             findings[0]
         );
     }
-    // Every kind ran, and the mutations reached answers as well as refusals.
-    assert!(tally.by_kind.iter().all(|n| n.load(Ordering::Relaxed) > 0));
-    assert!(tally.feasible.load(Ordering::Relaxed) > 0);
-    assert!(tally.refused.load(Ordering::Relaxed) > 0);
+    // A whole campaign (not a replay of a few) ran every kind, and the mutations reached
+    // feasible designs as well as refusals.
+    if executions >= 1000 {
+        assert!(tally.by_kind.iter().all(|n| n.load(Ordering::Relaxed) > 0));
+        assert!(tally.feasible.load(Ordering::Relaxed) > 0);
+        assert!(tally.refused.load(Ordering::Relaxed) > 0);
+    }
 }
 
 /// A finite time above zero.

@@ -35,7 +35,11 @@ fn d1_device_counts_are_bounded_before_the_network_is_built() {
         "workloads/gpt-1.7b.yaml",
     ]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("at most 1048576 devices"), "{err}");
+    assert!(
+        err.contains("fabrics[0].topology.dims = [8000000000000, 8, 8]")
+            && err.contains("at most 1048576 members"),
+        "{err}"
+    );
 }
 
 /// D1 (network): a network's cost follows its distinct group shapes, not its device count:
@@ -518,9 +522,27 @@ fn a_closed_pipe_ends_quietly() {
         !err.contains("panicked") && !err.contains("Broken pipe"),
         "{err}"
     );
+    assert!(out.status.success(), "{:?}", out.status);
+}
+
+/// Fuzz finding #907091 (seed 1): a torus whose dims multiply past 2^64 (`dims:
+/// [4294967296, 4294967296]`) wrapped to 0 members and divided by zero; the product is now
+/// checked as it multiplies and bounded by the device limit.
+#[test]
+fn fuzz_907091_torus_dims_multiplying_past_u64_are_refused() {
+    let dir = Scratch::new("hardening-fuzz-907091");
+    let root = common::root();
+    let text = std::fs::read_to_string(root.join("templates/tpu-v3-pod.yaml"))
+        .unwrap()
+        .replacen("dims: [16, 32]", "dims: [4294967296, 4294967296]", 1)
+        .replace("../budgets", &root.join("budgets").display().to_string());
+    assert!(text.contains("4294967296, 4294967296"));
+    let system = dir.write("tpu-v3-pod.yaml", &text);
+    let (code, _, err) = stackflow(&["predict", "--system", &system]);
+    assert_eq!(code, 2, "{err}");
     assert!(
-        matches!(out.status.code(), Some(0) | Some(141)),
-        "{:?}",
-        out.status
+        err.contains("fabrics[0].topology.dims = [4294967296, 4294967296]")
+            && err.contains("at most 1048576 members"),
+        "{err}"
     );
 }

@@ -479,11 +479,16 @@ impl Network {
             return false;
         }
         let mut bounds: Vec<u64> = self.stride.clone();
-        // A torus's dimensions are boundaries too: its translations are per dimension.
+        // A torus's dimensions are boundaries too: its translations are per dimension. They
+        // move the coordinate as a whole, so a group's stride may not fall inside one (the
+        // digits below it would have to move alone: a ring of 8 in pairs 2 apart).
         for (f, fabric) in self.fabrics.iter().enumerate() {
             if let Shape::Direct { dims, .. } = &fabric.shape {
                 let mut inside = self.stride[f];
                 for d in dims {
+                    if inside < stride && stride < inside * d {
+                        return false;
+                    }
                     inside *= d;
                     bounds.push(inside);
                 }
@@ -818,6 +823,26 @@ mod tests {
                 "torus",
                 &Topology::Torus { dims: vec![4, 6] },
                 24,
+                8e9,
+                1e-6,
+            )]),
+            Network::new(vec![Fabric::new("ring", &Topology::Ring, 8, 8e9, 1e-6)]),
+            Network::new(vec![
+                Fabric::new(
+                    "torus",
+                    &Topology::Torus { dims: vec![8, 4] },
+                    32,
+                    8e9,
+                    1e-6,
+                ),
+                Fabric::new("dcn", &Topology::Switch, 2, 1e9, 5e-6),
+            ]),
+            Network::new(vec![Fabric::new(
+                "torus",
+                &Topology::Torus {
+                    dims: vec![2, 2, 8],
+                },
+                32,
                 8e9,
                 1e-6,
             )]),

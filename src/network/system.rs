@@ -19,8 +19,7 @@ use crate::generator::Architecture;
 use crate::tech::TechLibrary;
 use crate::template::check_topology;
 
-/// Devices a system may join (a bound on every count sized by it: group shapes, links).
-pub const MAX_DEVICES: u64 = 1 << 20;
+pub use crate::domain::MAX_DEVICES;
 
 /// Members a direct fabric (ring, mesh, torus) may join: its all-pairs traffic is routed
 /// from every member over every shortest path (the largest built are a few thousand:
