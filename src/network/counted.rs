@@ -177,12 +177,15 @@ impl Network {
             return spans
                 .iter()
                 .zip(&coordinates)
-                .map(|(&f, xs)| match self.fabrics[f].shape {
-                    Shape::Direct { .. } => xs
-                        .iter()
-                        .flat_map(|&x| xs.iter().map(move |&y| (x, y)))
-                        .map(|(x, y)| self.distance_s(f, x, y))
-                        .fold(0.0, f64::max),
+                .map(|(&f, xs)| match &self.fabrics[f].shape {
+                    Shape::Direct { dims, wrap, .. } => self
+                        .farthest_by_dimension(f, dims, *wrap, xs)
+                        .unwrap_or_else(|| {
+                            xs.iter()
+                                .flat_map(|&x| xs.iter().map(move |&y| (x, y)))
+                                .map(|(x, y)| self.distance_s(f, x, y))
+                                .fold(0.0, f64::max)
+                        }),
                     _ => self.distance_s(f, xs[0], xs[1]),
                 })
                 .sum();
@@ -198,6 +201,36 @@ impl Network {
             }
         }
         longest
+    }
+
+    /// The longest route latency between the local indices `xs` of direct fabric `f` when
+    /// they hold every combination of their coordinates along the dimensions (as strided
+    /// groups do): the sum of each dimension's longest hop count. `None` otherwise.
+    fn farthest_by_dimension(&self, f: usize, dims: &[u64], wrap: bool, xs: &[u64]) -> Option<f64> {
+        let mut scale = 1;
+        let mut combinations = 1usize;
+        let mut hops = 0;
+        for &n in dims {
+            let mut along: Vec<u64> = xs.iter().map(|&x| (x / scale) % n).collect();
+            along.sort_unstable();
+            along.dedup();
+            combinations = combinations.saturating_mul(along.len());
+            let apart = |a: u64, b: u64| {
+                let ahead = (b + n - a) % n;
+                if wrap {
+                    ahead.min(n - ahead)
+                } else {
+                    a.abs_diff(b)
+                }
+            };
+            hops += along
+                .iter()
+                .flat_map(|&a| along.iter().map(move |&b| apart(a, b)))
+                .max()
+                .unwrap_or(0);
+            scale *= n;
+        }
+        (combinations == xs.len()).then(|| hops as f64 * self.fabrics[f].hop_s)
     }
 
     /// Latency of the route inside fabric `f` from coordinate `x` to `y`.
