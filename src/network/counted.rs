@@ -24,7 +24,7 @@ impl Network {
         // Member counts by coordinates from f up (`high`), below f (`low`), above f
         // (`top`) and up to f (`base`), and by those with the coordinate in f.
         let [mut high, mut low, mut low_at, mut top, mut top_at, mut base] =
-            std::array::from_fn(|_| Tally::default());
+            std::array::from_fn(|_| Tally::new(self.devices));
         let mut longest = 0.0_f64;
         for g in groups {
             let spans: Vec<usize> = (0..self.fabrics.len())
@@ -160,6 +160,35 @@ impl Network {
     /// (as strided groups do) include a pair as far apart in each fabric as any: the sum of
     /// each fabric's longest. Otherwise every pair is measured.
     fn longest_pair(&self, g: &[u64], spans: &[usize]) -> f64 {
+        let every_pair = |members: &[u64]| {
+            // Each member's coordinate in each spanned fabric, computed once.
+            let at: Vec<u64> = members
+                .iter()
+                .flat_map(|&d| spans.iter().map(move |&f| self.local(d, f)))
+                .collect();
+            let k = spans.len();
+            let mut longest = 0.0_f64;
+            for (i, a) in at.chunks_exact(k).enumerate() {
+                for b in at[(i + 1) * k..].chunks_exact(k) {
+                    let latency: f64 = spans
+                        .iter()
+                        .zip(a.iter().zip(b))
+                        .map(|(&f, (&x, &y))| self.distance_s(f, x, y))
+                        .sum();
+                    longest = longest.max(latency);
+                }
+            }
+            longest
+        };
+        match spans {
+            // Through one switch or full mesh every pair takes the same time.
+            [f] if !matches!(self.fabrics[*f].shape, Shape::Direct { .. }) => {
+                return self.distance_s(*f, 0, 1);
+            }
+            // Small groups: measuring every pair is cheaper than sorting coordinates.
+            _ if g.len() <= SMALL_GROUP => return every_pair(g),
+            _ => {}
+        }
         let coordinates: Vec<Vec<u64>> = spans
             .iter()
             .map(|&f| {
@@ -190,17 +219,7 @@ impl Network {
                 })
                 .sum();
         }
-        let mut longest = 0.0_f64;
-        for (i, &a) in members.iter().enumerate() {
-            for &b in &members[i + 1..] {
-                let latency: f64 = spans
-                    .iter()
-                    .map(|&f| self.distance_s(f, self.local(a, f), self.local(b, f)))
-                    .sum();
-                longest = longest.max(latency);
-            }
-        }
-        longest
+        every_pair(&members)
     }
 
     /// The longest route latency between the local indices `xs` of direct fabric `f` when
@@ -261,25 +280,71 @@ impl Network {
     }
 }
 
-/// Member counts by integer key, holding only the keys counted (so as many entries as
+/// Groups of at most this many members measure their longest pair pair by pair.
+const SMALL_GROUP: usize = 16;
+
+/// Networks of at most this many devices count members in arrays indexed by key (six of
+/// them, 3 MiB at most); larger ones in hash maps holding only the keys counted.
+const DENSE_TALLY_DEVICES: u64 = 1 << 16;
+
+/// Member counts by integer key (below the device count), cleared in time proportional to
+/// the keys used: an array on small networks, a hash map on large ones (as many entries as
 /// members at most, whatever the network's size).
-#[derive(Default)]
-struct Tally(FxHashMap<u64, f64>);
+enum Tally {
+    Dense { counts: Vec<f64>, used: Vec<u64> },
+    Sparse(FxHashMap<u64, f64>),
+}
 
 impl Tally {
+    fn new(devices: u64) -> Tally {
+        if devices <= DENSE_TALLY_DEVICES {
+            Tally::Dense {
+                counts: vec![0.0; devices as usize],
+                used: Vec::new(),
+            }
+        } else {
+            Tally::Sparse(FxHashMap::default())
+        }
+    }
+
     fn add(&mut self, key: u64) {
-        *self.0.entry(key).or_insert(0.0) += 1.0;
+        match self {
+            Tally::Dense { counts, used } => {
+                let c = &mut counts[key as usize];
+                if *c == 0.0 {
+                    used.push(key);
+                }
+                *c += 1.0;
+            }
+            Tally::Sparse(map) => *map.entry(key).or_insert(0.0) += 1.0,
+        }
     }
 
     fn get(&self, key: u64) -> f64 {
-        self.0.get(&key).copied().unwrap_or(0.0)
+        match self {
+            Tally::Dense { counts, .. } => counts[key as usize],
+            Tally::Sparse(map) => map.get(&key).copied().unwrap_or(0.0),
+        }
     }
 
-    fn iter(&self) -> impl Iterator<Item = (u64, f64)> + '_ {
-        self.0.iter().map(|(&k, &n)| (k, n))
+    fn iter(&self) -> Box<dyn Iterator<Item = (u64, f64)> + '_> {
+        match self {
+            Tally::Dense { counts, used } => {
+                Box::new(used.iter().map(|&k| (k, counts[k as usize])))
+            }
+            Tally::Sparse(map) => Box::new(map.iter().map(|(&k, &n)| (k, n))),
+        }
     }
 
     fn clear(&mut self) {
-        self.0.clear();
+        match self {
+            Tally::Dense { counts, used } => {
+                for &k in used.iter() {
+                    counts[k as usize] = 0.0;
+                }
+                used.clear();
+            }
+            Tally::Sparse(map) => map.clear(),
+        }
     }
 }

@@ -56,10 +56,19 @@ pub struct Network {
     ports: usize,
     #[serde(skip)]
     port_bw: Vec<f64>,
+    /// Every device's coordinate in every fabric, device-major, on networks of at most
+    /// [`CACHED_COORDINATES`] devices (larger ones compute them): routing reads them often.
+    #[serde(skip)]
+    locals: Option<Arc<[u32]>>,
     /// Group shapes already computed, shared by networks of the same topology.
     #[serde(skip)]
     memo: Memo,
 }
+
+/// Networks of at most this many devices keep their devices' coordinates (1 MiB for four
+/// fabrics); larger ones compute them, so that a network's memory stays independent of its
+/// device count.
+const CACHED_COORDINATES: u64 = 1 << 16;
 
 /// What a set of simultaneous groups loads, independent of bandwidth: the peak load on each
 /// kind of port for ring, chain and all-pairs traffic, and the latencies.
@@ -173,9 +182,22 @@ impl Network {
             ports += f.ports();
             port_bw.extend(std::iter::repeat(f.port_bytes_per_s()).take(f.ports()));
         }
+        let locals = (devices <= CACHED_COORDINATES).then(|| {
+            (0..devices)
+                .flat_map(|d| {
+                    let stride = &stride;
+                    fabrics
+                        .iter()
+                        .enumerate()
+                        .map(move |(f, fabric)| ((d / stride[f]) % fabric.size) as u32)
+                })
+                .collect::<Vec<u32>>()
+                .into()
+        });
         Network {
             fabrics,
             devices,
+            locals,
             host: None,
             stride,
             port_base,
@@ -243,7 +265,10 @@ impl Network {
     }
 
     fn local(&self, device: u64, f: usize) -> u64 {
-        (device / self.stride[f]) % self.fabrics[f].size
+        match &self.locals {
+            Some(locals) => locals[device as usize * self.fabrics.len() + f] as u64,
+            None => (device / self.stride[f]) % self.fabrics[f].size,
+        }
     }
 
     fn port(&self, device: u64, f: usize, port: usize) -> usize {
