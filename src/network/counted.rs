@@ -9,6 +9,7 @@
 
 use rustc_hash::FxHashMap;
 
+use super::direct::hops_along;
 use super::{Network, Shape};
 
 impl Network {
@@ -27,9 +28,7 @@ impl Network {
             std::array::from_fn(|_| Tally::new(self.devices));
         let mut longest = 0.0_f64;
         for g in groups {
-            let spans: Vec<usize> = (0..self.fabrics.len())
-                .filter(|&f| g.iter().any(|&d| self.local(d, f) != self.local(g[0], f)))
-                .collect();
+            let spans = self.spanned_fabrics(g);
             for &f in &spans {
                 let fabric = &self.fabrics[f];
                 let (stride, size) = (self.stride[f], fabric.size);
@@ -53,13 +52,19 @@ impl Network {
                     top_at.add(d / outer * size + x);
                     base.add(d % outer);
                 }
+                // The targets' and sources' counts, listed once for the loops below.
+                let (lows, low_ats, tops): (Vec<_>, Vec<_>, Vec<_>) = (
+                    low.iter().collect(),
+                    low_at.iter().collect(),
+                    top.iter().collect(),
+                );
                 // Leaving: sources a (by `high`) times targets b (by `low`) that differ
                 // from a in f.
                 for (h, na) in high.iter() {
                     let xa = h % size;
                     match &fabric.shape {
                         Shape::FullyConnected => {
-                            for (key, nb) in low_at.iter() {
+                            for &(key, nb) in &low_ats {
                                 let (l, xb) = (key / size, key % size);
                                 if xb != xa {
                                     add(self.port(h * stride + l, f, xb as usize), na * nb);
@@ -67,7 +72,7 @@ impl Network {
                             }
                         }
                         Shape::Switch { .. } => {
-                            for (l, nb) in low.iter() {
+                            for &(l, nb) in &lows {
                                 let same = low_at.get(l * size + xa);
                                 add(self.port(h * stride + l, f, 0), na * (nb - same));
                             }
@@ -84,7 +89,7 @@ impl Network {
                 if let Shape::Switch { .. } = fabric.shape {
                     for (b, nb) in base.iter() {
                         let xb = (b / stride) % size;
-                        for (t, na) in top.iter() {
+                        for &(t, na) in &tops {
                             let same = top_at.get(t * size + xb);
                             add(self.port(t * outer + b, f, 1), (na - same) * nb);
                         }
@@ -191,17 +196,10 @@ impl Network {
         }
         let coordinates: Vec<Vec<u64>> = spans
             .iter()
-            .map(|&f| {
-                let mut seen: Vec<u64> = g.iter().map(|&d| self.local(d, f)).collect();
-                seen.sort_unstable();
-                seen.dedup();
-                seen
-            })
+            .map(|&f| super::distinct(g.iter().map(|&d| self.local(d, f))))
             .collect();
         let combinations: f64 = coordinates.iter().map(|c| c.len() as f64).product();
-        let mut members = g.to_vec();
-        members.sort_unstable();
-        members.dedup();
+        let members = super::distinct(g.iter().copied());
         if combinations == members.len() as f64 {
             return spans
                 .iter()
@@ -230,21 +228,11 @@ impl Network {
         let mut combinations = 1usize;
         let mut hops = 0;
         for &n in dims {
-            let mut along: Vec<u64> = xs.iter().map(|&x| (x / scale) % n).collect();
-            along.sort_unstable();
-            along.dedup();
+            let along = super::distinct(xs.iter().map(|&x| (x / scale) % n));
             combinations = combinations.saturating_mul(along.len());
-            let apart = |a: u64, b: u64| {
-                let ahead = (b + n - a) % n;
-                if wrap {
-                    ahead.min(n - ahead)
-                } else {
-                    a.abs_diff(b)
-                }
-            };
             hops += along
                 .iter()
-                .flat_map(|&a| along.iter().map(move |&b| apart(a, b)))
+                .flat_map(|&a| along.iter().map(move |&b| hops_along(n, wrap, a, b)))
                 .max()
                 .unwrap_or(0);
             scale *= n;
@@ -265,13 +253,7 @@ impl Network {
                 let mut hops = 0;
                 let mut scale = 1;
                 for &n in dims {
-                    let (a, b) = ((x / scale) % n, (y / scale) % n);
-                    let ahead = (b + n - a) % n;
-                    hops += if *wrap {
-                        ahead.min(n - ahead)
-                    } else {
-                        a.abs_diff(b)
-                    };
+                    hops += hops_along(n, *wrap, (x / scale) % n, (y / scale) % n);
                     scale *= n;
                 }
                 hops as f64 * fabric.hop_s

@@ -223,11 +223,8 @@ pub(super) fn direct_route(
         let y = (to / scale) % n;
         if x != y {
             let ahead = (y + n - x) % n;
-            let (forward, steps) = if wrap {
-                (ahead <= n - ahead, ahead.min(n - ahead))
-            } else {
-                (y > x, x.abs_diff(y))
-            };
+            let forward = if wrap { ahead <= n - ahead } else { y > x };
+            let steps = hops_along(n, wrap, x, y);
             let mut xi = x;
             for _ in 0..steps {
                 visit(node, 2 * j + usize::from(!forward));
@@ -244,20 +241,27 @@ pub(super) fn direct_route(
     }
 }
 
+/// Hops between coordinates `a` and `b` of one dimension of `n`: the shorter way round when
+/// it wraps.
+pub(super) fn hops_along(n: u64, wrap: bool, a: u64, b: u64) -> u64 {
+    if wrap {
+        let ahead = (b + n - a) % n;
+        ahead.min(n - ahead)
+    } else {
+        a.abs_diff(b)
+    }
+}
+
 /// For a group (local indices) that is a coset of a subgroup of a torus's coordinate grid
 /// of the form `s_0 Z x s_1 Z x ...` (every combination of coordinates `r_j + k s_j`,
 /// `s_j` dividing dimension `j`), the steps `s_j`.
 fn coset_steps(dims: &[u64], group: &[u64]) -> Option<Vec<u64>> {
-    let mut members = group.to_vec();
-    members.sort_unstable();
-    members.dedup();
+    let members = super::distinct(group.iter().copied());
     let mut steps = Vec::with_capacity(dims.len());
     let mut combinations = 1u64;
     let mut scale = 1;
     for &d in dims {
-        let mut seen: Vec<u64> = members.iter().map(|&v| (v / scale) % d).collect();
-        seen.sort_unstable();
-        seen.dedup();
+        let seen = super::distinct(members.iter().map(|&v| (v / scale) % d));
         let count = seen.len() as u64;
         if d % count != 0 {
             return None;

@@ -335,14 +335,24 @@ impl Network {
 
     /// Names of the fabrics a group's members differ in.
     pub fn spanned(&self, group: &[u64]) -> Vec<String> {
-        (0..self.fabrics.len())
-            .filter(|&f| {
-                group
-                    .iter()
-                    .any(|&d| self.local(d, f) != self.local(group[0], f))
-            })
+        self.spanned_fabrics(group)
+            .into_iter()
             .map(|f| self.fabrics[f].name.clone())
             .collect()
+    }
+
+    /// The fabrics (innermost first) a group's members differ in.
+    fn spanned_fabrics(&self, group: &[u64]) -> Vec<usize> {
+        (0..self.fabrics.len())
+            .filter(|&f| self.differ_in(group, f))
+            .collect()
+    }
+
+    /// Whether a group's members differ in fabric `f`.
+    fn differ_in(&self, group: &[u64], f: usize) -> bool {
+        group
+            .iter()
+            .any(|&d| self.local(d, f) != self.local(group[0], f))
     }
 
     /// What the groups (each listed in ring order; all the same size) get from the
@@ -559,9 +569,7 @@ impl Network {
         let next_s = route(&mut g0.windows(2).map(|w| (w[0], w[1])), &mut by_position);
         let next = self.peak(&by_position);
         by_position.iter_mut().for_each(|l| *l = 0.0);
-        let spanned: Vec<usize> = (0..self.fabrics.len())
-            .filter(|&f| g0.iter().any(|&d| self.local(d, f) != self.local(g0[0], f)))
-            .collect();
+        let spanned = self.spanned_fabrics(g0);
         let direct = |f: usize| matches!(self.fabrics[f].shape, Shape::Direct { .. });
         let (longest, exchange) = match spanned[..] {
             // Inside one torus: every shortest path, searched in the first group's copy.
@@ -634,9 +642,7 @@ impl Network {
     fn all_pairs(&self, groups: &[Vec<u64>], loads: &mut [f64]) -> (Vec<f64>, f64, f64) {
         loads.iter_mut().for_each(|l| *l = 0.0);
         let g0 = &groups[0];
-        let spanned: Vec<usize> = (0..self.fabrics.len())
-            .filter(|&f| g0.iter().any(|&d| self.local(d, f) != self.local(g0[0], f)))
-            .collect();
+        let spanned = self.spanned_fabrics(g0);
         if let [f] = spanned[..] {
             if matches!(self.fabrics[f].shape, Shape::Direct { .. }) {
                 return self.all_pairs_direct(f, groups);
@@ -668,11 +674,9 @@ impl Network {
 
     /// The outermost fabric whose coordinate differs between members of `group`.
     fn outermost(&self, group: &[u64]) -> Option<usize> {
-        (0..self.fabrics.len()).rev().find(|&f| {
-            group
-                .iter()
-                .any(|&d| self.local(d, f) != self.local(group[0], f))
-        })
+        (0..self.fabrics.len())
+            .rev()
+            .find(|&f| self.differ_in(group, f))
     }
 
     /// Splits groups that span more than one fabric into an inner part (members sharing
@@ -705,6 +709,14 @@ impl Network {
             self.group_shape(&outer_groups),
         )))
     }
+}
+
+/// The distinct `values`, in increasing order.
+fn distinct(values: impl Iterator<Item = u64>) -> Vec<u64> {
+    let mut out: Vec<u64> = values.collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The highest load on each of `ports` kinds of port in `loads`, `ports` per member.
