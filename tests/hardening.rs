@@ -42,6 +42,55 @@ fn d1_device_counts_are_bounded_before_the_network_is_built() {
     );
 }
 
+/// D1 (network) on direct fabrics: a million devices as 8x8x8 tori or meshes under a fat
+/// tree predict, with groups whose stride falls inside a torus dimension (p16 after t8:
+/// 16 apart, inside the second dimension of 8) and groups spanning meshes. The symmetry of
+/// such groups (`network::Symmetry`) routes a few of them, not every one (torus t8-p16-d8192:
+/// 7.3 s and 236 MB before, 0.06 s and 24 MB here; the loads are pinned to routing every
+/// group by the network's unit tests).
+#[test]
+fn d1_a_million_devices_on_tori_and_meshes_under_a_fat_tree_predict() {
+    let dir = Scratch::new("hardening-d1-direct");
+    let root = common::root();
+    let workload = std::fs::read_to_string(root.join("workloads/gpt3-175b.yaml"))
+        .unwrap()
+        .replacen("global_batch: 1536", "global_batch: 1048576", 1);
+    let workload = dir.write("gpt3-big-batch.yaml", &workload);
+    let torus = std::fs::read_to_string(root.join("templates/tpu-v4-pod.yaml"))
+        .unwrap()
+        .replace("../budgets", &root.join("budgets").display().to_string())
+        .replacen(
+            "\nhost:",
+            "\n  - name: dcn\n    topology: {kind: fat_tree, levels: 3}\n    \
+             bandwidth_gb_per_s: 25\n    latency_us: 10\nhost:",
+            1,
+        );
+    assert!(torus.contains("name: dcn"));
+    let mesh = torus.replace("kind: torus, dims", "kind: mesh, dims");
+    assert!(mesh.contains("kind: mesh"));
+    for (name, text) in [("torus", torus), ("mesh", mesh)] {
+        let system = dir.write(&format!("{name}-dcn.yaml"), &text);
+        for strategy in ["t8-p16-d8192", "t2-p8-d65536"] {
+            let (code, out, err) = stackflow(&[
+                "predict",
+                "--system",
+                &system,
+                "--devices",
+                "1048576",
+                "--workload",
+                &workload,
+                "--strategy",
+                strategy,
+                "--json",
+            ]);
+            assert_eq!(code, 0, "{name} {strategy}: {err}");
+            let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let time = report["time_per_iteration_s"].as_f64().unwrap();
+            assert!(time.is_finite() && time > 0.0, "{name} {strategy}: {time}");
+        }
+    }
+}
+
 /// D1 (network): a network's cost follows its distinct group shapes, not its device count:
 /// a million-device switched system predicts (0.02 s and 19 MB here), and fabrics whose
 /// traffic is routed member by member are bounded in size with a message.

@@ -11,7 +11,9 @@
 //! Owns: [`Fabric`] (a topology block, `fabric.rs`; direct fabrics' routes and their
 //! all-pairs traffic in `direct.rs`; all-pairs traffic counted across fabrics in
 //! `counted.rs`), [`Network`] (the stack of fabrics, routing,
-//! the link loads of groups communicating at once, memoised per group set), [`collective`]
+//! the link loads of groups communicating at once, memoised per group set; a parallel
+//! axis's groups priced from a few of them through the network's symmetries, `Symmetry`,
+//! so that the cost follows the distinct group shapes, not the device count), [`collective`]
 //! (collective algorithms and their cost on a group's link, DeepFlow Sec. 6.4 and Zion
 //! Eqs. 1-4), [`system`] (a system file: accelerator and fabrics, links resolved at load), [`host`]
 //! (the CPUs beside the accelerators: their memory and link, for host-resident tables), [`scale`]
@@ -102,6 +104,102 @@ struct Memos {
 
 /// Groups of devices communicating at once, each in ring order.
 type Groups = Vec<Vec<u64>>;
+
+/// The symmetry of the groups of `degree` devices `stride` apart on a network whose
+/// boundaries nest ([`Network::symmetry`]). A device index is read as digits between
+/// consecutive boundaries. Permuting the values of a digit inside a switch, or translating
+/// the upper digits of a torus dimension, maps the network (routes and ports included) and
+/// the groups onto themselves. So the loads of a device depend only on its other digits,
+/// the held ones: its position in its group (the digits from `stride` up to `stride x
+/// degree`), the digits of fabrics that have no translations (meshes, twisted tori, full
+/// meshes) and those between the lower boundary of a torus dimension and a stride inside
+/// it. The groups fall into classes, one per value of the held digits outside the position
+/// (each class's first group has its free digits 0), and a class holds as many groups as
+/// devices share a value of every held digit: summed over the classes' first groups, the
+/// routes put on a held value's ports the load of each device with that value. Position
+/// digits inside a switch are freed too ([`Kind::Spread`]): the sum is then shared by the
+/// devices that differ only there.
+#[derive(Debug)]
+struct Symmetry {
+    stride: u64,
+    degree: u64,
+    /// The held digits, lowest first.
+    digits: Vec<Digit>,
+}
+
+/// The digit of a device index `d` between two boundaries: `(d / low) % size`.
+#[derive(Debug)]
+struct Digit {
+    low: u64,
+    size: u64,
+    kind: Kind,
+}
+
+/// What a [`Symmetry`] does with a digit that is not free.
+#[derive(Debug, PartialEq)]
+enum Kind {
+    /// A digit of the position in a group: 0 in every first group, held.
+    Position,
+    /// A digit of the position inside a switch: permuting its values maps every group onto
+    /// itself, so the devices differing only there carry the same loads. Free, but each
+    /// first group's routes then land on `size` times the devices of a held value.
+    Spread,
+    /// Held, and enumerated by the first groups.
+    Held,
+}
+
+impl Symmetry {
+    /// The digits held (not free), lowest first.
+    fn held(&self) -> impl Iterator<Item = &Digit> {
+        self.digits.iter().filter(|d| d.kind != Kind::Spread)
+    }
+
+    /// The number of distinct values of the held digits (spread ones not).
+    fn classes(&self) -> usize {
+        self.held().map(|d| d.size as usize).product()
+    }
+
+    /// How many devices of a held value the first groups' routes load per device that
+    /// carries that load ([`Kind::Spread`]).
+    fn spread(&self) -> f64 {
+        self.digits
+            .iter()
+            .filter(|d| d.kind == Kind::Spread)
+            .map(|d| d.size as f64)
+            .product()
+    }
+
+    /// The held digits of device `d`, as one index (below [`Symmetry::classes`] without the
+    /// spread digits); with them when `spread`.
+    fn class(&self, d: u64, spread: bool) -> usize {
+        let (mut class, mut radix) = (0, 1);
+        for digit in self
+            .digits
+            .iter()
+            .filter(|d| spread || d.kind != Kind::Spread)
+        {
+            class += ((d / digit.low) % digit.size) as usize * radix;
+            radix *= digit.size as usize;
+        }
+        class
+    }
+
+    /// The first group of each class: every value of the held digits outside the position,
+    /// the other digits 0.
+    fn firsts(&self) -> Groups {
+        let mut bases = vec![0u64];
+        for digit in self.digits.iter().filter(|d| d.kind == Kind::Held) {
+            bases = bases
+                .iter()
+                .flat_map(|&b| (0..digit.size).map(move |v| b + v * digit.low))
+                .collect();
+        }
+        bases
+            .iter()
+            .map(|&b| (0..self.degree).map(|c| b + c * self.stride).collect())
+            .collect()
+    }
+}
 
 impl Memo {
     fn get(&self, groups: &[Vec<u64>]) -> Option<Arc<GroupShape>> {
@@ -472,14 +570,10 @@ impl Network {
     }
 
     /// `Some((stride, degree))` when `groups` are the groups of `degree` devices `stride`
-    /// apart (as [`Network::strided_link`] lists them), every fabric is a switch or a torus
-    /// (not twisted), and the fabrics', the tori's dimensions' and the groups' boundaries
-    /// nest (each of the strides, `stride` and `stride x degree` divides the next larger).
-    /// Then permuting a switch's coordinate digit by digit, or translating a torus along a
-    /// dimension, maps the network onto itself (routes and ports included) and the groups
-    /// onto each other, and moves any device to any other with the same position in its
-    /// group: every device at a given position carries the same load, which the first
-    /// group's routes alone give.
+    /// apart (as [`Network::strided_link`] lists them) and the fabrics', the tori's
+    /// dimensions' and the groups' boundaries nest (each of the strides, `stride` and
+    /// `stride x degree` divides the next larger): then the [`Symmetry`] of those groups
+    /// gives every device's loads from a few groups' routes.
     fn symmetric(&self, groups: &[Vec<u64>]) -> Option<(u64, u64)> {
         let g0 = groups.first()?;
         let degree = g0.len() as u64;
@@ -505,86 +599,176 @@ impl Network {
     /// Whether the groups of `degree` devices `stride` apart are symmetric (see
     /// [`Network::symmetric`]).
     fn symmetric_strided(&self, degree: u64, stride: u64) -> bool {
-        let symmetric = self.fabrics.iter().all(|f| match &f.shape {
-            Shape::Switch { .. } => true,
-            Shape::Direct { wrap, twisted, .. } => *wrap && !*twisted,
-            Shape::FullyConnected => false,
-        });
-        if !symmetric || degree < 2 || stride == 0 || self.devices % (degree * stride) != 0 {
-            return false;
+        self.symmetry(degree, stride).is_some()
+    }
+
+    /// The symmetry of the groups of `degree` devices `stride` apart ([`Symmetry`]), when
+    /// the boundaries between the fabrics, the torus dimensions and the groups nest (each
+    /// of them divides the next larger).
+    fn symmetry(&self, degree: u64, stride: u64) -> Option<Symmetry> {
+        self.symmetry_with(degree, stride, true)
+            .or_else(|| self.symmetry_with(degree, stride, false))
+    }
+
+    /// [`Network::symmetry`], reading a mesh's dimensions as digits of their own when
+    /// `mesh_dims` (they nest less often than the mesh as a whole).
+    fn symmetry_with(&self, degree: u64, stride: u64, mesh_dims: bool) -> Option<Symmetry> {
+        if degree < 2 || stride == 0 {
+            return None;
+        }
+        let period = stride.checked_mul(degree)?;
+        if self.devices % period != 0 {
+            return None;
         }
         let mut bounds: Vec<u64> = self.stride.clone();
-        // A torus's dimensions are boundaries too: its translations are per dimension. They
-        // move the coordinate as a whole, so a group's stride may not fall inside one (the
-        // digits below it would have to move alone: a ring of 8 in pairs 2 apart).
+        // A torus translates a dimension's coordinate as a whole, so the digits between a
+        // dimension's lower boundary and a stride inside it cannot move alone (a ring of 8
+        // in pairs 2 apart: devices 0 and 1 carry different loads): they are held too.
+        let mut window = stride;
+        // Ranges without translations (a mesh's dimensions, twisted tori, full meshes)
+        // that the groups span: held whole. Those they do not span carry none of their
+        // traffic, and relabelling them moves every route elsewhere alike.
+        let mut held = vec![];
+        let mut hold = |low: u64, high: u64| {
+            if low < period && stride < high {
+                held.push((low, high));
+            }
+        };
+        let mut switches = Vec::new();
         for (f, fabric) in self.fabrics.iter().enumerate() {
-            if let Shape::Direct { dims, .. } = &fabric.shape {
-                let mut inside = self.stride[f];
-                for d in dims {
-                    if inside < stride && stride < inside * d {
-                        return false;
+            let outer = self.stride[f] * fabric.size;
+            match &fabric.shape {
+                Shape::Direct {
+                    dims,
+                    wrap,
+                    twisted,
+                } if !*twisted && (*wrap || mesh_dims) => {
+                    let mut inside = self.stride[f];
+                    for d in dims {
+                        if !*wrap {
+                            hold(inside, inside * d);
+                        } else if inside < stride && stride < inside * d {
+                            window = inside;
+                        }
+                        inside *= d;
+                        bounds.push(inside);
                     }
-                    inside *= d;
-                    bounds.push(inside);
                 }
+                Shape::Switch { .. } => switches.push((self.stride[f], outer)),
+                _ => hold(self.stride[f], outer),
             }
         }
-        bounds.extend([self.devices, stride, stride * degree]);
+        bounds.extend([self.devices, stride, period]);
         bounds.sort_unstable();
         bounds.dedup();
-        bounds.windows(2).all(|w| w[1] % w[0] == 0)
+        if !bounds.windows(2).all(|w| w[1] % w[0] == 0) {
+            return None;
+        }
+        let digits = bounds
+            .windows(2)
+            .filter_map(|w| {
+                let (low, high) = (w[0], w[1]);
+                let within =
+                    |ranges: &[(u64, u64)]| ranges.iter().any(|&(a, b)| a <= low && high <= b);
+                let kind = if stride <= low && high <= period {
+                    if within(&switches) {
+                        Kind::Spread
+                    } else {
+                        Kind::Position
+                    }
+                } else if (window <= low && high <= stride) || within(&held) {
+                    Kind::Held
+                } else {
+                    return None;
+                };
+                Some(Digit {
+                    low,
+                    size: high / low,
+                    kind,
+                })
+            })
+            .collect();
+        Some(Symmetry {
+            stride,
+            degree,
+            digits,
+        })
     }
 
     /// [`Network::enumerated_shape`] of symmetric groups ([`Network::symmetric`]) from the
-    /// first group's routes: a port's load at a device is the load the first group's routes
-    /// put on that port of all devices at the same position in their group.
+    /// first group of each class ([`Symmetry`]): a port's load at a device is the load those
+    /// groups' routes put on that port of all devices with the same held digits.
     fn symmetric_shape(&self, stride: u64, degree: u64) -> GroupShape {
-        let g0: Vec<u64> = (0..degree).map(|c| c * stride).collect();
-        let g0 = &g0;
+        let symmetry = self
+            .symmetry(degree, stride)
+            .expect("checked by the caller");
+        let firsts = symmetry.firsts();
+        let g0 = &firsts[0];
         let ports = self.ports;
-        let position = |port: usize| {
-            let device = (port / ports) as u64;
-            ((device / stride) % degree) as usize * ports + port % ports
-        };
-        let mut by_position = vec![0.0; degree as usize * ports];
-        let route = |edges: &mut dyn Iterator<Item = (u64, u64)>, by: &mut [f64]| {
-            by.iter_mut().for_each(|l| *l = 0.0);
+        // Ring and chain traffic follow the members' order, so every position digit is
+        // held (a few ports each: counted sparsely); all-pairs traffic does not, so position
+        // digits inside a switch are spread ([`Kind::Spread`]).
+        let held = |port: usize| symmetry.class((port / ports) as u64, true) * ports + port % ports;
+        let route = |edges: &mut dyn Iterator<Item = (u64, u64)>| {
+            let mut by: FxHashMap<usize, f64> = FxHashMap::default();
             let mut longest = 0.0_f64;
             for (a, b) in edges {
                 let mut latency = 0.0;
                 self.route(a, b, |port, hop_s| {
-                    by[position(port)] += 1.0;
+                    *by.entry(held(port)).or_insert(0.0) += 1.0;
                     latency += hop_s;
                 });
                 longest = longest.max(latency);
             }
-            longest
+            let mut peak = vec![0.0_f64; ports];
+            for (port, l) in by {
+                peak[port % ports] = peak[port % ports].max(l);
+            }
+            (peak, longest)
         };
         let n = g0.len();
-        let ring_step_s = route(
-            &mut (0..n).flat_map(|i| [(g0[i], g0[(i + 1) % n]), (g0[(i + 1) % n], g0[i])]),
-            &mut by_position,
+        let (ring, ring_step_s) = route(&mut firsts.iter().flat_map(|g| {
+            (0..n).flat_map(move |i| [(g[i], g[(i + 1) % n]), (g[(i + 1) % n], g[i])])
+        }));
+        let (next, next_s) = route(
+            &mut firsts
+                .iter()
+                .flat_map(|g| g.windows(2).map(|w| (w[0], w[1]))),
         );
-        let ring = self.peak(&by_position);
-        let next_s = route(&mut g0.windows(2).map(|w| (w[0], w[1])), &mut by_position);
-        let next = self.peak(&by_position);
-        by_position.iter_mut().for_each(|l| *l = 0.0);
+        let position =
+            |port: usize| symmetry.class((port / ports) as u64, false) * ports + port % ports;
+        let mut by_position = vec![0.0; symmetry.classes() * ports];
         let spanned = self.spanned_fabrics(g0);
         let direct = |f: usize| matches!(self.fabrics[f].shape, Shape::Direct { .. });
         let (longest, exchange) = match spanned[..] {
-            // Inside one torus: every shortest path, searched in the first group's copy.
+            // Inside one torus: every shortest path, searched in the first groups' copy.
             [f] if direct(f) => {
-                let locals: Vec<u64> = g0.iter().map(|&d| self.local(d, f)).collect();
-                let (loads, longest, exchange) = self.all_pairs_loads(f, &[locals], true);
+                // The first groups by copy of the fabric (their other coordinates).
+                let (inner, outer) = (self.stride[f], self.stride[f] * self.fabrics[f].size);
+                let mut copies: Vec<(u64, Vec<Vec<u64>>)> = Vec::new();
+                for g in &firsts {
+                    let copy = g[0] % inner + g[0] / outer * outer;
+                    let locals = g.iter().map(|&d| self.local(d, f)).collect();
+                    match copies.iter_mut().find(|(c, _)| *c == copy) {
+                        Some((_, groups)) => groups.push(locals),
+                        None => copies.push((copy, vec![locals])),
+                    }
+                }
                 let fabric_ports = self.fabrics[f].ports();
-                for (i, &l) in loads.iter().enumerate().filter(|(_, &l)| l != 0.0) {
-                    let device = (i / fabric_ports) as u64 * self.stride[f];
-                    by_position[position(self.port(device, f, i % fabric_ports))] += l;
+                let (mut longest, mut exchange) = (0.0_f64, 0.0_f64);
+                for (copy, groups) in &copies {
+                    let (loads, l, e) = self.all_pairs_loads(f, groups, true);
+                    for (i, &l) in loads.iter().enumerate().filter(|(_, &l)| l != 0.0) {
+                        let device = copy + (i / fabric_ports) as u64 * inner;
+                        by_position[position(self.port(device, f, i % fabric_ports))] += l;
+                    }
+                    longest = longest.max(l);
+                    exchange = exchange.max(e);
                 }
                 (longest, exchange)
             }
             _ => {
-                let longest = self.all_pairs_counted(std::slice::from_ref(g0), |port, l| {
+                let longest = self.all_pairs_counted(&firsts, |port, l| {
                     by_position[position(port)] += l;
                 });
                 let hops = spanned.iter().any(|&f| direct(f));
@@ -603,7 +787,12 @@ impl Network {
             level: self.outermost(g0).unwrap_or(0),
             ring,
             ring_step_s,
-            pair: self.peak(&by_position),
+            // The load per device of a held value.
+            pair: self
+                .peak(&by_position)
+                .into_iter()
+                .map(|l| l / symmetry.spread())
+                .collect(),
             pair_step_s: longest,
             all_to_all_s: exchange,
             next,
@@ -883,8 +1072,42 @@ mod tests {
                 8e9,
                 1e-6,
             )]),
+            Network::new(vec![
+                Fabric::new("nvswitch", &Topology::Switch, 2, 8e9, 1e-6),
+                Fabric::new(
+                    "torus",
+                    &Topology::Torus { dims: vec![8, 4] },
+                    32,
+                    2e9,
+                    2e-6,
+                ),
+                Fabric::new("dcn", &Topology::FatTree { levels: 2 }, 2, 1e9, 5e-6),
+            ]),
+            Network::new(vec![Fabric::new("ring", &Topology::Ring, 16, 8e9, 1e-6)]),
+            // Fabrics without translations: held whole.
+            Network::new(vec![
+                Fabric::new("mesh", &Topology::Mesh { dims: vec![4, 2] }, 8, 8e9, 1e-6),
+                Fabric::new("dcn", &Topology::FatTree { levels: 2 }, 4, 1e9, 5e-6),
+            ]),
+            Network::new(vec![
+                Fabric::new("nvswitch", &Topology::Switch, 2, 8e9, 1e-6),
+                Fabric::new(
+                    "twisted",
+                    &Topology::TwistedTorus {
+                        dims: vec![2, 2, 4],
+                    },
+                    16,
+                    2e9,
+                    2e-6,
+                ),
+            ]),
+            Network::new(vec![
+                Fabric::new("torus", &Topology::Torus { dims: vec![4] }, 4, 8e9, 1e-6),
+                Fabric::new("full", &Topology::FullyConnected, 4, 2e9, 2e-6),
+                Fabric::new("dcn", &Topology::Switch, 2, 1e9, 5e-6),
+            ]),
         ];
-        let mut symmetric = 0;
+        let (mut symmetric, mut windowed) = (0, 0);
         for net in &nets {
             let n = net.devices;
             for degree in (2..=n).filter(|d| n % d == 0) {
@@ -897,6 +1120,8 @@ mod tests {
                         continue;
                     }
                     symmetric += 1;
+                    let firsts = net.symmetry(degree, stride).map(|s| s.firsts().len());
+                    windowed += usize::from(firsts > Some(1));
                     let a = net.symmetric_shape(stride, degree);
                     let b = net.enumerated_shape(&groups);
                     same(
@@ -908,6 +1133,11 @@ mod tests {
             }
         }
         assert!(symmetric >= 60, "{symmetric} symmetric cases");
+        // Strides inside a torus dimension (a ring of 8 in pairs 2 apart, ...).
+        assert!(
+            windowed >= 20,
+            "{windowed} cases with a stride inside a dimension"
+        );
         // Groups straddling a node irregularly are not symmetric: 3 of 8 per node.
         let net = &nets[0];
         let groups: Groups = (0..128u64)
