@@ -390,7 +390,7 @@ fn optimize_improves_the_default_and_stays_within_every_budget() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        stdout.contains("No inputs given: optimizing the embedded default"),
+        stdout.contains("(no inputs given: the embedded default"),
         "{stdout}"
     );
     let report: serde_json::Value =

@@ -199,8 +199,8 @@ fn nothing_fitting_lists_the_nearest_and_exits_3() {
         "workloads/gpt3-175b.yaml",
     ]);
     assert_eq!(code, 3);
-    assert!(out.starts_with("System:"), "{out}");
-    let first = out.lines().nth(2).unwrap();
+    assert!(out.lines().nth(1).unwrap().starts_with("System:"), "{out}");
+    let first = out.lines().nth(3).unwrap();
     assert!(first.starts_with("No strategy fits"), "{out}");
     assert!(out.contains("out of memory:"), "{out}");
     let (code, json, _) = stackflow(&[

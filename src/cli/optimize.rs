@@ -64,8 +64,15 @@ struct Report<'a> {
     initial_strategy: String,
     strategy: String,
     initial_time_per_iteration_s: f64,
+    /// Whether the given budget and strategy fit.
+    initial_feasible: bool,
     best_time_per_iteration_s: f64,
-    speedup: f64,
+    /// What the speedup compares against: the best feasible baseline, if any.
+    reference: Option<Reference>,
+    /// The reference's time over the best design's; null when either does not fit.
+    speedup: Option<f64>,
+    /// The report's first line.
+    headline: String,
     feasible: bool,
     violations: &'a [stackflow::violation::Violation],
     shares: Vec<ShareReport>,
@@ -75,6 +82,90 @@ struct Report<'a> {
     binding: Vec<Resource>,
     co_optimization: Option<&'a CoOptimization>,
     restarts: Vec<(usize, u64, f64)>,
+}
+
+/// The feasible baseline a speedup is quoted against.
+#[derive(Serialize)]
+struct Reference {
+    /// `given` (the given budget and strategy) or `searched` (the given budget with the
+    /// fastest strategy that fits, when the given strategy does not).
+    baseline: &'static str,
+    strategy: String,
+    time_per_iteration_s: f64,
+}
+
+/// The best feasible baseline: the given budget and strategy when they fit, else the given
+/// budget with the strategy search's pick when that fits.
+fn reference(
+    initial: &Evaluation,
+    baseline: &Strategy,
+    co: Option<&CoOptimization>,
+) -> Option<Reference> {
+    if initial.feasible {
+        return Some(Reference {
+            baseline: "given",
+            strategy: baseline.to_string(),
+            time_per_iteration_s: initial.time_per_iteration_s,
+        });
+    }
+    co.map(|c| &c.strategy_only)
+        .filter(|p| p.feasible)
+        .map(|p| Reference {
+            baseline: "searched",
+            strategy: p.strategy.clone(),
+            time_per_iteration_s: p.time_per_iteration_s,
+        })
+}
+
+/// The first line: the speedup over the best feasible baseline, or that none fits, or
+/// that nothing fits with the least infeasible design's violations.
+fn headline(
+    initial: &Evaluation,
+    baseline: &Strategy,
+    best: &Evaluation,
+    strategy: &Strategy,
+    reference: Option<&Reference>,
+) -> String {
+    let first_violation = |e: &Evaluation| {
+        e.violations
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    if !best.feasible {
+        return format!(
+            "NOTHING FITS (exit code 3). The least infeasible design found, strategy {strategy} \
+             ({:.4} s per iteration if it ran): {}",
+            best.time_per_iteration_s,
+            first_violation(best)
+        );
+    }
+    match reference {
+        Some(r) if r.baseline == "given" => format!(
+            "time / iteration  {:.4} s -> {:.4} s ({:.2}x); strategy {} -> {strategy}",
+            r.time_per_iteration_s,
+            best.time_per_iteration_s,
+            r.time_per_iteration_s / best.time_per_iteration_s,
+            r.strategy,
+        ),
+        Some(r) => format!(
+            "time / iteration  {:.4} s -> {:.4} s ({:.2}x); strategy {} -> {strategy} (against \
+             the given budget with the fastest strategy that fits: the given {baseline} does not \
+             fit: {})",
+            r.time_per_iteration_s,
+            best.time_per_iteration_s,
+            r.time_per_iteration_s / best.time_per_iteration_s,
+            r.strategy,
+            first_violation(initial)
+        ),
+        None => format!(
+            "time / iteration  {:.4} s, strategy {strategy}; no speedup quoted: nothing fits the \
+             given budget (with {baseline}: {})",
+            best.time_per_iteration_s,
+            first_violation(initial)
+        ),
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
@@ -103,13 +194,6 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
                 wfile.display()
             )
         })?;
-    if defaults && !args.json {
-        println!(
-            "No inputs given: optimizing the embedded default, DeepFlow Sec. 9's LSTM \
-             ({DEFAULT_WORKLOAD}) on {DEFAULT_SYSTEM} (512 nodes, N7, HBM2e, 200 GB/s \
-             InfiniBand XDR), from DeepFlow Fig. 4's budget split.\n"
-        );
-    }
     let initial = problem.initial();
     let initial_eval = problem.evaluate(&initial);
     let (result, co) = optimize_problem(&mut problem, &args, search)?;
@@ -118,6 +202,18 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let best_design = with_shares(&problem.design, &problem.layout, &result.best);
     let shares = share_reports(&problem, &initial, &result.best, &best_design);
     let (budget_use, binding) = budget_use(&best.architecture);
+    let reference = reference(&initial_eval, &baseline, co.as_ref());
+    let headline = headline(
+        &initial_eval,
+        &baseline,
+        &best,
+        &problem.strategy,
+        reference.as_ref(),
+    );
+    let speedup = reference
+        .as_ref()
+        .filter(|_| best.feasible)
+        .map(|r| r.time_per_iteration_s / best.time_per_iteration_s);
     let report = Report {
         workload: problem.workload.name(),
         system: system.name.clone(),
@@ -131,8 +227,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         initial_strategy: baseline.to_string(),
         strategy: problem.strategy.to_string(),
         initial_time_per_iteration_s: initial_eval.time_per_iteration_s,
+        initial_feasible: initial_eval.feasible,
         best_time_per_iteration_s: best.time_per_iteration_s,
-        speedup: initial_eval.time_per_iteration_s / best.time_per_iteration_s,
+        reference,
+        speedup,
+        headline,
         feasible: best.feasible,
         violations: &best.violations,
         shares,
@@ -158,10 +257,17 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(outcome);
     }
-    print!(
-        "{}",
-        render_report(&report, &best, &best_design, co.as_ref(), unit)
-    );
+    let text = render_report(&report, &best, &best_design, co.as_ref(), unit);
+    let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+    println!("{first}");
+    if defaults {
+        println!(
+            "(no inputs given: the embedded default, DeepFlow Sec. 9's LSTM ({DEFAULT_WORKLOAD}) \
+             on {DEFAULT_SYSTEM}: 512 nodes, N7, HBM2e, 200 GB/s InfiniBand XDR, from DeepFlow \
+             Fig. 4's budget split)"
+        );
+    }
+    print!("{rest}");
     print_footer(&args, report.feasible);
     Ok(outcome)
 }
@@ -333,6 +439,7 @@ fn render_report(
     unit: &str,
 ) -> String {
     let mut s = String::new();
+    let _ = writeln!(s, "{}", r.headline);
     let _ = writeln!(
         s,
         "{} of {} on {} x {} ({}), {} restarts x {} steps, seed {}, {}",
@@ -348,15 +455,6 @@ fn render_report(
             stackflow::opt::budget::Finish::Transfer => "each finished by a transfer search",
             stackflow::opt::budget::Finish::None => "projected gradient only (--finish none)",
         }
-    );
-    let _ = writeln!(
-        s,
-        "time / iteration  {:.4} s -> {:.4} s ({:.2}x); strategy {} -> {}",
-        r.initial_time_per_iteration_s,
-        r.best_time_per_iteration_s,
-        r.speedup,
-        r.initial_strategy,
-        r.strategy
     );
     if let Some(co) = co {
         render_co_optimization(&mut s, co);
@@ -381,9 +479,15 @@ fn render_co_optimization(s: &mut String, co: &CoOptimization) {
         "\nco-optimization (DeepFlow Fig. 10)      time/iter  speedup  strategy"
     );
     for p in [&co.baseline, &co.strategy_only, &co.budgets_only, &co.both] {
+        // A speedup only between designs that fit.
+        let speedup = if p.feasible && co.baseline.feasible {
+            format!("{:.2}x", p.speedup)
+        } else {
+            "-".to_string()
+        };
         let _ = writeln!(
             s,
-            "  {:<36} {:>9.4} s {:>7.2}x  {}{}",
+            "  {:<36} {:>9.4} s {:>8}  {}{}",
             match p.label {
                 "baseline" => "baseline (given budget, strategy)",
                 "strategy" => "(a) strategy search only",
@@ -391,7 +495,7 @@ fn render_co_optimization(s: &mut String, co: &CoOptimization) {
                 _ => "(c) both",
             },
             p.time_per_iteration_s,
-            p.speedup,
+            speedup,
             p.strategy,
             if p.feasible { "" } else { "  (infeasible)" }
         );
@@ -399,14 +503,18 @@ fn render_co_optimization(s: &mut String, co: &CoOptimization) {
     let _ = writeln!(
         s,
         "  strategies: {} searched ({} strategy-placement pairs): {} cannot run the workload, \
-         {} out of memory, {} ruled out by a lower bound, {} priced; Pareto front (time vs \
-         memory):",
+         {} out of memory, {} ruled out by a lower bound, {} priced; {}",
         co.search.enumerated,
         co.search.pairs,
         co.search.invalid,
         co.search.pruned_by_memory,
         co.search.pruned_by_bound,
-        co.search.evaluated
+        co.search.evaluated,
+        if co.search.pareto.is_empty() {
+            "none fits"
+        } else {
+            "Pareto front (time vs memory):"
+        }
     );
     for c in co.search.pareto.iter().take(6) {
         let _ = writeln!(

@@ -195,11 +195,44 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
     })
 }
 
+/// The first line: the best strategy and its speedup over the base when the base fits, or
+/// that nothing fits and the nearest strategy with its violations.
+fn headline(report: &Report) -> String {
+    let r = report.search;
+    let on = format!(
+        "{} on {} x {}",
+        report.workload, report.devices, report.system
+    );
+    match (&r.best, report.speedup) {
+        (Some(b), Some(x)) => format!(
+            "{on}: best {} at {:.4} s per iteration, {x:.3}x the base {}",
+            b.strategy, b.time_per_iteration_s, report.base_strategy
+        ),
+        (Some(b), None) => format!(
+            "{on}: best {} at {:.4} s per iteration (the base {} does not fit: no speedup quoted)",
+            b.strategy, b.time_per_iteration_s, report.base_strategy
+        ),
+        (None, _) => match r.nearest.first() {
+            Some(n) => format!(
+                "{on}: NOTHING FITS (exit code 3); the nearest, {}: {}",
+                n.strategy,
+                n.violations
+                    .iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            None => format!("{on}: NOTHING FITS (exit code 3): no strategy runs the workload"),
+        },
+    }
+}
+
 /// The search as tables: nothing fits first (with the nearest candidates), else the base,
 /// the best, the top N and the Pareto front, then the counts.
 fn render(report: &Report) -> String {
     let r = report.search;
     let mut s = String::new();
+    let _ = writeln!(s, "{}", headline(report));
     let _ = writeln!(
         s,
         "System: {} ({} devices). Workload: {}.\n",

@@ -174,13 +174,15 @@ pub fn co_optimize(
                 &none,
             ))
         };
-    // (a) strategy only.
+    // (a) strategy only: the fastest that fits, else the nearest to fitting (least memory
+    // over capacity), else the base.
     let first = best_strategy(problem, &start)?;
     let chosen = first
         .best
         .as_ref()
-        .or(first.base.as_ref())
         .map(|c| c.parsed)
+        .or(first.nearest.first().map(|n| n.parsed))
+        .or(first.base.as_ref().map(|c| c.parsed))
         .ok_or_else(|| ModelError::NoStrategy {
             tried: first.enumerated,
             workload: problem.workload.name().to_string(),

@@ -74,6 +74,8 @@ pub struct Nearest {
     pub strategy: String,
     pub memory_per_device_bytes: f64,
     pub violations: Vec<Violation>,
+    #[serde(skip)]
+    pub parsed: Strategy,
 }
 
 /// The outcome of a search, with its honest counts.
@@ -526,6 +528,7 @@ fn nearest_of(all: &[Strategy], fits: &[Fit]) -> Vec<Nearest> {
                     strategy: all[i].to_string(),
                     memory_per_device_bytes: *memory,
                     violations: violations.clone(),
+                    parsed: all[i],
                 };
                 Some((excess, i, n))
             }

@@ -1,0 +1,116 @@
+//! What users see: honest headlines (a speedup only against a baseline that fits, or that
+//! nothing fits with the least infeasible design), outputs that work moved elsewhere, and a
+//! JSON report from every command.
+
+mod common;
+
+use common::stackflow;
+
+/// The embedded default's baseline fits: the first line is the speedup over it, exit 0.
+#[test]
+fn optimize_leads_with_the_speedup_over_a_baseline_that_fits() {
+    let args = ["optimize", "--restarts", "2", "--steps", "3", "--seed", "1"];
+    let (code, out, err) = stackflow(&args);
+    assert_eq!(code, 0, "{err}");
+    let first = out.lines().next().unwrap();
+    assert!(
+        first.starts_with("time / iteration  ")
+            && first.contains(" s -> ")
+            && first.contains("x); strategy t1-d512-p1-z2 -> "),
+        "{first}"
+    );
+    let (code, json, err) = stackflow(&[&args[..], &["--json"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(report["initial_feasible"], true);
+    assert_eq!(report["reference"]["baseline"], "given");
+    assert_eq!(report["headline"].as_str(), Some(first));
+    let speedup = report["speedup"].as_f64().unwrap();
+    let quoted = report["reference"]["time_per_iteration_s"]
+        .as_f64()
+        .unwrap()
+        / report["best_time_per_iteration_s"].as_f64().unwrap();
+    assert_eq!(speedup, quoted);
+    assert!(first.contains(&format!("({speedup:.2}x)")), "{first}");
+}
+
+/// GPT-3 175B on 8 A100s fits no strategy: the first line says so and names the least
+/// infeasible design (about 326 GiB per device, not the fastest at tens of TiB), no speedup,
+/// exit 3.
+#[test]
+fn optimize_with_nothing_feasible_leads_with_the_least_infeasible_design() {
+    let args = [
+        "optimize",
+        "--workload",
+        "workloads/gpt3-175b.yaml",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "8",
+        "--restarts",
+        "1",
+        "--steps",
+        "2",
+    ];
+    let (code, out, err) = stackflow(&args);
+    assert_eq!(code, 3, "{err}");
+    let first = out.lines().next().unwrap();
+    assert!(
+        first.starts_with("NOTHING FITS (exit code 3). The least infeasible design found")
+            && first.contains("out of memory: "),
+        "{first}"
+    );
+    let (code, json, err) = stackflow(&[&args[..], &["--json"]].concat());
+    assert_eq!(code, 3, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(report["feasible"], false);
+    assert!(report["speedup"].is_null() && report["reference"].is_null());
+    let memory = report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|v| v["needed_bytes"].as_f64())
+        .unwrap_or_else(|| panic!("{}", report["violations"]));
+    let gib = memory / (1u64 << 30) as f64;
+    assert!(
+        gib < 400.0,
+        "the least infeasible needs {gib} GiB per device"
+    );
+}
+
+/// `search` leads the same way: its best and the speedup over a base that fits, or nothing
+/// fits with the nearest strategy.
+#[test]
+fn search_leads_with_its_answer() {
+    let (code, out, err) = stackflow(&[
+        "search",
+        "--workload",
+        "workloads/gpt3-175b.yaml",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "8",
+    ]);
+    assert_eq!(code, 3, "{err}");
+    let first = out.lines().next().unwrap();
+    assert!(
+        first.starts_with("gpt3-175b on 8 x dgx-a100: NOTHING FITS (exit code 3); the nearest, ")
+            && first.contains("out of memory"),
+        "{first}"
+    );
+    let (code, out, err) = stackflow(&[
+        "search",
+        "--workload",
+        "workloads/gpt3-175b.yaml",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "64",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let first = out.lines().next().unwrap();
+    assert!(
+        first.starts_with("gpt3-175b on 64 x dgx-a100: best ") && first.contains("x the base "),
+        "{first}"
+    );
+}
