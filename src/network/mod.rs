@@ -107,9 +107,9 @@ type Groups = Vec<Vec<u64>>;
 
 /// The symmetry of the groups of `degree` devices `stride` apart on a network whose
 /// boundaries nest ([`Network::symmetry`]). A device index is read as digits between
-/// consecutive boundaries. Permuting the values of a digit inside a switch, or translating
-/// the upper digits of a torus dimension, maps the network (routes and ports included) and
-/// the groups onto themselves. So the loads of a device depend only on its other digits,
+/// consecutive boundaries. Shifting the values of a digit inside a switch cyclically, or
+/// translating the upper digits of a torus dimension, maps the network (routes and ports
+/// included) and the groups onto themselves. So the loads of a device depend only on its other digits,
 /// the held ones: its position in its group (the digits from `stride` up to `stride x
 /// degree`), the digits of fabrics that have no translations (meshes, twisted tori, full
 /// meshes) and those between the lower boundary of a torus dimension and a stride inside
@@ -1106,6 +1106,40 @@ mod tests {
                 Fabric::new("full", &Topology::FullyConnected, 4, 2e9, 2e-6),
                 Fabric::new("dcn", &Topology::Switch, 2, 1e9, 5e-6),
             ]),
+            // A mesh whose dimensions do not nest with the groups (held whole), a window
+            // below a held mesh, a window of 3, a twisted torus between switches.
+            Network::new(vec![
+                Fabric::new("mesh", &Topology::Mesh { dims: vec![3, 2] }, 6, 8e9, 1e-6),
+                Fabric::new("dcn", &Topology::Switch, 2, 1e9, 5e-6),
+            ]),
+            Network::new(vec![
+                Fabric::new("ring", &Topology::Ring, 4, 8e9, 1e-6),
+                Fabric::new("mesh", &Topology::Mesh { dims: vec![2, 2] }, 4, 4e9, 2e-6),
+                Fabric::new("dcn", &Topology::Switch, 2, 1e9, 5e-6),
+            ]),
+            Network::new(vec![
+                Fabric::new(
+                    "torus",
+                    &Topology::Torus { dims: vec![6, 2] },
+                    12,
+                    8e9,
+                    1e-6,
+                ),
+                Fabric::new("dcn", &Topology::Switch, 2, 1e9, 5e-6),
+            ]),
+            Network::new(vec![
+                Fabric::new("nvswitch", &Topology::Switch, 2, 8e9, 1e-6),
+                Fabric::new(
+                    "twisted",
+                    &Topology::TwistedTorus {
+                        dims: vec![2, 2, 4],
+                    },
+                    16,
+                    2e9,
+                    2e-6,
+                ),
+                Fabric::new("dcn", &Topology::FatTree { levels: 2 }, 2, 1e9, 5e-6),
+            ]),
         ];
         let (mut symmetric, mut windowed) = (0, 0);
         for net in &nets {
@@ -1133,10 +1167,11 @@ mod tests {
             }
         }
         assert!(symmetric >= 60, "{symmetric} symmetric cases");
-        // Strides inside a torus dimension (a ring of 8 in pairs 2 apart, ...).
+        // Held digits outside the position (a stride inside a torus dimension, spanned
+        // meshes and twisted tori): more than one first group.
         assert!(
             windowed >= 20,
-            "{windowed} cases with a stride inside a dimension"
+            "{windowed} cases with more than one first group"
         );
         // Groups straddling a node irregularly are not symmetric: 3 of 8 per node.
         let net = &nets[0];
