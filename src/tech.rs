@@ -10,7 +10,7 @@
 //!   which rises monotonically with V above Vt, so a power budget gives exactly one voltage.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -275,6 +275,34 @@ impl TechLibrary {
         };
         library.merge_file(source, path, 0)?;
         Ok(library)
+    }
+
+    /// The files a technology file is made of: itself, then what it includes, recursively
+    /// (each resolved as the loader resolves it; a file included twice listed once).
+    pub fn files(source: Source, path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+        let mut files = Vec::new();
+        let mut pending = vec![(path.to_path_buf(), 0)];
+        while let Some((file, depth)) = pending.pop() {
+            if files.contains(&file) {
+                continue;
+            }
+            let name = file.display().to_string();
+            if depth > 8 {
+                return Err(ConfigError::invalid(
+                    &name,
+                    "include",
+                    "(nested too deeply)",
+                    "includes may nest at most 8 deep (is there a cycle?)",
+                ));
+            }
+            let raw: TechFile = parse_yaml(&name, &source.read(&file)?)?;
+            for (i, include) in raw.include.iter().enumerate().rev() {
+                let included = source.referenced(&file, &format!("include[{i}]"), include)?;
+                pending.push((included, depth + 1));
+            }
+            files.push(file);
+        }
+        Ok(files)
     }
 
     /// Parses technology YAML text (no includes allowed) — handy for tests and tools.

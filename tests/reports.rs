@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::stackflow;
+use common::{stackflow, Scratch};
 
 /// The embedded default's baseline fits: the first line is the speedup over it, exit 0.
 #[test]
@@ -113,4 +113,79 @@ fn search_leads_with_its_answer() {
         first.starts_with("gpt3-175b on 64 x dgx-a100: best ") && first.contains("x the base "),
         "{first}"
     );
+}
+
+/// `optimize --out` writes a folder that works moved elsewhere (its budget refers to copies
+/// of its template and technology files beside it), and `predict --system` runs the
+/// optimized budget on a system.
+#[test]
+fn an_optimized_budget_works_moved_and_on_a_system() {
+    let dir = Scratch::new("reports-moved");
+    let out = dir.path().join("optimized");
+    let moved = dir.path().join("elsewhere").join("moved");
+    let (code, _, err) = stackflow(&[
+        "optimize",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "8",
+        "--workload",
+        "workloads/gpt-1.7b.yaml",
+        "--strategy",
+        "t2-d4",
+        "--restarts",
+        "1",
+        "--steps",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let budget = std::fs::read_to_string(out.join("budget.yaml")).unwrap();
+    assert!(
+        budget.contains("template: inputs/template/gpu-a100.yaml")
+            && budget.contains("technology: inputs/technology/n7.yaml"),
+        "{budget}"
+    );
+    std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
+    std::fs::rename(&out, &moved).unwrap();
+    let budget = moved.join("budget.yaml");
+    let budget = budget.to_str().unwrap();
+    let (code, json, err) = stackflow(&["generate", "--budget", budget, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let arch: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(arch["peak_flops_per_s"].as_f64().unwrap() > 1e14, "{json}");
+    let (code, json, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--budget",
+        budget,
+        "--devices",
+        "8",
+        "--workload",
+        "workloads/gpt-1.7b.yaml",
+        "--strategy",
+        "t2-d4",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let optimized: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let (code, json, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "8",
+        "--workload",
+        "workloads/gpt-1.7b.yaml",
+        "--strategy",
+        "t2-d4",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let shipped: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let time = |v: &serde_json::Value| v["time_per_iteration_s"].as_f64().unwrap();
+    // The optimized budget is another accelerator: it prices differently.
+    assert_ne!(time(&optimized), time(&shipped));
 }

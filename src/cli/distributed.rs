@@ -21,6 +21,8 @@ use super::DEFAULT_WORKLOAD;
 pub struct Args<'a> {
     pub workload: Option<&'a Path>,
     pub system: &'a Path,
+    /// Budget, template and technology files replacing the system's accelerator.
+    pub accelerator: (Option<&'a Path>, Option<&'a Path>, Option<&'a Path>),
     pub devices: Option<u64>,
     pub strategy: Option<&'a str>,
     pub slice: Option<&'a str>,
@@ -35,7 +37,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => (Source::Embedded, PathBuf::from(DEFAULT_WORKLOAD)),
     };
     let workload = Workload::load(source, &workload_file)?;
-    let system = load_system(args.system, args.slice, args.host)?;
+    let (budget, template, tech) = args.accelerator;
+    let system =
+        load_system(args.system, args.slice, args.host)?.with_accelerator(budget, template, tech);
     let design = system.design()?;
     // A lone kernel runs as measured alone, in a system as on its own (one device, one
     // answer).

@@ -421,8 +421,10 @@ struct PredictArgs {
     #[arg(long)]
     kernels: bool,
     /// A system template (templates/dgx-a100.yaml, templates/tpu-v4-pod.yaml): the
-    /// accelerator and the fabrics joining the devices. Makes the prediction distributed.
-    #[arg(long, conflicts_with_all = ["budget", "template", "tech", "arch"])]
+    /// accelerator and the fabrics joining the devices. Makes the prediction distributed;
+    /// --budget (an optimized budget.yaml, say), --template and --tech replace the
+    /// accelerator it names.
+    #[arg(long, conflicts_with = "arch")]
     system: Option<PathBuf>,
     /// Total devices (a multiple of the devices per node); default: the system's own.
     #[arg(long, requires = "system")]
@@ -457,6 +459,11 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
         return distributed::run(distributed::Args {
             workload: a.workload.as_deref(),
             system,
+            accelerator: (
+                a.budget.as_deref(),
+                a.template.as_deref(),
+                a.tech.as_deref(),
+            ),
             devices: a.devices,
             strategy: a.strategy.as_deref(),
             slice: a.slice.as_deref(),

@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use serde::Serialize;
 use stackflow::config::raw::{AreaBudgetRaw, BudgetFile, PerimeterBudgetRaw, PowerBudgetRaw};
-use stackflow::config::{normalize, to_yaml, write_atomic, Source, SHIPPED};
+use stackflow::config::{normalize, to_yaml, write_atomic, Source};
 use stackflow::design::{Design, DesignFiles};
 use stackflow::generator::Architecture;
 use stackflow::network::System;
@@ -20,6 +20,7 @@ use stackflow::opt::budget::{self, BudgetResult, Sensitivity, Settings, TracePoi
 use stackflow::opt::problem::{feasible_set, with_shares, BoundsFile, Evaluation};
 use stackflow::opt::{co_optimize, BudgetProblem, CoOptimization, Resource};
 use stackflow::parallel::Strategy;
+use stackflow::tech::TechLibrary;
 use stackflow::workload::Workload;
 
 use super::distributed::{load_strategy, render, unit_of};
@@ -681,8 +682,8 @@ fn budget_file(dir: &Path, problem: &BudgetProblem, design: &Design) -> anyhow::
             "{} with its shares reallocated by stackflow optimize",
             design.budget_name
         )),
-        template: portable(dir, &design.template_file)?,
-        technology: portable(dir, &design.tech_file)?,
+        template: portable(dir, &design.template_file, "template")?,
+        technology: portable(dir, &design.tech_file, "technology")?,
         area: AreaBudgetRaw {
             node_mm2: design.node_area_mm2,
             chip_mm2: design.chip_area_mm2,
@@ -699,30 +700,46 @@ fn budget_file(dir: &Path, problem: &BudgetProblem, design: &Design) -> anyhow::
     })
 }
 
-/// A path the written budget can use for `file`: absolute when the file is on disk, else
-/// the embedded copy (with its siblings, for technology includes) written under `dir`.
-fn portable(dir: &Path, file: &str) -> anyhow::Result<String> {
-    let path = Path::new(file);
-    if path.is_file() {
-        let abs = std::fs::canonicalize(path)?;
-        return Ok(abs.display().to_string());
-    }
-    let normal = normalize(path);
-    let folder = normal.parent().unwrap_or_else(|| Path::new(""));
-    let mut found = false;
-    for (name, text) in SHIPPED {
-        let shipped = Path::new(name);
-        if shipped.parent() == Some(folder) {
-            let target = dir.join(shipped);
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent)?;
-            }
-            write_atomic(&target, text.as_bytes())?;
-            found |= shipped == normal;
+/// Copies an input of the written budget (`file`, from disk or else the embedded copy; a
+/// technology file with every file it includes) under `dir/inputs/<kind>/`, keeping the
+/// includes' paths relative to it, and returns the reference the budget makes to it: the
+/// folder is self-contained and works moved anywhere.
+fn portable(dir: &Path, file: &str, kind: &str) -> anyhow::Result<String> {
+    let source = if Path::new(file).is_file() {
+        Source::Disk
+    } else {
+        Source::Embedded
+    };
+    let path = normalize(Path::new(file));
+    let files = if kind == "technology" {
+        TechLibrary::files(source, &path)?
+    } else {
+        vec![path.clone()]
+    };
+    let top = path.parent().unwrap_or_else(|| Path::new(""));
+    let inputs = Path::new("inputs").join(kind);
+    for f in &files {
+        let normal = normalize(f);
+        let relative = normal.strip_prefix(top).map_err(|_| {
+            anyhow::anyhow!(
+                "{}: includes {}, outside its folder: cannot copy it beside the optimized budget",
+                path.display(),
+                f.display()
+            )
+        })?;
+        let target = dir.join(&inputs).join(relative);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
         }
+        write_atomic(&target, source.read(f)?.as_bytes())
+            .with_context(|| format!("writing {}", target.display()))?;
     }
-    anyhow::ensure!(found, "{file}: neither on disk nor shipped");
-    Ok(normal.display().to_string())
+    let name = path
+        .file_name()
+        .ok_or_else(|| anyhow::anyhow!("{file}: not a file name"))?;
+    // Forward slashes: the budget reads the same on every system.
+    Ok(format!("inputs/{kind}/{}", name.to_string_lossy()))
 }
 
 /// Time per iteration against step, one line per restart.

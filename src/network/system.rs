@@ -83,6 +83,9 @@ pub struct System {
     pub host: Option<Host>,
     #[serde(skip)]
     source: Source,
+    /// Template and technology files overriding those the accelerator's budget names.
+    #[serde(skip)]
+    overrides: (Option<PathBuf>, Option<PathBuf>),
 }
 
 impl System {
@@ -292,6 +295,7 @@ impl System {
             fabrics,
             host,
             source: Source::Disk,
+            overrides: (None, None),
         })
     }
 
@@ -351,13 +355,33 @@ impl System {
         self.source
     }
 
+    /// The same system with another accelerator: the budget file `budget` (an optimized
+    /// one, say) in place of the one the system names, and template and technology files
+    /// overriding those the budget names; all read from disk.
+    pub fn with_accelerator(
+        mut self,
+        budget: Option<&Path>,
+        template: Option<&Path>,
+        tech: Option<&Path>,
+    ) -> System {
+        if budget.is_none() && template.is_none() && tech.is_none() {
+            return self;
+        }
+        if let Some(b) = budget {
+            self.accelerator = b.to_path_buf();
+        }
+        self.overrides = (template.map(Path::to_path_buf), tech.map(Path::to_path_buf));
+        self.source = Source::Disk;
+        self
+    }
+
     /// Loads the accelerator design the system names.
     pub fn design(&self) -> Result<Design, ConfigError> {
         Design::load(DesignFiles {
             source: self.source,
             budget: &self.accelerator,
-            template: None,
-            tech: None,
+            template: self.overrides.0.as_deref(),
+            tech: self.overrides.1.as_deref(),
         })
     }
 

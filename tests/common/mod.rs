@@ -48,6 +48,11 @@ impl Scratch {
         Scratch(dir)
     }
 
+    /// The directory.
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
     pub fn write(&self, name: &str, text: &str) -> String {
         let path = self.0.join(name);
         std::fs::write(&path, text).unwrap();
