@@ -189,3 +189,128 @@ fn an_optimized_budget_works_moved_and_on_a_system() {
     // The optimized budget is another accelerator: it prices differently.
     assert_ne!(time(&optimized), time(&shipped));
 }
+
+/// Every subcommand prints JSON that parses with --json (and nothing else on stdout).
+#[test]
+fn every_command_prints_json() {
+    let dir = Scratch::new("reports-json");
+    let out = |name: &str| dir.path().join(name).display().to_string();
+    let (shard1, shard2, merged) = (out("shard1"), out("shard2"), out("merged"));
+    let study = "studies/tpu-v4-fig8.yaml";
+    let runs: Vec<Vec<&str>> = vec![
+        vec!["generate"],
+        vec!["predict", "--workload", "workloads/gemm-8192.yaml"],
+        vec![
+            "predict",
+            "--system",
+            "templates/dgx-a100.yaml",
+            "--workload",
+            "workloads/gpt-1.7b.yaml",
+            "--strategy",
+            "t2-d4",
+        ],
+        vec![
+            "search",
+            "--workload",
+            "workloads/gpt-1.7b.yaml",
+            "--system",
+            "templates/dgx-a100.yaml",
+        ],
+        vec!["optimize", "--restarts", "1", "--steps", "2"],
+        vec!["sweep", study, "--out", &shard1, "--shard", "1/2"],
+        vec!["sweep", study, "--out", &shard2, "--shard", "2/2"],
+        vec!["merge", &shard1, &shard2, "--out", &merged],
+        vec!["validate"],
+        vec!["intensity", "--devices", "1,4"],
+        vec!["availability"],
+    ];
+    let mut commands: Vec<&str> = Vec::new();
+    for args in &runs {
+        let mut args = args.clone();
+        args.push("--json");
+        let (code, stdout, err) = stackflow(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let value: serde_json::Value =
+            serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"));
+        assert!(value.is_object() || value.is_array(), "{args:?}");
+        commands.push(args[0]);
+    }
+    // Every subcommand the binary lists was run.
+    let (_, help, _) = stackflow(&["--help"]);
+    let listed: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(listed.len() >= 9, "{help}");
+    for c in listed {
+        assert!(commands.contains(&c), "{c} has no --json run here");
+    }
+    let merged: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("merged").join("results.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(merged["points"].as_array().unwrap().len(), 10);
+}
+
+/// `predict --csv` writes every kernel of one accelerator, and a system's kernel classes
+/// and collectives.
+#[test]
+fn predict_writes_kernels_and_collectives_as_csv() {
+    let dir = Scratch::new("reports-csv");
+    let kernels = dir.path().join("kernels.csv");
+    let (code, json, err) = stackflow(&[
+        "predict",
+        "--workload",
+        "workloads/gpt-1.7b.yaml",
+        "--csv",
+        kernels.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let text = std::fs::read_to_string(&kernels).unwrap();
+    let mut lines = text.lines();
+    assert!(lines
+        .next()
+        .unwrap()
+        .starts_with("section,name,class,phase,count"));
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), report["kernels"].as_array().unwrap().len());
+    assert!(rows.iter().all(|r| r.starts_with("kernel,")), "{text}");
+    let system = dir.path().join("system.csv");
+    let (code, json, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--workload",
+        "workloads/gpt-1.7b.yaml",
+        "--strategy",
+        "t2-d4",
+        "--csv",
+        system.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let text = std::fs::read_to_string(&system).unwrap();
+    let collectives = text
+        .lines()
+        .filter(|l| l.starts_with("collective,"))
+        .count();
+    assert_eq!(
+        collectives,
+        report["communication"].as_array().unwrap().len()
+    );
+    assert!(
+        text.contains("collective,tensor all-reduce,all_reduce,"),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("compute,,gemm,")),
+        "{text}"
+    );
+}

@@ -582,7 +582,7 @@ fn a_sweep_that_finds_nothing_feasible_exits_3_with_its_results_written() {
     let (code, stdout, err) = stackflow(&["sweep", &s, "--out", &out.display().to_string()]);
     assert_eq!(code, 3, "{stdout}{err}");
     assert!(
-        stdout.contains("2 points evaluated: 2 infeasible"),
+        stdout.contains("2 points evaluated: 0 feasible, 2 infeasible"),
         "{stdout}"
     );
     let results: serde_json::Value = serde_json::from_str(&file(&out, "results.json")).unwrap();

@@ -29,6 +29,8 @@ pub struct Args<'a> {
     pub host: &'a HostFlags,
     pub carbon: Option<super::CarbonRates>,
     pub json: bool,
+    /// `--csv`: the kernel classes and collectives to this file.
+    pub csv: Option<&'a Path>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -66,6 +68,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let serving = workload
             .queries_per_batch()
             .map(|q| Serving::of(q, p.serving_latency_s, p.time_per_iteration_s, None));
+        if let Some(path) = args.csv {
+            super::predict::write_csv(path, &serde_json::to_value(&p)?)?;
+        }
         if args.json {
             let mut value = serde_json::to_value(&p)?;
             if let Some(s) = &serving {
@@ -88,6 +93,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some((t, spec)) = workload.serving() {
         let p = predict_inference(t, spec, &arch, &network, &strategy)?;
         let carbon = args.carbon.map(|r| r.kg_per_joule() * p.joules_per_token);
+        if let Some(path) = args.csv {
+            super::predict::write_csv(path, &serde_json::to_value(&p)?)?;
+        }
         if args.json {
             let mut value = serde_json::to_value(&p)?;
             if let Some(kg) = carbon {
@@ -117,6 +125,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Some(prediction.energy_j),
         )
     });
+    if let Some(path) = args.csv {
+        super::predict::write_csv(path, &serde_json::to_value(&prediction)?)?;
+    }
     if args.json {
         let mut value = serde_json::to_value(&prediction)?;
         if let Some(s) = &serving {

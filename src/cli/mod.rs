@@ -126,6 +126,10 @@ enum Command {
         /// Keep the points the output folder already holds and evaluate the rest.
         #[arg(long)]
         resume: bool,
+        /// Print the results as JSON (as results.json holds them, with the counts) instead
+        /// of the table of the fastest points.
+        #[arg(long)]
+        json: bool,
     },
     /// Replay the published measurements (validation/cases.yaml) and report the model's
     /// error on each; exits non-zero when a case leaves its tolerance.
@@ -143,6 +147,9 @@ enum Command {
         /// Output folder of the merged results.
         #[arg(long)]
         out: PathBuf,
+        /// Print the merged results as JSON (as results.json holds them, with the counts).
+        #[arg(long)]
+        json: bool,
     },
     /// Predict one training iteration of a workload on one accelerator: time, achieved
     /// FLOP/s, memory footprint and a per-kernel-class breakdown with the bounding resource.
@@ -230,6 +237,7 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
             jobs,
             shard,
             resume,
+            json,
         } => {
             return sweep::run(sweep::Args {
                 study,
@@ -237,9 +245,10 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
                 jobs: jobs.map(|j| j as usize),
                 shard,
                 resume,
+                json,
             })
         }
-        Command::Merge { dirs, out } => sweep::merge(&dirs, &out),
+        Command::Merge { dirs, out, json } => sweep::merge(&dirs, &out, json),
         Command::Validate { file, json } => validate::run(file, json),
         Command::Optimize {
             workload,
@@ -451,6 +460,10 @@ struct PredictArgs {
     /// Print JSON (a stable interface for scripts) instead of tables.
     #[arg(long)]
     json: bool,
+    /// Also write the kernels (one accelerator), or the kernel classes and collectives (a
+    /// system), to this CSV file.
+    #[arg(long)]
+    csv: Option<PathBuf>,
 }
 
 /// Runs `predict`: distributed on `--system`, else one iteration on one accelerator.
@@ -470,6 +483,7 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
             host: &a.host,
             carbon: carbon_rates(a.grid_kg_per_kwh, a.pue)?,
             json: a.json,
+            csv: a.csv.as_deref(),
         })
         .map(|()| Outcome::Done);
     }
@@ -490,6 +504,9 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
     check_precision(&workload_file, &wl, &architecture)?;
     if let Some((t, spec)) = wl.serving() {
         let p = evaluator.predict_inference(t, spec, &architecture.violations);
+        if let Some(path) = &a.csv {
+            predict::write_csv(path, &serde_json::to_value(&p)?)?;
+        }
         if a.json {
             println!("{}", serde_json::to_string_pretty(&p)?);
         } else {
@@ -501,6 +518,9 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
     let prediction = evaluator.predict(&graph, &architecture.violations);
     let energy = stackflow::perf::energy(&architecture, &prediction);
     let carbon = carbon_rates(a.grid_kg_per_kwh, a.pue)?.map(|r| r.kg_per_joule() * energy.total_j);
+    if let Some(path) = &a.csv {
+        predict::write_csv(path, &serde_json::to_value(&prediction)?)?;
+    }
     if a.json {
         let mut value = serde_json::to_value(&prediction)?;
         value["energy"] = serde_json::to_value(&energy)?;

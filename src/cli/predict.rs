@@ -178,3 +178,78 @@ pub fn render_energy(e: &stackflow::perf::Energy, carbon_kg: Option<f64>) -> Str
     }
     s
 }
+
+/// The columns of `predict --csv`: one row per kernel (one accelerator: training, or a
+/// served model's prefill and decode), or per kernel class and per collective (a system).
+const CSV_COLUMNS: [&str; 13] = [
+    "section", "name", "class", "phase", "count", "calls", "group", "axis", "bytes", "flops",
+    "time_s", "bound", "blocking",
+];
+
+/// Writes the kernels, or the kernel classes and collectives, of a prediction (as its JSON
+/// report holds them) to `path` as CSV, atomically; returns the rows written.
+pub fn write_csv(path: &std::path::Path, report: &serde_json::Value) -> anyhow::Result<usize> {
+    use serde_json::Value;
+    let text = |v: &Value| match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    // A kernel's bound is {kind: compute} or {kind: memory, level: dram}.
+    let bound = |v: &Value| match v {
+        Value::Object(o) => o
+            .get("level")
+            .or_else(|| o.get("kind"))
+            .map_or(String::new(), text),
+        other => text(other),
+    };
+    let sections: Vec<(&str, &Vec<Value>)> = [
+        ("kernel", report.get("kernels")),
+        ("prefill kernel", report.pointer("/prefill/kernels")),
+        ("decode kernel", report.pointer("/decode/kernels")),
+        ("compute", report.get("compute")),
+        ("collective", report.get("communication")),
+    ]
+    .into_iter()
+    .filter_map(|(name, list)| match list {
+        Some(Value::Array(rows)) => Some((name, rows)),
+        _ => None,
+    })
+    .collect();
+    anyhow::ensure!(
+        !sections.is_empty(),
+        "--csv {}: this prediction lists no kernels or collectives (a served model or a \
+         per-layer-type strategy on a system reports its totals: see --json)",
+        path.display()
+    );
+    let mut csv = csv::Writer::from_writer(Vec::new());
+    csv.write_record(CSV_COLUMNS)?;
+    let mut rows = 0;
+    for (section, list) in sections {
+        for row in list {
+            let field = |k: &str| row.get(k).map_or(String::new(), text);
+            csv.write_record([
+                section.to_string(),
+                field("name"),
+                // A collective's class is its algorithm's kind (all_reduce, ...).
+                row.get("class")
+                    .or_else(|| row.get("collective"))
+                    .map_or(String::new(), text),
+                field("phase"),
+                field("count"),
+                field("calls"),
+                field("group"),
+                field("axis"),
+                field("bytes"),
+                field("flops"),
+                field("time_s"),
+                row.get("bound").map_or(String::new(), bound),
+                field("blocking"),
+            ])?;
+            rows += 1;
+        }
+    }
+    stackflow::config::write_atomic(path, &csv.into_inner()?)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    Ok(rows)
+}

@@ -6,6 +6,7 @@
 //! collected `results.json`, `results.csv` and plots, rewritten atomically at the end.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use rayon::prelude::*;
 use serde::Serialize;
-use stackflow::config::raw::{StudyMetric, StudyPlot, StudyPlotKind};
+use stackflow::config::raw::{StudyAction, StudyMetric, StudyPlot, StudyPlotKind};
 use stackflow::config::write_atomic;
 use stackflow::study::{PointResult, Study};
 
@@ -27,7 +28,12 @@ pub struct Args {
     pub jobs: Option<usize>,
     pub shard: Option<String>,
     pub resume: bool,
+    /// Print the results as JSON (as `results.json` holds them, with the counts).
+    pub json: bool,
 }
+
+/// How many of the fastest feasible points the sweep's table shows.
+const TABLE_ROWS: usize = 10;
 
 /// `K/N`: the points whose index is K-1 modulo N.
 fn parse_shard(text: &str) -> anyhow::Result<(usize, usize)> {
@@ -92,8 +98,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         .copied()
         .filter(|i| !done.contains_key(i))
         .collect();
-    println!(
-        "study {}: {} points{}, {} to evaluate{} ({:?}), results in {}",
+    let preamble = format!(
+        "study {}: {} points{}, {} to evaluate{} ({}), results in {}",
         study.name,
         total,
         if n > 1 {
@@ -107,16 +113,26 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         } else {
             format!(", {} already done", done.len())
         },
-        study.action,
+        format!("{:?}", study.action).to_lowercase(),
         out.display()
     );
+    if !args.json {
+        println!("{preamble}");
+    }
     evaluate_points(&study, &todo, &journal, args.jobs)?;
     let results: Vec<PointResult> = read_journal(&journal)?
         .into_values()
         .filter(|p| p.index % n == k - 1)
         .collect();
     write_results(&study, &out, &results)?;
-    summarize(&study, &results);
+    if args.json {
+        let mut value = serde_json::to_value(results_file(&study, &results))?;
+        value["out"] = out.display().to_string().into();
+        value["counts"] = serde_json::to_value(Counts::of(&results))?;
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print!("{}", summarize(&study, &results));
+    }
     Ok(if results.iter().any(|r| r.feasible) {
         Outcome::Done
     } else {
@@ -217,7 +233,7 @@ fn evaluate_points(
 }
 
 /// `stackflow merge`: joins the journals of shard folders into one result.
-pub fn merge(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
+pub fn merge(dirs: &[PathBuf], out: &Path, json: bool) -> anyhow::Result<()> {
     ensure!(!dirs.is_empty(), "merge needs at least one shard folder");
     let first = dirs[0].join("study.yaml");
     let text = std::fs::read_to_string(&first).with_context(|| {
@@ -275,6 +291,15 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
         .collect::<Result<_, _>>()?;
     write_atomic(&out.join(JOURNAL), journal.as_bytes())?;
     write_results(&study, out, &results)?;
+    if json {
+        let mut value = serde_json::to_value(results_file(&study, &results))?;
+        value["out"] = out.display().to_string().into();
+        value["merged_folders"] = dirs.len().into();
+        value["missing_points"] = missing.into();
+        value["counts"] = serde_json::to_value(Counts::of(&results))?;
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
     println!(
         "merged {} folders: {} of {} points{}, results in {}",
         dirs.len(),
@@ -307,8 +332,9 @@ struct ResultsFile<'a> {
     points: &'a [PointResult],
 }
 
-fn write_results(study: &Study, out: &Path, results: &[PointResult]) -> anyhow::Result<()> {
-    let file = ResultsFile {
+/// A sweep's results as `results.json` holds them.
+fn results_file<'a>(study: &'a Study, results: &'a [PointResult]) -> ResultsFile<'a> {
+    ResultsFile {
         study: &study.name,
         description: study.description.as_deref(),
         action: format!("{:?}", study.action).to_lowercase(),
@@ -318,7 +344,11 @@ fn write_results(study: &Study, out: &Path, results: &[PointResult]) -> anyhow::
             .map(|a| (a.name.as_str(), a.labels.as_slice()))
             .collect(),
         points: results,
-    };
+    }
+}
+
+fn write_results(study: &Study, out: &Path, results: &[PointResult]) -> anyhow::Result<()> {
+    let file = results_file(study, results);
     write_atomic(
         &out.join("results.json"),
         serde_json::to_string_pretty(&file)?.as_bytes(),
@@ -376,36 +406,106 @@ fn write_results(study: &Study, out: &Path, results: &[PointResult]) -> anyhow::
     Ok(())
 }
 
-fn summarize(study: &Study, results: &[PointResult]) {
-    let errors = results.iter().filter(|r| r.error.is_some()).count();
-    let infeasible = results
-        .iter()
-        .filter(|r| r.error.is_none() && !r.feasible)
-        .count();
-    let best = results
+/// What a sweep's points came to.
+#[derive(Serialize)]
+struct Counts {
+    evaluated: usize,
+    feasible: usize,
+    infeasible: usize,
+    could_not_run: usize,
+}
+
+impl Counts {
+    fn of(results: &[PointResult]) -> Counts {
+        let could_not_run = results.iter().filter(|r| r.error.is_some()).count();
+        let feasible = results.iter().filter(|r| r.feasible).count();
+        Counts {
+            evaluated: results.len(),
+            feasible,
+            infeasible: results.len() - feasible - could_not_run,
+            could_not_run,
+        }
+    }
+}
+
+/// The counts and a table of the fastest feasible points (at most [`TABLE_ROWS`]): each
+/// point's axis values, strategy, time per iteration and speedup over its start.
+fn summarize(study: &Study, results: &[PointResult]) -> String {
+    let counts = Counts::of(results);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} {} evaluated: {} feasible, {} infeasible, {} could not run",
+        counts.evaluated,
+        if counts.evaluated == 1 {
+            "point"
+        } else {
+            "points"
+        },
+        counts.feasible,
+        counts.infeasible,
+        counts.could_not_run
+    );
+    let mut fastest: Vec<(f64, &PointResult)> = results
         .iter()
         .filter(|r| r.feasible)
         .filter_map(|r| r.time_per_iteration_s.map(|t| (t, r)))
-        .min_by(|a, b| a.0.total_cmp(&b.0));
-    println!(
-        "{} points evaluated: {} infeasible, {} could not run",
-        results.len(),
-        infeasible,
-        errors
-    );
-    if let Some((t, r)) = best {
-        let names: Vec<String> = study
-            .axes
-            .iter()
-            .zip(&r.labels)
-            .map(|(a, l)| format!("{}={l}", a.name))
-            .collect();
-        println!(
-            "fastest: {} with {}: {t:.4} s per iteration",
-            names.join(", "),
-            r.strategy
-        );
+        .collect();
+    fastest.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.index.cmp(&b.1.index)));
+    if fastest.is_empty() {
+        return s;
     }
+    // A prediction has no speedup over its start.
+    let speedups = !matches!(study.action, StudyAction::Predict);
+    let mut header: Vec<String> = study.axes.iter().map(|a| a.name.clone()).collect();
+    header.extend(["strategy", "time / iter"].map(String::from));
+    if speedups {
+        header.push("speedup".into());
+    }
+    let rows: Vec<Vec<String>> = fastest
+        .iter()
+        .take(TABLE_ROWS)
+        .map(|(t, r)| {
+            let mut row = r.labels.clone();
+            row.push(r.strategy.clone());
+            row.push(format!("{t:.4} s"));
+            if speedups {
+                row.push(r.speedup.map_or("-".to_string(), |x| format!("{x:.2}x")));
+            }
+            row
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "\n{} fastest feasible {} by time per iteration (all in results.csv):",
+        rows.len(),
+        if rows.len() == 1 { "point" } else { "points" }
+    );
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| {
+            rows.iter()
+                .map(|r| r[c].chars().count())
+                .chain([header[c].chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let numeric = |c: usize| c > study.axes.len();
+    for row in std::iter::once(&header).chain(&rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| {
+                if numeric(c) {
+                    format!("{cell:>w$}", w = widths[c])
+                } else {
+                    format!("{cell:<w$}", w = widths[c])
+                }
+            })
+            .collect();
+        let _ = writeln!(s, "  {}", cells.join("  ").trim_end());
+    }
+    s
 }
 
 /// Points whose coordinates are the first value on every axis but `free`.
