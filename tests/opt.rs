@@ -417,7 +417,7 @@ fn optimize_improves_the_default_and_stays_within_every_budget() {
         );
     }
     let trace = std::fs::read_to_string(out.join("trace.csv")).unwrap();
-    assert!(trace.starts_with("restart,step,objective,time_s"));
+    assert!(trace.starts_with("round,strategy,restart,step,objective,time_s"));
     assert!(std::fs::read_to_string(out.join("convergence.svg"))
         .unwrap()
         .contains("<svg"));

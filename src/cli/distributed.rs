@@ -15,7 +15,7 @@ use stackflow::parallel::Strategy;
 use stackflow::workload::Workload;
 
 use super::predict::seconds;
-use super::table::{bytes, si};
+use super::table::{bytes, gib, si};
 use super::DEFAULT_WORKLOAD;
 
 pub struct Args<'a> {
@@ -295,8 +295,8 @@ fn host_line(h: &stackflow::distributed::HostReport, time_s: f64) -> String {
         "host tables       {} tables, {} of the {} DDR of {} CPU sockets; {} busy ({}), \
          beside the devices' step: lookups {}, {} transfers {}, update {}",
         h.tables,
-        bytes(h.tables_bytes),
-        bytes(h.memory_capacity_bytes),
+        gib(h.tables_bytes),
+        gib(h.memory_capacity_bytes),
         h.sockets,
         seconds(h.time_s),
         if h.time_s >= time_s {
@@ -321,8 +321,9 @@ fn render_layered(p: &LayeredPrediction, unit: &str) -> String {
     let _ = writeln!(s, "workload          {}", p.workload);
     let _ = writeln!(
         s,
-        "strategy          {} ({} micro-batches)",
-        p.strategy, p.micro_batches
+        "strategy          {} ({})",
+        p.strategy,
+        plural(p.micro_batches, "micro-batch", "micro-batches")
     );
     let _ = writeln!(s, "MAD Max notation  {}", p.madmax);
     let _ = writeln!(
@@ -346,12 +347,12 @@ fn render_layered(p: &LayeredPrediction, unit: &str) -> String {
     let _ = writeln!(
         s,
         "memory / device   {} of {} (weights {}, gradients {}, optimizer {}, activations {})",
-        bytes(p.memory_per_device_bytes),
-        bytes(p.memory_capacity_bytes),
-        bytes(p.weights_bytes),
-        bytes(p.gradients_bytes),
-        bytes(p.optimizer_state_bytes),
-        bytes(p.activations_bytes)
+        gib(p.memory_per_device_bytes),
+        gib(p.memory_capacity_bytes),
+        gib(p.weights_bytes),
+        gib(p.gradients_bytes),
+        gib(p.optimizer_state_bytes),
+        gib(p.activations_bytes)
     );
     let _ = writeln!(
         s,
@@ -366,7 +367,7 @@ fn render_layered(p: &LayeredPrediction, unit: &str) -> String {
             part.strategy,
             part.madmax.as_deref().unwrap_or("-"),
             seconds(part.compute_s),
-            bytes(part.memory_per_device_bytes),
+            gib(part.memory_per_device_bytes),
             describe_mapping(&part.mapping)
         );
     }
@@ -510,12 +511,26 @@ pub fn load_strategy(
     })
 }
 
-/// What a workload's throughput counts: samples (queries) for a recommendation model,
-/// tokens for the others.
+/// `n` and the noun that goes with it.
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// How many placements of the axes were priced.
+fn orderings(n: u64) -> String {
+    if n == 1 {
+        "the one ordering of its axes".to_string()
+    } else {
+        format!("best of {n} orderings")
+    }
+}
+
+/// What a workload's throughput counts: samples (DLRM), iterations (a lone GEMM) or tokens.
 pub fn unit_of(workload: &Workload) -> &'static str {
-    match workload.table_groups() {
-        Some(_) => "samples",
-        None => "tokens",
+    match workload {
+        Workload::Gemm(_) => "iterations",
+        _ if workload.table_groups().is_some() => "samples",
+        _ => "tokens",
     }
 }
 
@@ -534,9 +549,9 @@ pub fn render(p: &DistPrediction, peak: f64, unit: &str) -> String {
     );
     let _ = writeln!(
         s,
-        "mapping           {} (best of {} orderings)",
+        "mapping           {} ({})",
         describe_mapping(&p.mapping),
-        p.mappings_tried
+        orderings(p.mappings_tried as u64)
     );
     if let Some(b) = p.bisection_bytes_per_s {
         let _ = writeln!(
@@ -601,12 +616,12 @@ pub fn render(p: &DistPrediction, peak: f64, unit: &str) -> String {
     let _ = writeln!(
         s,
         "memory / device   {} of {}: weights {}, gradients {}, optimizer {}, activations {}",
-        bytes(p.memory_per_device_bytes),
-        bytes(p.memory_capacity_bytes),
-        bytes(p.weights_bytes),
-        bytes(p.gradients_bytes),
-        bytes(p.optimizer_state_bytes),
-        bytes(p.activations_bytes)
+        gib(p.memory_per_device_bytes),
+        gib(p.memory_capacity_bytes),
+        gib(p.weights_bytes),
+        gib(p.gradients_bytes),
+        gib(p.optimizer_state_bytes),
+        gib(p.activations_bytes)
     );
     let _ = writeln!(s, "\n{:<11} {:>12}  bound by", "compute", "time");
     for c in &p.compute {
@@ -686,9 +701,9 @@ pub fn render_inference(p: &DistInference) -> String {
     );
     let _ = writeln!(
         s,
-        "mapping           {} (best of {} orderings)",
+        "mapping           {} ({})",
         describe_mapping(&p.mapping),
-        p.mappings_tried
+        orderings(p.mappings_tried as u64)
     );
     let _ = writeln!(
         s,
@@ -714,10 +729,10 @@ pub fn render_inference(p: &DistInference) -> String {
     let _ = writeln!(
         s,
         "memory / device   {} of {}: weights {}, KV cache {}",
-        bytes(p.memory_per_device_bytes),
-        bytes(p.memory_capacity_bytes),
-        bytes(p.weights_bytes),
-        bytes(p.kv_cache_bytes)
+        gib(p.memory_per_device_bytes),
+        gib(p.memory_capacity_bytes),
+        gib(p.weights_bytes),
+        gib(p.kv_cache_bytes)
     );
     let _ = writeln!(
         s,

@@ -63,6 +63,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Predict one training iteration (or a served batch) of a workload on one accelerator,
+    /// or on a system with --system: time, achieved FLOP/s, memory footprint and a
+    /// per-kernel-class breakdown with the bounding resource.
+    /// With no arguments, runs the embedded workloads/gpt-1.7b.yaml on budgets/h100.yaml.
+    Predict(PredictArgs),
+    /// Search parallelism strategies for a workload on a system (tensor or RC/CR, pipeline,
+    /// context, data, expert, micro-batch, interleave, recompute, sequence parallelism,
+    /// ZeRO 0-3, hybrid shard groups, prefetch, placements): the top N, the Pareto front of
+    /// time against memory per device, and the search's counts. Exits 3 when no strategy
+    /// fits.
+    Search(search::SearchArgs),
     /// Reallocate area, power and perimeter budgets (DeepFlow Sec. 7) and search
     /// parallelism strategies to minimise the time per iteration of a workload on a system.
     /// With no arguments: DeepFlow Sec. 9's LSTM on 512 N7 / HBM2e / 200 GB/s nodes.
@@ -106,6 +117,7 @@ enum Command {
         /// Directory for budget.yaml, report.json, trace.csv and convergence.svg.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Print the report as JSON (as report.json holds it) instead of tables.
         #[arg(long)]
         json: bool,
     },
@@ -131,14 +143,6 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Replay the published measurements (validation/cases.yaml) and report the model's
-    /// error on each; exits non-zero when a case leaves its tolerance.
-    Validate {
-        /// Validation index (default: the embedded validation/cases.yaml).
-        file: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
-    },
     /// Join the output folders of sharded sweeps into one.
     Merge {
         /// Shard output folders.
@@ -151,16 +155,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Predict one training iteration of a workload on one accelerator: time, achieved
-    /// FLOP/s, memory footprint and a per-kernel-class breakdown with the bounding resource.
-    /// With no arguments, runs the embedded workloads/gpt-1.7b.yaml on budgets/h100.yaml.
-    Predict(PredictArgs),
-    /// Search parallelism strategies for a workload on a system (tensor or RC/CR, pipeline,
-    /// context, data, expert, micro-batch, interleave, recompute, sequence parallelism,
-    /// ZeRO 0-3, hybrid shard groups, prefetch, placements): the top N, the Pareto front of
-    /// time against memory per device, and the search's counts. Exits 3 when no strategy
-    /// fits.
-    Search(search::SearchArgs),
+    /// Replay the published measurements (validation/cases.yaml) and report the model's
+    /// error on each; exits non-zero when a case leaves its tolerance.
+    Validate {
+        /// Validation index (default: the embedded validation/cases.yaml).
+        file: Option<PathBuf>,
+        /// Print JSON (every case with its source, measured and predicted values and error).
+        #[arg(long)]
+        json: bool,
+    },
     /// DeepFlow Fig. 1: a matrix product (default 64K x 64K x 64K) split every way over m
     /// (data), n (column) and k (row) parallelism at each device count, and the compute
     /// intensity (FLOP per byte of main memory) and time of one device's shard, on one
@@ -184,6 +187,7 @@ enum Command {
         /// the pod, and three quarters of the pod; 64, 128, ..., 4096 and 3072 on TPU v4).
         #[arg(long, value_delimiter = ',')]
         slices: Vec<u64>,
+        /// Print JSON (goodput by slice and availability) instead of tables.
         #[arg(long)]
         json: bool,
     },
@@ -539,7 +543,10 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
             "{}",
             predict::render(&prediction, architecture.peak_flops_per_s, a.kernels)
         );
-        print!("{}", predict::render_energy(&energy, carbon));
+        print!(
+            "{}",
+            predict::render_energy(&energy, carbon, distributed::unit_of(&wl))
+        );
     }
     Ok(Outcome::Done)
 }
@@ -658,4 +665,28 @@ fn load_design_or(
         template,
         tech,
     })?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every flag and argument of every subcommand says what it does in `--help`.
+    #[test]
+    fn every_flag_has_help_text() {
+        let command = Cli::command();
+        let (mut missing, mut checked) = (Vec::new(), 0);
+        for sub in command.get_subcommands() {
+            for arg in sub.get_arguments() {
+                checked += 1;
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                if help.trim().is_empty() {
+                    missing.push(format!("{} --{}", sub.get_name(), arg.get_id()));
+                }
+            }
+        }
+        assert!(checked > 50, "{checked} arguments");
+        assert!(missing.is_empty(), "no help text: {missing:?}");
+    }
 }

@@ -247,7 +247,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             .collect(),
     };
     if let Some(dir) = &args.out {
-        write_outputs(dir, &problem, &best_design, &report, &result)?;
+        write_outputs(dir, &problem, &best_design, &report, &result, co.as_ref())?;
     }
     let outcome = if report.feasible {
         Outcome::Done
@@ -443,14 +443,14 @@ fn render_report(
     let _ = writeln!(s, "{}", r.headline);
     let _ = writeln!(
         s,
-        "{} of {} on {} x {} ({}), {} restarts x {} steps, seed {}, {}",
+        "{} of {} on {} x {} ({}), {} x {}, seed {}, {}",
         r.mode,
         r.workload,
         r.devices,
         design.budget_name,
         r.system,
-        r.settings.restarts,
-        r.settings.steps,
+        super::distributed::plural(r.settings.restarts as u64, "restart", "restarts"),
+        super::distributed::plural(r.settings.steps, "step", "steps"),
         r.settings.seed,
         match r.settings.finish {
             stackflow::opt::budget::Finish::Transfer => "each finished by a transfer search",
@@ -523,7 +523,7 @@ fn render_co_optimization(s: &mut String, co: &CoOptimization) {
             "    {:<28} {:>9.4} s {:>10}{}",
             c.strategy,
             c.time_per_iteration_s,
-            table::bytes(c.memory_per_device_bytes),
+            table::gib(c.memory_per_device_bytes),
             if c.feasible { "" } else { "  (out of memory)" }
         );
     }
@@ -621,6 +621,7 @@ fn write_outputs(
     design: &Design,
     report: &Report,
     result: &BudgetResult,
+    co: Option<&CoOptimization>,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let write = |name: &str, bytes: &[u8]| -> anyhow::Result<()> {
@@ -643,15 +644,38 @@ fn write_outputs(
         "report.json",
         serde_json::to_string_pretty(report)?.as_bytes(),
     )?;
+    // Every budget optimization that ran: one (round 0), or a co-optimization's (b) and
+    // each of (c)'s rounds; one row per restart and step.
+    let rounds: Vec<(usize, String, &[TracePoint])> = match co {
+        Some(co) => co
+            .traces
+            .iter()
+            .map(|t| (t.round, t.strategy.clone(), t.trace.as_slice()))
+            .collect(),
+        None => vec![(0, report.strategy.clone(), result.trace.as_slice())],
+    };
     let mut csv = csv::Writer::from_writer(Vec::new());
-    csv.write_record(["restart", "step", "objective", "time_s"])?;
-    for t in &result.trace {
-        csv.write_record([
-            t.restart.to_string(),
-            t.step.to_string(),
-            format!("{}", t.objective),
-            format!("{}", t.objective.exp()),
-        ])?;
+    csv.write_record([
+        "round",
+        "strategy",
+        "restart",
+        "step",
+        "objective",
+        "time_s",
+    ])?;
+    for (round, strategy, trace) in rounds {
+        let mut rows: Vec<&TracePoint> = trace.iter().collect();
+        rows.sort_by_key(|t| (t.restart, t.step));
+        for t in rows {
+            csv.write_record([
+                round.to_string(),
+                strategy.clone(),
+                t.restart.to_string(),
+                t.step.to_string(),
+                format!("{}", t.objective),
+                format!("{}", t.objective.exp()),
+            ])?;
+        }
     }
     write("trace.csv", &csv.into_inner()?)?;
     write(

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use stackflow::perf::Prediction;
 
-use super::table::{bytes, si};
+use super::table::{bytes, gib, si};
 
 pub(super) fn seconds(t: f64) -> String {
     if !t.is_finite() {
@@ -40,12 +40,12 @@ pub fn render(p: &Prediction, peak_flops_per_s: f64, kernels: bool) -> String {
     let _ = writeln!(
         s,
         "memory / device   {} of {}: weights {}, gradients {}, optimizer {}, activations {}",
-        bytes(p.memory_per_device_bytes),
-        bytes(m.capacity_bytes),
-        bytes(m.weights_bytes),
-        bytes(m.gradients_bytes),
-        bytes(m.optimizer_state_bytes),
-        bytes(m.activations_bytes)
+        gib(p.memory_per_device_bytes),
+        gib(m.capacity_bytes),
+        gib(m.weights_bytes),
+        gib(m.gradients_bytes),
+        gib(m.optimizer_state_bytes),
+        gib(m.activations_bytes)
     );
     let _ = writeln!(s);
     let _ = writeln!(
@@ -139,8 +139,8 @@ pub fn render_inference(
         s,
         "decode reads           {} per step (weights {}, KV cache {} at the end); at {} that is {}",
         bytes(p.decode_bytes_per_step),
-        bytes(p.weights_bytes),
-        bytes(p.kv_cache_bytes),
+        gib(p.weights_bytes),
+        gib(p.kv_cache_bytes),
         si(arch.memory_bandwidth_bytes_per_s, "B/s"),
         seconds(p.decode_bytes_per_step / arch.memory_bandwidth_bytes_per_s)
     );
@@ -156,22 +156,30 @@ pub fn render_inference(
 }
 
 /// Energy of the iteration and, with a grid intensity, its operational emissions.
-pub fn render_energy(e: &stackflow::perf::Energy, carbon_kg: Option<f64>) -> String {
+pub fn render_energy(e: &stackflow::perf::Energy, carbon_kg: Option<f64>, unit: &str) -> String {
     let mut s = String::new();
     let memory: Vec<String> = e
         .memory_j
         .iter()
         .map(|(n, j)| format!("{n} {}", si(*j, "J")))
         .collect();
+    // Per token or sample; a lone GEMM's iteration is its unit.
+    let per_unit = match unit {
+        "iterations" => String::new(),
+        _ => format!(
+            ", {} per {}",
+            super::table::si_small(e.joules_per_token, "J"),
+            unit.trim_end_matches('s')
+        ),
+    };
     let _ = writeln!(
         s,
-        "\nenergy / iteration  {} (compute {}, {}, idle floor {}); average {}, {} per token",
+        "\nenergy / iteration  {} (compute {}, {}, idle floor {}); average {}{per_unit}",
         si(e.total_j, "J"),
         si(e.compute_j, "J"),
         memory.join(", "),
         si(e.static_j, "J"),
         si(e.average_power_w, "W"),
-        si(e.joules_per_token, "J")
     );
     if let Some(kg) = carbon_kg {
         let _ = writeln!(s, "operational CO2e    {kg:.3e} kg per iteration");

@@ -17,7 +17,7 @@ use stackflow::opt::Progress;
 use stackflow::workload::Workload;
 
 use super::distributed::{load_strategy, load_system};
-use super::table::bytes;
+use super::table::{aligned, gib};
 use super::{Outcome, DEFAULT_WORKLOAD};
 
 /// The arguments of `search`.
@@ -244,12 +244,18 @@ fn render(report: &Report) -> String {
             "No strategy fits: every one of the {} valid strategies runs out of memory. Nearest:",
             r.enumerated - r.invalid
         );
+        let width = r
+            .nearest
+            .iter()
+            .map(|n| n.strategy.len())
+            .max()
+            .unwrap_or(0);
         for n in &r.nearest {
             let _ = writeln!(
                 s,
-                "  {:<36} {:>11}",
+                "  {:<width$}  {:>11}",
                 n.strategy,
-                bytes(n.memory_per_device_bytes)
+                gib(n.memory_per_device_bytes)
             );
             for v in &n.violations {
                 let _ = writeln!(s, "      {v}");
@@ -323,7 +329,7 @@ fn render_layered(s: &mut String, l: &LayeredResult) {
             s,
             "  {label:<8} {:>10.4} s {:>11} {:>5.1}%  {}",
             p.time_per_iteration_s,
-            bytes(p.memory_per_device_bytes),
+            gib(p.memory_per_device_bytes),
             100.0 * p.model_flops_utilization,
             p.madmax
         );
@@ -349,23 +355,31 @@ fn render_layered(s: &mut String, l: &LayeredResult) {
 }
 
 fn table(s: &mut String, rows: &[Candidate]) {
-    let _ = writeln!(
-        s,
-        "  {:<36} {:<22} {:>10} {:>11} {:>6}  binding",
-        "strategy", "placement (inner first)", "time", "memory", "MFU"
-    );
-    for c in rows {
-        let _ = writeln!(
-            s,
-            "  {:<36} {:<22} {:>8.4} s {:>11} {:>5.1}%  {}",
-            c.strategy,
-            c.placement,
-            c.time_per_iteration_s,
-            bytes(c.memory_per_device_bytes),
-            100.0 * c.model_flops_utilization,
-            c.binding
-        );
-    }
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|c| {
+            vec![
+                c.strategy.clone(),
+                c.placement.clone(),
+                format!("{:.4} s", c.time_per_iteration_s),
+                gib(c.memory_per_device_bytes),
+                format!("{:.1}%", 100.0 * c.model_flops_utilization),
+                c.binding.to_string(),
+            ]
+        })
+        .collect();
+    s.push_str(&aligned(
+        &[
+            "strategy",
+            "placement (inner first)",
+            "time",
+            "memory",
+            "MFU",
+            "binding",
+        ],
+        &rows,
+        &[false, false, true, true, true, false],
+    ));
 }
 
 /// The top N and the Pareto front, one row each, written atomically.

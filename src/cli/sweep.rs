@@ -481,30 +481,9 @@ fn summarize(study: &Study, results: &[PointResult]) -> String {
         rows.len(),
         if rows.len() == 1 { "point" } else { "points" }
     );
-    let widths: Vec<usize> = (0..header.len())
-        .map(|c| {
-            rows.iter()
-                .map(|r| r[c].chars().count())
-                .chain([header[c].chars().count()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let numeric = |c: usize| c > study.axes.len();
-    for row in std::iter::once(&header).chain(&rows) {
-        let cells: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(c, cell)| {
-                if numeric(c) {
-                    format!("{cell:>w$}", w = widths[c])
-                } else {
-                    format!("{cell:<w$}", w = widths[c])
-                }
-            })
-            .collect();
-        let _ = writeln!(s, "  {}", cells.join("  ").trim_end());
-    }
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let right: Vec<bool> = (0..header.len()).map(|c| c > study.axes.len()).collect();
+    s.push_str(&super::table::aligned(&header, &rows, &right));
     s
 }
 

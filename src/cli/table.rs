@@ -25,6 +25,54 @@ pub fn si_small(value: f64, unit: &str) -> String {
     }
 }
 
+/// Rows under a header, each column as wide as its widest cell (so long names never break
+/// the columns), left-aligned or, where `right[c]`, right-aligned; indented by two spaces.
+pub fn aligned(header: &[&str], rows: &[Vec<String>], right: &[bool]) -> String {
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| {
+            std::iter::once(&header)
+                .chain(rows)
+                .map(|r| r.get(c).map_or(0, |cell| cell.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| {
+                let w = widths.get(c).copied().unwrap_or(0);
+                if right.get(c).copied().unwrap_or(false) {
+                    format!("{cell:>w$}")
+                } else {
+                    format!("{cell:<w$}")
+                }
+            })
+            .collect();
+        out.push_str("  ");
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Memory (capacities and footprints) in one unit, GiB, whatever its size: a report
+/// compares them (`29.59 TiB of 80.00 GiB` read as the smaller).
+pub fn gib(value: f64) -> String {
+    let g = value / (1u64 << 30) as f64;
+    if g >= 1.0 || g == 0.0 {
+        format!("{g:.2} GiB")
+    } else if g >= 0.001 {
+        format!("{g:.3} GiB")
+    } else {
+        format!("{g:.2e} GiB")
+    }
+}
+
+/// A size (a message, an SRAM level) with the binary prefix that fits it.
 pub fn bytes(value: f64) -> String {
     let prefixes = [
         (1u64 << 40, "TiB"),
@@ -95,7 +143,7 @@ fn render_summary(s: &mut String, design: &Design, a: &Architecture) {
     let _ = writeln!(
         s,
         "main memory      {}  {}",
-        bytes(a.memory_capacity_bytes),
+        gib(a.memory_capacity_bytes),
         si(a.memory_bandwidth_bytes_per_s, "B/s")
     );
     let _ = writeln!(

@@ -115,6 +115,19 @@ pub struct CoOptimization {
     pub budgets: budget::BudgetResult,
     /// Budget optimizations step (c) ran, over all its starting strategies.
     pub rounds: usize,
+    /// Every budget optimization's convergence trace, in the order they ran: (b) first
+    /// (round 0), then each of (c)'s rounds.
+    #[serde(skip)]
+    pub traces: Vec<RoundTrace>,
+}
+
+/// The convergence trace of one budget optimization of a co-optimization.
+#[derive(Debug, Clone)]
+pub struct RoundTrace {
+    pub round: usize,
+    /// The strategy the budgets were optimized for.
+    pub strategy: String,
+    pub trace: Vec<budget::TracePoint>,
 }
 
 fn point(
@@ -191,6 +204,11 @@ pub fn co_optimize(
     let strategy_only = point(problem, "strategy", &chosen, &start, baseline_s);
     // (b) budgets only, under the baseline strategy.
     let budgets_only_result = budget::optimize_budgets(problem, settings, progress)?;
+    let mut traces = vec![RoundTrace {
+        round: 0,
+        strategy: baseline_strategy.to_string(),
+        trace: budgets_only_result.trace.clone(),
+    }];
     let budgets_only = point(
         problem,
         "budgets",
@@ -225,6 +243,11 @@ pub fn co_optimize(
             rounds += 1;
             problem.strategy = strategy;
             let result = budget::optimize_budgets(problem, settings, progress)?;
+            traces.push(RoundTrace {
+                round: rounds,
+                strategy: strategy.to_string(),
+                trace: result.trace.clone(),
+            });
             let again = best_strategy(problem, &result.best)?;
             next = again.best.as_ref().map(|c| c.parsed).unwrap_or(strategy);
             if best
@@ -249,5 +272,6 @@ pub fn co_optimize(
         search: search_result,
         budgets: result,
         rounds,
+        traces,
     })
 }
