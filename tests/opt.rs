@@ -418,6 +418,19 @@ fn optimize_improves_the_default_and_stays_within_every_budget() {
     }
     let trace = std::fs::read_to_string(out.join("trace.csv")).unwrap();
     assert!(trace.starts_with("round,strategy,restart,step,objective,time_s"));
+    // One row per round, restart and step.
+    let mut keys: Vec<(String, String, String)> = trace
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0].to_string(), f[2].to_string(), f[3].to_string())
+        })
+        .collect();
+    let rows = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), rows, "a step listed twice: {trace}");
     assert!(std::fs::read_to_string(out.join("convergence.svg"))
         .unwrap()
         .contains("<svg"));

@@ -128,7 +128,9 @@ impl Observe<PgState> for Recorder {
     }
 
     fn observe_iter(&mut self, state: &PgState, _: &KV) -> Result<(), Error> {
-        self.push(state.get_iter(), state.get_cost());
+        // Observed before the state counts the iteration: this is step iter + 1 (step 0 is
+        // the start, observed at init).
+        self.push(state.get_iter() + 1, state.get_cost());
         self.progress.inc(1);
         Ok(())
     }
