@@ -780,10 +780,20 @@ fn convergence_svg(trace: &[TracePoint]) -> anyhow::Result<String> {
                 let y = t.objective.exp();
                 (a.min(y), b.max(y))
             });
+        // A start far off (an infeasible one, penalised: tens of seconds beside optima of
+        // tenths) would squash every useful curve: the axis stops at 8x the best time and
+        // what lies above is drawn on its top edge.
+        let clip = lo * 8.0;
+        let clipped = hi > clip;
         let (lo, hi) = if lo.is_finite() && hi > lo {
-            (lo * 0.95, hi * 1.05)
+            (lo * 0.95, hi.min(clip) * 1.05)
         } else {
-            (0.0, 1.0)
+            (0.5, 1.0)
+        };
+        let y_desc = if clipped {
+            format!("time per iteration (s, log scale; above {clip:.3} s drawn at the top)")
+        } else {
+            "time per iteration (s, log scale; penalised when infeasible)".to_string()
         };
         let mut chart = ChartBuilder::on(&root)
             .caption(
@@ -793,12 +803,14 @@ fn convergence_svg(trace: &[TracePoint]) -> anyhow::Result<String> {
             .margin(15)
             .x_label_area_size(40)
             .y_label_area_size(70)
-            // Log scale: a penalised start (tens of seconds) beside optima of tenths.
-            .build_cartesian_2d(0u64..steps, (lo..hi).log_scale())?;
+            // Drawn in ln(time), labelled in seconds: evenly spaced labels on a log axis.
+            .build_cartesian_2d(0u64..steps, lo.ln()..hi.ln())?;
         chart
             .configure_mesh()
             .x_desc("step (a restart's last segment: its transfer search, all sweeps at once)")
-            .y_desc("time per iteration (s, log scale; penalised when infeasible)")
+            .y_desc(y_desc)
+            .y_labels(12)
+            .y_label_formatter(&|v| format!("{:.3}", v.exp()))
             .draw()?;
         let restarts = finite.iter().map(|t| t.restart).max().map_or(0, |r| r + 1);
         for r in 0..restarts {
@@ -808,7 +820,7 @@ fn convergence_svg(trace: &[TracePoint]) -> anyhow::Result<String> {
                     finite
                         .iter()
                         .filter(|t| t.restart == r)
-                        .map(|t| (t.step, t.objective.exp())),
+                        .map(|t| (t.step, t.objective.exp().min(hi).ln())),
                     color.stroke_width(2),
                 ))?
                 .label(format!("restart {r}"))

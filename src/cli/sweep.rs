@@ -728,7 +728,10 @@ fn draw_lines(
     let lines: Vec<(String, Vec<(usize, f64)>)> = keys
         .into_iter()
         .map(|(si, oi)| {
-            let mut name = series.map_or(String::new(), |s| study.axes[s].labels[si].clone());
+            // The series axis names its values: "nvlink = 600 GB/s (x2)".
+            let mut name = series.map_or(String::new(), |s| {
+                format!("{} = {}", study.axes[s].name, study.axes[s].labels[si])
+            });
             if let Some(o) = over.filter(|o| study.axes[*o].values.len() > 2) {
                 name = format!("{name} {}", study.axes[o].labels[oi]);
             }
