@@ -677,11 +677,19 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
     }
     let mut svg = String::new();
     {
-        let width = 420 * panel_count as u32 + 40;
-        let root = SVGBackend::with_string(&mut svg, (width.max(640), 460)).into_drawing_area();
+        // At most three panels a row, so that each stays readable (four as two by two).
+        let columns = if panel_count == 4 {
+            2
+        } else {
+            panel_count.min(3)
+        };
+        let rows = panel_count.div_ceil(columns);
+        let width = 420 * columns as u32 + 40;
+        let height = 430 * rows as u32 + 30;
+        let root = SVGBackend::with_string(&mut svg, (width.max(640), height)).into_drawing_area();
         root.fill(&WHITE)?;
         let root = root.titled(&title, ("sans-serif", 20))?;
-        let areas = root.split_evenly((1, panel_count));
+        let areas = root.split_evenly((rows, columns));
         for (pi, (area, in_panel)) in areas.iter().zip(&by_panel).enumerate() {
             let caption = panels.map_or(String::new(), |i| {
                 format!("{} = {}", study.axes[i].name, study.axes[i].labels[pi])
@@ -697,6 +705,23 @@ fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result
         root.present()?;
     }
     Ok(svg)
+}
+
+/// The width of a panel's y label area: wide enough for tick labels of `top`'s size
+/// (20000.0 beside the axis title).
+fn y_label_area(top: f64) -> u32 {
+    let digits = top.abs().max(1.0).log10().floor() as u32 + 1;
+    50 + 8 * digits.saturating_sub(2)
+}
+
+/// The x tick labels' font size: 12 where they fit, smaller where many long labels share
+/// a panel (15 slices of TPU v4 Fig. 8), never below 7.
+fn tick_font(area: &Panel, y_area: u32, labels: &[String]) -> u32 {
+    let width = area.dim_in_pixel().0.saturating_sub(y_area + 20) as f64;
+    let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(1) as f64;
+    // A label's width is about 0.6 of the font size per character, with a gap of one.
+    let fits = width / (labels.len().max(1) as f64 * (longest + 1.0) * 0.6);
+    fits.clamp(7.0, 12.0) as u32
 }
 
 /// Draws one panel of a line plot: performance along x, a line per series value.
@@ -757,17 +782,19 @@ fn draw_lines(
         (None, None) => format!("performance (x the slowest point, {slowest:.4} s)"),
         (Some((name, unit, _)), _) => format!("{name} ({unit})"),
     };
+    let y_area = y_label_area(top);
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 15))
         .margin(10)
         .x_label_area_size(35)
-        .y_label_area_size(50)
+        .y_label_area_size(y_area)
         // A segmented range includes its end: one segment per label, none after the last.
         .build_cartesian_2d((0..xs.len().saturating_sub(1)).into_segmented(), 0.0..top)?;
     chart
         .configure_mesh()
         .x_desc(&study.axes[x].name)
         .y_desc(&y_desc)
+        .x_label_style(("sans-serif", tick_font(area, y_area, xs)))
         .x_label_formatter(&|v| match v {
             SegmentValue::CenterOf(i) => xs.get(*i).cloned().unwrap_or_default(),
             _ => String::new(),
@@ -1003,17 +1030,19 @@ fn draw_bars(
     // Group i centred on x = i, its bars side by side within 0.8 of a unit: the ticks at
     // the integers fall under each group's centre (a single bar's centre).
     let bar = 0.8 / width as f64;
+    let y_area = y_label_area(top);
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 15))
         .margin(10)
         .x_label_area_size(35)
-        .y_label_area_size(50)
+        .y_label_area_size(y_area)
         .build_cartesian_2d(-0.5..xs.len() as f64 - 0.5, 0.0..top)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
         .x_desc(&study.axes[x].name)
         .y_desc(&y_desc)
+        .x_label_style(("sans-serif", tick_font(area, y_area, xs)))
         .x_labels(xs.len())
         .x_label_formatter(&|v| {
             let i = v.round();
