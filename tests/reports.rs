@@ -314,3 +314,110 @@ fn predict_writes_kernels_and_collectives_as_csv() {
         "{text}"
     );
 }
+
+/// With --search-strategy from a given strategy that does not fit, the speedup is quoted
+/// against the given budget with the fastest strategy that fits, and the line says why.
+#[test]
+fn optimize_quotes_a_searched_baseline_when_the_given_strategy_does_not_fit() {
+    let (code, json, err) = stackflow(&[
+        "optimize",
+        "--workload",
+        "workloads/gpt3-175b.yaml",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "64",
+        "--strategy",
+        "d64",
+        "--search-strategy",
+        "--restarts",
+        "1",
+        "--steps",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(report["initial_feasible"], false);
+    assert_eq!(report["reference"]["baseline"], "searched");
+    let headline = report["headline"].as_str().unwrap();
+    assert!(
+        headline.contains("the given t1-d64-p1 does not fit: out of memory"),
+        "{headline}"
+    );
+    // The co-optimization quotes no speedup against the baseline that does not fit.
+    assert!(report["co_optimization"]["both"]["speedup"].is_null());
+}
+
+/// The folder is self-contained from any working directory, with a technology file whose
+/// include lies outside its own folder.
+#[test]
+fn optimize_out_copies_inputs_from_anywhere() {
+    let dir = Scratch::new("reports-portable");
+    let root = common::root();
+    let tech = dir.path().join("tx");
+    std::fs::create_dir_all(tech.join("my")).unwrap();
+    std::fs::create_dir_all(tech.join("shared")).unwrap();
+    let n7 = std::fs::read_to_string(root.join("tech_libs/n7.yaml")).unwrap();
+    let n7 = n7.replace(
+        "include: [dram.yaml, links.yaml]",
+        "include: [../shared/dram.yaml, links.yaml]",
+    );
+    assert!(n7.contains("../shared/dram.yaml"));
+    std::fs::write(tech.join("my/n7.yaml"), n7).unwrap();
+    std::fs::copy(
+        root.join("tech_libs/dram.yaml"),
+        tech.join("shared/dram.yaml"),
+    )
+    .unwrap();
+    std::fs::copy(
+        root.join("tech_libs/links.yaml"),
+        tech.join("my/links.yaml"),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    // From tests/, with paths that climb out of it.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_stackflow"))
+        .args([
+            "optimize",
+            "--system",
+            "../templates/dgx-a100.yaml",
+            "--workload",
+            "../workloads/gpt-1.7b.yaml",
+            "--devices",
+            "8",
+            "--strategy",
+            "t2-d4",
+            "--tech",
+            tech.join("my/n7.yaml").to_str().unwrap(),
+            "--restarts",
+            "1",
+            "--steps",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .current_dir(root.join("tests"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        status.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let budget = std::fs::read_to_string(out.join("budget.yaml")).unwrap();
+    assert!(
+        budget.contains("technology: inputs/technology/my/n7.yaml"),
+        "{budget}"
+    );
+    assert!(out.join("inputs/technology/shared/dram.yaml").is_file());
+    let moved = dir.path().join("moved");
+    std::fs::rename(&out, &moved).unwrap();
+    let (code, _, err) = stackflow(&[
+        "generate",
+        "--budget",
+        moved.join("budget.yaml").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+}

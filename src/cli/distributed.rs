@@ -15,7 +15,7 @@ use stackflow::parallel::Strategy;
 use stackflow::workload::Workload;
 
 use super::predict::seconds;
-use super::table::{bytes, gib, si};
+use super::table::{bytes_as, gib, si};
 use super::DEFAULT_WORKLOAD;
 
 pub struct Args<'a> {
@@ -68,9 +68,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let serving = workload
             .queries_per_batch()
             .map(|q| Serving::of(q, p.serving_latency_s, p.time_per_iteration_s, None));
-        if let Some(path) = args.csv {
-            super::predict::write_csv(path, &serde_json::to_value(&p)?)?;
-        }
         if args.json {
             let mut value = serde_json::to_value(&p)?;
             if let Some(s) = &serving {
@@ -87,15 +84,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             print!("{}", render_layered(&p, unit_of(&workload)));
         }
+        if let Some(path) = args.csv {
+            super::predict::write_csv(path, &serde_json::to_value(&p)?)?;
+        }
         return Ok(());
     }
     let strategy = load_strategy(args.strategy, &system, devices)?;
     if let Some((t, spec)) = workload.serving() {
         let p = predict_inference(t, spec, &arch, &network, &strategy)?;
         let carbon = args.carbon.map(|r| r.kg_per_joule() * p.joules_per_token);
-        if let Some(path) = args.csv {
-            super::predict::write_csv(path, &serde_json::to_value(&p)?)?;
-        }
         if args.json {
             let mut value = serde_json::to_value(&p)?;
             if let Some(kg) = carbon {
@@ -112,6 +109,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 println!("operational CO2e    {kg:.3e} kg per output token");
             }
         }
+        if let Some(path) = args.csv {
+            super::predict::write_csv(path, &serde_json::to_value(&p)?)?;
+        }
         return Ok(());
     }
     let prediction = predict(&workload, &arch, &network, &strategy)?;
@@ -125,9 +125,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Some(prediction.energy_j),
         )
     });
-    if let Some(path) = args.csv {
-        super::predict::write_csv(path, &serde_json::to_value(&prediction)?)?;
-    }
     if args.json {
         let mut value = serde_json::to_value(&prediction)?;
         if let Some(s) = &serving {
@@ -138,6 +135,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         let text = serde_json::to_string_pretty(&value).context("writing the prediction")?;
         println!("{text}");
+        if let Some(path) = args.csv {
+            super::predict::write_csv(path, &serde_json::to_value(&prediction)?)?;
+        }
         return Ok(());
     }
     if args.workload.is_none() {
@@ -160,7 +160,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .as_ref()
         .map_or(0.0, |h| h.energy_j / prediction.time_per_iteration_s);
     println!(
-        "\nenergy / iteration  {} on {} devices{}; average {} ({} per device{}), {} per {}",
+        "\nenergy / iteration  {} on {} devices{}; average {} ({} per device{}){}",
         si(prediction.energy_j, "J"),
         devices,
         if host_w > 0.0 { " and their hosts" } else { "" },
@@ -171,14 +171,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         } else {
             String::new()
         },
-        super::table::si_small(prediction.joules_per_token, "J"),
-        unit_of(&workload).trim_end_matches('s')
+        // Per token or sample; a lone GEMM's iteration is its unit.
+        match unit_of(&workload) {
+            "iterations" => String::new(),
+            unit => format!(
+                ", {} per {}",
+                super::table::si_small(prediction.joules_per_token, "J"),
+                unit.trim_end_matches('s')
+            ),
+        }
     );
     if let Some(kg) = carbon {
         println!("operational CO2e    {kg:.3e} kg per iteration");
     }
     if !prediction.feasible && prediction.violations.is_empty() {
         bail!("infeasible prediction without reasons");
+    }
+    if let Some(path) = args.csv {
+        super::predict::write_csv(path, &serde_json::to_value(&prediction)?)?;
     }
     Ok(())
 }
@@ -371,24 +381,28 @@ fn render_layered(p: &LayeredPrediction, unit: &str) -> String {
             describe_mapping(&part.mapping)
         );
     }
-    let _ = writeln!(
-        s,
-        "\n  {:<40} {:<15} {:>6} {:>11} {:>9} {:>10}",
-        "collective", "kind", "group", "bytes", "calls", "time"
-    );
-    for c in &p.communication {
-        let _ = writeln!(
-            s,
-            "  {:<40} {:<15} {:>6} {:>11} {:>9.0} {:>10}{}",
-            c.name,
-            c.collective.name(),
-            c.group,
-            bytes(c.bytes),
-            c.calls,
-            seconds(c.time_s),
-            if c.blocking { "" } else { "  (overlapped)" }
-        );
-    }
+    let largest = p.communication.iter().map(|c| c.bytes).fold(0.0, f64::max);
+    let rows: Vec<Vec<String>> = p
+        .communication
+        .iter()
+        .map(|c| {
+            vec![
+                c.name.clone(),
+                c.collective.name().to_string(),
+                c.group.to_string(),
+                bytes_as(c.bytes, largest),
+                format!("{:.0}", c.calls),
+                seconds(c.time_s),
+                if c.blocking { "" } else { "(overlapped)" }.to_string(),
+            ]
+        })
+        .collect();
+    let _ = writeln!(s);
+    s.push_str(&super::table::aligned(
+        &["collective", "kind", "group", "bytes", "calls", "time", ""],
+        &rows,
+        &[false, false, true, true, true, true, false],
+    ));
     if !p.feasible {
         let _ = writeln!(s, "\nINFEASIBLE:");
         for v in &p.violations {
@@ -634,27 +648,40 @@ pub fn render(p: &DistPrediction, peak: f64, unit: &str) -> String {
         );
     }
     render_layers(&mut s, p);
-    let _ = writeln!(
-        s,
-        "\n{:<34} {:>6} {:>10} {:>8} {:>12}  overlap",
-        "communication (first stage)", "group", "bytes", "calls", "time"
-    );
-    for c in &p.communication {
-        let _ = writeln!(
-            s,
-            "{:<34} {:>6} {:>10} {:>8} {:>12}  {}",
-            format!("{} ({})", c.name, c.collective.name()),
-            c.group,
-            bytes(c.bytes),
-            c.calls,
-            seconds(c.time_s),
-            if c.blocking {
-                "blocking"
-            } else {
-                "overlappable"
-            }
-        );
-    }
+    // Message sizes in one unit, the largest's.
+    let largest = p.communication.iter().map(|c| c.bytes).fold(0.0, f64::max);
+    let rows: Vec<Vec<String>> = p
+        .communication
+        .iter()
+        .map(|c| {
+            vec![
+                format!("{} ({})", c.name, c.collective.name()),
+                c.group.to_string(),
+                bytes_as(c.bytes, largest),
+                c.calls.to_string(),
+                seconds(c.time_s),
+                if c.blocking {
+                    "blocking"
+                } else {
+                    "overlappable"
+                }
+                .to_string(),
+            ]
+        })
+        .collect();
+    let _ = writeln!(s);
+    s.push_str(&super::table::aligned(
+        &[
+            "communication (first stage)",
+            "group",
+            "bytes",
+            "calls",
+            "time",
+            "overlap",
+        ],
+        &rows,
+        &[false, true, true, true, true, false],
+    ));
     let _ = writeln!(s);
     if p.feasible {
         let _ = writeln!(s, "feasible: every device holds its share");

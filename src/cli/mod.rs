@@ -93,7 +93,7 @@ enum Command {
         /// Fixed strategy (file or string): budgets only. Without it, or with
         /// --search-strategy, strategies are searched too (from data parallelism with the least ZeRO stage that
         /// fits).
-        #[arg(long, conflicts_with = "search_strategy", allow_hyphen_values = true)]
+        #[arg(long, allow_hyphen_values = true)]
         strategy: Option<String>,
         /// Search strategies as well as budgets (DeepFlow Fig. 10).
         #[arg(long)]
@@ -508,23 +508,20 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
     check_precision(&workload_file, &wl, &architecture)?;
     if let Some((t, spec)) = wl.serving() {
         let p = evaluator.predict_inference(t, spec, &architecture.violations);
-        if let Some(path) = &a.csv {
-            predict::write_csv(path, &serde_json::to_value(&p)?)?;
-        }
         if a.json {
             println!("{}", serde_json::to_string_pretty(&p)?);
         } else {
             println!("Accelerator: {described}.\n");
             print!("{}", predict::render_inference(&p, &architecture));
         }
+        if let Some(path) = &a.csv {
+            predict::write_csv(path, &serde_json::to_value(&p)?)?;
+        }
         return Ok(Outcome::Done);
     }
     let prediction = evaluator.predict(&graph, &architecture.violations);
     let energy = stackflow::perf::energy(&architecture, &prediction);
     let carbon = carbon_rates(a.grid_kg_per_kwh, a.pue)?.map(|r| r.kg_per_joule() * energy.total_j);
-    if let Some(path) = &a.csv {
-        predict::write_csv(path, &serde_json::to_value(&prediction)?)?;
-    }
     if a.json {
         let mut value = serde_json::to_value(&prediction)?;
         value["energy"] = serde_json::to_value(&energy)?;
@@ -547,6 +544,9 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
             "{}",
             predict::render_energy(&energy, carbon, distributed::unit_of(&wl))
         );
+    }
+    if let Some(path) = &a.csv {
+        predict::write_csv(path, &serde_json::to_value(&prediction)?)?;
     }
     Ok(Outcome::Done)
 }

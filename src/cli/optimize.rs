@@ -124,7 +124,7 @@ fn headline(
     initial: &Evaluation,
     baseline: &Strategy,
     best: &Evaluation,
-    strategy: &Strategy,
+    (strategy, searched): (&Strategy, bool),
     reference: Option<&Reference>,
 ) -> String {
     let first_violation = |e: &Evaluation| {
@@ -136,8 +136,13 @@ fn headline(
     };
     if !best.feasible {
         return format!(
-            "NOTHING FITS (exit code 3). The least infeasible design found, strategy {strategy} \
-             ({:.4} s per iteration if it ran): {}",
+            "NOTHING FITS (exit code 3){}. The least infeasible design found, strategy \
+             {strategy} ({:.4} s per iteration if it ran): {}",
+            if searched {
+                ""
+            } else {
+                " with the strategy given (--search-strategy searches others)"
+            },
             best.time_per_iteration_s,
             first_violation(best)
         );
@@ -170,7 +175,15 @@ fn headline(
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let defaults = args.workload.is_none() && args.system.is_none() && args.budget.is_none();
+    // The note on the embedded default only when every input is the default's.
+    let defaults = args.workload.is_none()
+        && args.system.is_none()
+        && args.budget.is_none()
+        && args.template.is_none()
+        && args.tech.is_none()
+        && args.devices.is_none()
+        && args.strategy.is_none()
+        && args.bounds.is_none();
     let (wsource, wfile) = match &args.workload {
         Some(p) => (Source::Disk, p.clone()),
         None => (Source::Embedded, PathBuf::from(DEFAULT_WORKLOAD)),
@@ -208,7 +221,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         &initial_eval,
         &baseline,
         &best,
-        &problem.strategy,
+        (&problem.strategy, search),
         reference.as_ref(),
     );
     let speedup = reference
@@ -247,7 +260,21 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             .collect(),
     };
     if let Some(dir) = &args.out {
-        write_outputs(dir, &problem, &best_design, &report, &result, co.as_ref())?;
+        // Where the design's files were read from: --budget from disk, else the system's.
+        let source = if args.budget.is_some() {
+            Source::Disk
+        } else {
+            system.source()
+        };
+        write_outputs(
+            dir,
+            &problem,
+            &best_design,
+            &report,
+            &result,
+            co.as_ref(),
+            source,
+        )?;
     }
     let outcome = if report.feasible {
         Outcome::Done
@@ -481,11 +508,7 @@ fn render_co_optimization(s: &mut String, co: &CoOptimization) {
     );
     for p in [&co.baseline, &co.strategy_only, &co.budgets_only, &co.both] {
         // A speedup only between designs that fit.
-        let speedup = if p.feasible && co.baseline.feasible {
-            format!("{:.2}x", p.speedup)
-        } else {
-            "-".to_string()
-        };
+        let speedup = p.speedup.map_or("-".to_string(), |x| format!("{x:.2}x"));
         let _ = writeln!(
             s,
             "  {:<36} {:>9.4} s {:>8}  {}{}",
@@ -517,15 +540,30 @@ fn render_co_optimization(s: &mut String, co: &CoOptimization) {
             "Pareto front (time vs memory):"
         }
     );
-    for c in co.search.pareto.iter().take(6) {
-        let _ = writeln!(
-            s,
-            "    {:<28} {:>9.4} s {:>10}{}",
-            c.strategy,
-            c.time_per_iteration_s,
-            table::gib(c.memory_per_device_bytes),
-            if c.feasible { "" } else { "  (out of memory)" }
+    let rows: Vec<Vec<String>> = co
+        .search
+        .pareto
+        .iter()
+        .take(6)
+        .map(|c| {
+            vec![
+                c.strategy.clone(),
+                format!("{:.4} s", c.time_per_iteration_s),
+                table::gib(c.memory_per_device_bytes),
+                if c.feasible { "" } else { "(out of memory)" }.to_string(),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        let text = table::aligned(
+            &["strategy", "time", "memory", ""],
+            &rows,
+            &[false, true, true, false],
         );
+        // Under the co-optimization table, two spaces further in.
+        for line in text.lines() {
+            let _ = writeln!(s, "  {line}");
+        }
     }
 }
 
@@ -622,13 +660,14 @@ fn write_outputs(
     report: &Report,
     result: &BudgetResult,
     co: Option<&CoOptimization>,
+    source: Source,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let write = |name: &str, bytes: &[u8]| -> anyhow::Result<()> {
         let path = dir.join(name);
         write_atomic(&path, bytes).with_context(|| format!("writing {}", path.display()))
     };
-    let budget = budget_file(dir, problem, design)?;
+    let budget = budget_file(dir, problem, (design, source))?;
     write(
         "budget.yaml",
         format!(
@@ -686,7 +725,11 @@ fn write_outputs(
 }
 
 /// The optimized budget as a budget file `generate` and `predict` accept.
-fn budget_file(dir: &Path, problem: &BudgetProblem, design: &Design) -> anyhow::Result<BudgetFile> {
+fn budget_file(
+    dir: &Path,
+    problem: &BudgetProblem,
+    (design, source): (&Design, Source),
+) -> anyhow::Result<BudgetFile> {
     let mut area = BTreeMap::new();
     let mut power = BTreeMap::new();
     let mut perimeter = BTreeMap::new();
@@ -706,8 +749,8 @@ fn budget_file(dir: &Path, problem: &BudgetProblem, design: &Design) -> anyhow::
             "{} with its shares reallocated by stackflow optimize",
             design.budget_name
         )),
-        template: portable(dir, &design.template_file, "template")?,
-        technology: portable(dir, &design.tech_file, "technology")?,
+        template: portable(dir, source, &design.template_file, "template")?,
+        technology: portable(dir, source, &design.tech_file, "technology")?,
         area: AreaBudgetRaw {
             node_mm2: design.node_area_mm2,
             chip_mm2: design.chip_area_mm2,
@@ -724,34 +767,39 @@ fn budget_file(dir: &Path, problem: &BudgetProblem, design: &Design) -> anyhow::
     })
 }
 
-/// Copies an input of the written budget (`file`, from disk or else the embedded copy; a
-/// technology file with every file it includes) under `dir/inputs/<kind>/`, keeping the
-/// includes' paths relative to it, and returns the reference the budget makes to it: the
-/// folder is self-contained and works moved anywhere.
-fn portable(dir: &Path, file: &str, kind: &str) -> anyhow::Result<String> {
-    let source = if Path::new(file).is_file() {
-        Source::Disk
-    } else {
-        Source::Embedded
-    };
-    let path = normalize(Path::new(file));
+/// Copies an input of the written budget (`file`, read from `source` as the design was; a
+/// technology file with every file it includes) under `dir/inputs/<kind>/`, keeping their
+/// places relative to the deepest folder that holds them all (so includes resolve as
+/// before), and returns the reference the budget makes to it: the folder is
+/// self-contained and works moved anywhere.
+fn portable(dir: &Path, source: Source, file: &str, kind: &str) -> anyhow::Result<String> {
+    let path = PathBuf::from(file);
     let files = if kind == "technology" {
         TechLibrary::files(source, &path)?
     } else {
         vec![path.clone()]
     };
-    let top = path.parent().unwrap_or_else(|| Path::new(""));
-    let inputs = Path::new("inputs").join(kind);
-    for f in &files {
-        let normal = normalize(f);
-        let relative = normal.strip_prefix(top).map_err(|_| {
-            anyhow::anyhow!(
-                "{}: includes {}, outside its folder: cannot copy it beside the optimized budget",
-                path.display(),
-                f.display()
-            )
-        })?;
-        let target = dir.join(&inputs).join(relative);
+    // Where each file lies, comparable across includes: canonical on disk, normalised
+    // among the embedded files.
+    let placed: Vec<PathBuf> = files
+        .iter()
+        .map(|f| match source {
+            Source::Disk => {
+                std::fs::canonicalize(f).with_context(|| format!("{}: cannot resolve", f.display()))
+            }
+            Source::Embedded => Ok(normalize(f)),
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let mut root = placed[0]
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    while !placed.iter().all(|p| p.starts_with(&root)) {
+        root = root.parent().map(Path::to_path_buf).unwrap_or_default();
+    }
+    let inputs = dir.join("inputs").join(kind);
+    for (f, p) in files.iter().zip(&placed) {
+        let target = inputs.join(p.strip_prefix(&root).unwrap_or(p));
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("creating {}", parent.display()))?;
@@ -759,11 +807,13 @@ fn portable(dir: &Path, file: &str, kind: &str) -> anyhow::Result<String> {
         write_atomic(&target, source.read(f)?.as_bytes())
             .with_context(|| format!("writing {}", target.display()))?;
     }
-    let name = path
-        .file_name()
-        .ok_or_else(|| anyhow::anyhow!("{file}: not a file name"))?;
+    let top = placed[0].strip_prefix(&root).unwrap_or(&placed[0]);
     // Forward slashes: the budget reads the same on every system.
-    Ok(format!("inputs/{kind}/{}", name.to_string_lossy()))
+    let parts: Vec<String> = top
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    Ok(format!("inputs/{kind}/{}", parts.join("/")))
 }
 
 /// Time per iteration against step, one line per restart.

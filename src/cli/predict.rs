@@ -67,22 +67,24 @@ pub fn render(p: &Prediction, peak_flops_per_s: f64, kernels: bool) -> String {
     }
     if kernels {
         let _ = writeln!(s);
-        let _ = writeln!(
-            s,
-            "{:<36} {:>6} {:>12} {:>12}  bound by",
-            "kernel", "count", "time each", "total"
-        );
-        for k in &p.kernels {
-            let _ = writeln!(
-                s,
-                "{:<36} {:>6} {:>12} {:>12}  {}",
-                k.name,
-                k.count,
-                seconds(k.detail.time_s),
-                seconds(k.time_s),
-                k.bound
-            );
-        }
+        let rows: Vec<Vec<String>> = p
+            .kernels
+            .iter()
+            .map(|k| {
+                vec![
+                    k.name.clone(),
+                    k.count.to_string(),
+                    seconds(k.detail.time_s),
+                    seconds(k.time_s),
+                    k.bound.to_string(),
+                ]
+            })
+            .collect();
+        s.push_str(&super::table::aligned(
+            &["kernel", "count", "time each", "total", "bound by"],
+            &rows,
+            &[false, true, true, true, false],
+        ));
     }
     let _ = writeln!(s);
     if p.feasible {
@@ -226,8 +228,8 @@ pub fn write_csv(path: &std::path::Path, report: &serde_json::Value) -> anyhow::
     .collect();
     anyhow::ensure!(
         !sections.is_empty(),
-        "--csv {}: this prediction lists no kernels or collectives (a served model or a \
-         per-layer-type strategy on a system reports its totals: see --json)",
+        "--csv {}: this prediction lists no kernels or collectives (a served model on a \
+         system reports its phases' totals: see --json)",
         path.display()
     );
     let mut csv = csv::Writer::from_writer(Vec::new());

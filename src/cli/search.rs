@@ -178,12 +178,17 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
         write_csv(path, &r)?;
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let mut value = serde_json::to_value(&report)?;
+        value["headline"] = headline(&report).into();
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
+        let text = render(&report);
+        let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+        println!("{first}");
         if a.workload.is_none() {
-            println!("No --workload given: using the embedded default {DEFAULT_WORKLOAD}.");
+            println!("(no --workload given: the embedded default {DEFAULT_WORKLOAD})");
         }
-        print!("{}", render(&report));
+        print!("{rest}");
         if let Some(path) = &a.csv {
             println!("\nwrote {}", path.display());
         }

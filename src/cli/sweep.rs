@@ -470,7 +470,12 @@ fn summarize(study: &Study, results: &[PointResult]) -> String {
             row.push(r.strategy.clone());
             row.push(format!("{t:.4} s"));
             if speedups {
-                row.push(r.speedup.map_or("-".to_string(), |x| format!("{x:.2}x")));
+                // Only over a start that fits.
+                row.push(
+                    r.speedup
+                        .filter(|_| r.initial_violations.is_empty())
+                        .map_or("-".to_string(), |x| format!("{x:.2}x")),
+                );
             }
             row
         })

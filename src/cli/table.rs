@@ -72,6 +72,22 @@ pub fn gib(value: f64) -> String {
     }
 }
 
+/// `value` with the binary prefix that fits `largest`: a column of sizes in one unit.
+pub fn bytes_as(value: f64, largest: f64) -> String {
+    let prefixes = [
+        (1u64 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    for (scale, p) in prefixes {
+        if largest >= scale as f64 {
+            return format!("{:.2} {p}", value / scale as f64);
+        }
+    }
+    format!("{value:.0} B")
+}
+
 /// A size (a message, an SRAM level) with the binary prefix that fits it.
 pub fn bytes(value: f64) -> String {
     let prefixes = [

@@ -175,7 +175,8 @@ fn split_batch(graph: &Graph, s: &Strategy) -> Result<(u64, u64), String> {
             "a batch"
         };
         return Err(format!(
-            "{batch} of {samples} samples does not split over {replicas} data-parallel replicas"
+            "{batch} of {samples} {} does not split over {replicas} data-parallel replicas",
+            if samples == 1 { "sample" } else { "samples" }
         ));
     }
     let per_replica = samples / replicas;

@@ -93,8 +93,8 @@ pub struct DesignPoint {
     pub shares: Vec<f64>,
     pub time_per_iteration_s: f64,
     pub feasible: bool,
-    /// Baseline time over this point's time.
-    pub speedup: f64,
+    /// Baseline time over this point's time, when both fit (null otherwise).
+    pub speedup: Option<f64>,
 }
 
 /// Strategies whose budgets step (c) of [`co_optimize`] optimizes first: the fastest at the
@@ -135,7 +135,7 @@ fn point(
     label: &'static str,
     strategy: &Strategy,
     shares: &[f64],
-    baseline_s: f64,
+    baseline: Option<f64>,
 ) -> DesignPoint {
     let e = problem.evaluate_with(shares, strategy);
     DesignPoint {
@@ -144,7 +144,9 @@ fn point(
         shares: shares.to_vec(),
         time_per_iteration_s: e.time_per_iteration_s,
         feasible: e.feasible,
-        speedup: baseline_s / e.time_per_iteration_s,
+        speedup: baseline
+            .filter(|_| e.feasible)
+            .map(|b| b / e.time_per_iteration_s),
     }
 }
 
@@ -166,7 +168,8 @@ pub fn co_optimize(
     let baseline_strategy = problem.strategy;
     let start = problem.initial();
     let base = problem.evaluate(&start);
-    let baseline_s = base.time_per_iteration_s;
+    // The baseline's time, when it fits: speedups only between designs that fit.
+    let baseline_s = Some(base.time_per_iteration_s).filter(|_| base.feasible);
     let node = problem.system.devices_per_node();
     let candidates =
         search::enumerate_from(&problem.workload, problem.devices, node, &problem.strategy)

@@ -184,8 +184,8 @@ pub struct PointResult {
     pub baseline_strategy: String,
     /// Time per iteration at the base budget and strategy of the point.
     pub initial_time_per_iteration_s: Option<f64>,
-    /// Why the starting design has no time (empty when it has one): its speedups are then
-    /// absent too.
+    /// Why the starting design does not fit (empty when it fits). Without a time there is
+    /// no speedup; with one, the ratio stays in the results and tables quote none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub initial_violations: Vec<Violation>,
     /// After the point's action (equal to the initial time for `predict`).
@@ -943,9 +943,9 @@ impl Study {
         let initial = problem.evaluate(&start);
         r.baseline_strategy = problem.strategy.to_string();
         r.initial_time_per_iteration_s = finite(initial.time_per_iteration_s);
-        if r.initial_time_per_iteration_s.is_none() {
-            r.initial_violations = initial.violations.clone();
-        }
+        // Why the start does not fit, beside the ratio (MAD Max Fig. 8 compares against
+        // FSDP even where it runs out of memory): tables quote no speedup then.
+        r.initial_violations = initial.violations.clone();
         r.share_names = lay
             .iter()
             .map(|s| format!("{}.{}", s.resource, s.component))
@@ -983,9 +983,9 @@ impl Study {
             }
             StudyAction::Both => {
                 let co = co_optimize(&mut problem, &settings, &quiet)?;
-                r.strategy_only_speedup = finite(co.strategy_only.speedup);
-                r.budgets_only_speedup = finite(co.budgets_only.speedup);
-                r.both_speedup = finite(co.both.speedup);
+                r.strategy_only_speedup = co.strategy_only.speedup.and_then(finite);
+                r.budgets_only_speedup = co.budgets_only.speedup.and_then(finite);
+                r.both_speedup = co.both.speedup.and_then(finite);
                 (co.both.shares.clone(), problem.strategy)
             }
         };
