@@ -172,16 +172,32 @@ impl Symmetry {
     /// The held digits of device `d`, as one index (below [`Symmetry::classes`] without the
     /// spread digits); with them when `spread`.
     fn class(&self, d: u64, spread: bool) -> usize {
+        self.class_where(d, |_, digit| spread || digit.kind != Kind::Spread)
+    }
+
+    /// The digits of device `d` that `keep` (by index and digit) keeps, as one index.
+    fn class_where(&self, d: u64, keep: impl Fn(usize, &Digit) -> bool) -> usize {
         let (mut class, mut radix) = (0, 1);
-        for digit in self
-            .digits
-            .iter()
-            .filter(|d| spread || d.kind != Kind::Spread)
-        {
-            class += ((d / digit.low) % digit.size) as usize * radix;
-            radix *= digit.size as usize;
+        for (i, digit) in self.digits.iter().enumerate() {
+            if keep(i, digit) {
+                class += ((d / digit.low) % digit.size) as usize * radix;
+                radix *= digit.size as usize;
+            }
         }
         class
+    }
+
+    /// The highest position digit, when it lies inside a switch: shifting its values
+    /// cyclically rotates every group's ring by whole blocks of members, so every device
+    /// that differs from another only there carries the same ring loads. Its index.
+    fn rotating(&self) -> Option<usize> {
+        let (i, top) = self
+            .digits
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, d)| d.kind != Kind::Held)?;
+        (top.kind == Kind::Spread).then_some(i)
     }
 
     /// The first group of each class: every value of the held digits outside the position,
@@ -705,36 +721,66 @@ impl Network {
         let firsts = symmetry.firsts();
         let g0 = &firsts[0];
         let ports = self.ports;
-        // Ring and chain traffic follow the members' order, so every position digit is
-        // held (a few ports each: counted sparsely); all-pairs traffic does not, so position
-        // digits inside a switch are spread ([`Kind::Spread`]).
-        let held = |port: usize| symmetry.class((port / ports) as u64, true) * ports + port % ports;
-        let route = |edges: &mut dyn Iterator<Item = (u64, u64)>| {
-            let mut by: FxHashMap<usize, f64> = FxHashMap::default();
+        // Ring and chain traffic follow the members' order, so the position digits are held
+        // (a few ports each: counted sparsely), but for the highest when it lies inside a
+        // switch ([`Symmetry::rotating`]): the ring's loads are summed over its values and
+        // shared by them. All-pairs traffic follows no order: position digits inside a
+        // switch are spread ([`Kind::Spread`]).
+        let rotating = symmetry.rotating();
+        let share = rotating.map_or(1.0, |i| symmetry.digits[i].size as f64);
+        let key = |port: usize| {
+            let d = (port / ports) as u64;
+            symmetry.class_where(d, |i, _| Some(i) != rotating) * ports + port % ports
+        };
+        let route = |edges: &mut dyn Iterator<Item = (u64, u64)>,
+                     by: &mut FxHashMap<usize, f64>| {
             let mut longest = 0.0_f64;
             for (a, b) in edges {
                 let mut latency = 0.0;
                 self.route(a, b, |port, hop_s| {
-                    *by.entry(held(port)).or_insert(0.0) += 1.0;
+                    *by.entry(key(port)).or_insert(0.0) += 1.0;
                     latency += hop_s;
                 });
                 longest = longest.max(latency);
             }
+            longest
+        };
+        let peak_of = |by: &FxHashMap<usize, f64>| {
             let mut peak = vec![0.0_f64; ports];
-            for (port, l) in by {
-                peak[port % ports] = peak[port % ports].max(l);
+            for (&k, &l) in by {
+                peak[k % ports] = peak[k % ports].max(l / share);
             }
-            (peak, longest)
+            peak
         };
         let n = g0.len();
-        let (ring, ring_step_s) = route(&mut firsts.iter().flat_map(|g| {
-            (0..n).flat_map(move |i| [(g[i], g[(i + 1) % n]), (g[(i + 1) % n], g[i])])
-        }));
-        let (next, next_s) = route(
+        let mut by = FxHashMap::default();
+        let ring_step_s = route(
+            &mut firsts.iter().flat_map(|g| {
+                (0..n).flat_map(move |i| [(g[i], g[(i + 1) % n]), (g[(i + 1) % n], g[i])])
+            }),
+            &mut by,
+        );
+        let ring = peak_of(&by);
+        by.clear();
+        let next_s = route(
             &mut firsts
                 .iter()
                 .flat_map(|g| g.windows(2).map(|w| (w[0], w[1]))),
+            &mut by,
         );
+        // With a rotating digit, the chain is priced as the forward ring (rotation-symmetric):
+        // the wrap edge, last member to first, adds one unit on ports where the chain's peak
+        // is not. It leaves from the rotating digit's last value (inner fabrics' hops and the
+        // switch's up-port) and enters at its first (the switch's down-port), so on each
+        // port kind some value of the rotating digit carries the chain's load without it.
+        if rotating.is_some() {
+            for g in &firsts {
+                self.route(g[n - 1], g[0], |port, _| {
+                    *by.entry(key(port)).or_insert(0.0) += 1.0;
+                });
+            }
+        }
+        let next = peak_of(&by);
         let position =
             |port: usize| symmetry.class((port / ports) as u64, false) * ports + port % ports;
         let mut by_position = vec![0.0; symmetry.classes() * ports];
