@@ -268,11 +268,17 @@ fn render(report: &Report) -> String {
         }
         let _ = writeln!(s);
     }
+    // The base and best rows share one width: their longer strategy's.
+    let width = [&r.base, &r.best]
+        .iter()
+        .filter_map(|c| c.as_ref().map(|c| c.strategy.len()))
+        .max()
+        .unwrap_or(0);
     if let Some(b) = &r.base {
         let fits = if b.feasible { "" } else { "  (does not fit)" };
         let _ = writeln!(
             s,
-            "base  {:<36} {:>10.4} s{fits}",
+            "base  {:<width$}  {:>10.4} s{fits}",
             b.strategy, b.time_per_iteration_s
         );
     }
@@ -282,7 +288,7 @@ fn render(report: &Report) -> String {
             .map_or(String::new(), |x| format!("  ({x:.3}x the base)"));
         let _ = writeln!(
             s,
-            "best  {:<36} {:>10.4} s{faster}\n",
+            "best  {:<width$}  {:>10.4} s{faster}\n",
             b.strategy, b.time_per_iteration_s
         );
         let _ = writeln!(s, "top {} by time", r.top.len());

@@ -173,15 +173,23 @@ fn render_summary(s: &mut String, design: &Design, a: &Architecture) {
 
 /// Writes the per-component table: core, on-chip memories, main memory and networks.
 fn render_components(s: &mut String, a: &Architecture) {
-    let _ = writeln!(
-        s,
-        "\n{:<14} {:<34} {:>16} {:>16} {:>14}  bound by",
-        "component", "derived", "area mm2", "power W", "perimeter mm"
-    );
+    let row = |name: &str,
+               derived: String,
+               area: &Usage,
+               power: &Usage,
+               perimeter: String,
+               b: &[Bound]| {
+        vec![
+            name.to_string(),
+            derived,
+            usage(area),
+            usage(power),
+            perimeter,
+            bounds(b),
+        ]
+    };
     let c = &a.core;
-    let _ = writeln!(
-        s,
-        "{:<14} {:<34} {:>16} {:>16} {:>14}  {}",
+    let mut rows = vec![row(
         Component::Core.name(),
         format!(
             "{} MCU/{} bundles {:.3} V {}",
@@ -190,33 +198,29 @@ fn render_components(s: &mut String, a: &Architecture) {
             c.voltage_v,
             si(c.frequency_hz, "Hz")
         ),
-        usage(&c.area_mm2),
-        usage(&c.power_w),
-        "-",
-        bounds(&c.bounds)
-    );
+        &c.area_mm2,
+        &c.power_w,
+        "-".into(),
+        &c.bounds,
+    )];
     for l in &a.on_chip {
-        let _ = writeln!(
-            s,
-            "{:<14} {:<34} {:>16} {:>16} {:>14}  {}",
-            l.name,
+        rows.push(row(
+            &l.name,
             format!(
                 "{} banks {} {}",
                 l.banks,
                 bytes(l.capacity_bytes),
                 si(l.bandwidth_bytes_per_s, "B/s")
             ),
-            usage(&l.area_mm2),
-            usage(&l.power_w),
-            "-",
-            bounds(&l.bounds)
-        );
+            &l.area_mm2,
+            &l.power_w,
+            "-".into(),
+            &l.bounds,
+        ));
     }
     let m = &a.main_memory;
-    let _ = writeln!(
-        s,
-        "{:<14} {:<34} {:>16} {:>16} {:>14}  {}",
-        m.name,
+    rows.push(row(
+        &m.name,
         format!(
             "{} x {} {:.3} V {}",
             m.devices,
@@ -224,19 +228,17 @@ fn render_components(s: &mut String, a: &Architecture) {
             m.voltage_v,
             si(m.data_rate_bit_per_s, "b/s")
         ),
-        usage(&m.area_mm2),
-        usage(&m.power_w),
+        &m.area_mm2,
+        &m.power_w,
         usage(&m.perimeter_mm),
-        bounds(&m.bounds)
-    );
+        &m.bounds,
+    ));
     for (name, n) in [
         (Component::IntraPackage.name(), &a.intra_package),
         (Component::InterPackage.name(), &a.inter_package),
     ] {
         if let Some(n) = n {
-            let _ = writeln!(
-                s,
-                "{:<14} {:<34} {:>16} {:>16} {:>14}  {}",
+            rows.push(row(
                 name,
                 format!(
                     "{} lanes {} {}",
@@ -244,11 +246,24 @@ fn render_components(s: &mut String, a: &Architecture) {
                     n.technology,
                     si(n.bandwidth_bytes_per_s, "B/s")
                 ),
-                usage(&n.area_mm2),
-                usage(&n.power_w),
+                &n.area_mm2,
+                &n.power_w,
                 usage(&n.perimeter_mm),
-                bounds(&n.bounds)
-            );
+                &n.bounds,
+            ));
         }
     }
+    let _ = writeln!(s);
+    s.push_str(&aligned(
+        &[
+            "component",
+            "derived",
+            "area mm2",
+            "power W",
+            "perimeter mm",
+            "bound by",
+        ],
+        &rows,
+        &[false, false, true, true, true, false],
+    ));
 }
