@@ -171,15 +171,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         } else {
             String::new()
         },
-        // Per token or sample; a lone GEMM's iteration is its unit.
-        match unit_of(&workload) {
-            "iterations" => String::new(),
-            unit => format!(
-                ", {} per {}",
-                super::table::si_small(prediction.joules_per_token, "J"),
-                unit.trim_end_matches('s')
-            ),
-        }
+        super::predict::per_unit_energy(prediction.joules_per_token, unit_of(&workload))
     );
     if let Some(kg) = carbon {
         println!("operational CO2e    {kg:.3e} kg per iteration");

@@ -157,6 +157,19 @@ pub fn render_inference(
     s
 }
 
+/// `, <energy> per <unit>` for the throughput's unit (`tokens`, `samples`), nothing for a
+/// lone GEMM, whose iteration is its unit.
+pub fn per_unit_energy(joules: f64, unit: &str) -> String {
+    match unit {
+        "iterations" => String::new(),
+        _ => format!(
+            ", {} per {}",
+            super::table::si_small(joules, "J"),
+            unit.trim_end_matches('s')
+        ),
+    }
+}
+
 /// Energy of the iteration and, with a grid intensity, its operational emissions.
 pub fn render_energy(e: &stackflow::perf::Energy, carbon_kg: Option<f64>, unit: &str) -> String {
     let mut s = String::new();
@@ -165,15 +178,7 @@ pub fn render_energy(e: &stackflow::perf::Energy, carbon_kg: Option<f64>, unit: 
         .iter()
         .map(|(n, j)| format!("{n} {}", si(*j, "J")))
         .collect();
-    // Per token or sample; a lone GEMM's iteration is its unit.
-    let per_unit = match unit {
-        "iterations" => String::new(),
-        _ => format!(
-            ", {} per {}",
-            super::table::si_small(e.joules_per_token, "J"),
-            unit.trim_end_matches('s')
-        ),
-    };
+    let per_unit = per_unit_energy(e.joules_per_token, unit);
     let _ = writeln!(
         s,
         "\nenergy / iteration  {} (compute {}, {}, idle floor {}); average {}{per_unit}",

@@ -90,18 +90,7 @@ pub fn bytes_as(value: f64, largest: f64) -> String {
 
 /// A size (a message, an SRAM level) with the binary prefix that fits it.
 pub fn bytes(value: f64) -> String {
-    let prefixes = [
-        (1u64 << 40, "TiB"),
-        (1 << 30, "GiB"),
-        (1 << 20, "MiB"),
-        (1 << 10, "KiB"),
-    ];
-    for (scale, p) in prefixes {
-        if value >= scale as f64 {
-            return format!("{:.2} {p}", value / scale as f64);
-        }
-    }
-    format!("{value:.0} B")
+    bytes_as(value, value)
 }
 
 fn usage(u: &Usage) -> String {

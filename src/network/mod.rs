@@ -490,10 +490,10 @@ impl Network {
         if let Some(found) = self.memo.get_strided((degree, stride)) {
             return found;
         }
-        let (shape, span) = if self.symmetric_strided(degree, stride) {
+        let (shape, span) = if let Some(symmetry) = self.symmetry(degree, stride) {
             let g0: Vec<u64> = (0..degree).map(|c| c * stride).collect();
             let span = self.spanned(&g0);
-            (Arc::new(self.symmetric_shape(stride, degree)), span)
+            (Arc::new(self.symmetric_shape(&symmetry)), span)
         } else {
             let groups: Groups = (0..self.devices)
                 .filter(|dev| (dev / stride) % degree == 0)
@@ -537,7 +537,7 @@ impl Network {
             return shape;
         }
         let shape = match self.symmetric(groups) {
-            Some((stride, degree)) => self.symmetric_shape(stride, degree),
+            Some(symmetry) => self.symmetric_shape(&symmetry),
             None => self.enumerated_shape(groups),
         };
         self.memo.insert(groups, shape)
@@ -585,21 +585,19 @@ impl Network {
         }
     }
 
-    /// `Some((stride, degree))` when `groups` are the groups of `degree` devices `stride`
+    /// The [`Symmetry`] of `groups` when they are the groups of `degree` devices `stride`
     /// apart (as [`Network::strided_link`] lists them) and the fabrics', the tori's
     /// dimensions' and the groups' boundaries nest (each of the strides, `stride` and
-    /// `stride x degree` divides the next larger): then the [`Symmetry`] of those groups
-    /// gives every device's loads from a few groups' routes.
-    fn symmetric(&self, groups: &[Vec<u64>]) -> Option<(u64, u64)> {
+    /// `stride x degree` divides the next larger): it gives every device's loads from a few
+    /// groups' routes.
+    fn symmetric(&self, groups: &[Vec<u64>]) -> Option<Symmetry> {
         let g0 = groups.first()?;
         let degree = g0.len() as u64;
         let stride = g0.get(1)?.checked_sub(g0[0])?;
         if g0[0] != 0 || groups.len() as u64 * degree != self.devices {
             return None;
         }
-        if !self.symmetric_strided(degree, stride) {
-            return None;
-        }
+        let symmetry = self.symmetry(degree, stride)?;
         let mut bases = (0..self.devices).filter(|d| (d / stride) % degree == 0);
         let strided = groups.iter().all(|g| {
             bases.next().is_some_and(|base| {
@@ -609,13 +607,7 @@ impl Network {
                         .all(|(c, &d)| d == base + c as u64 * stride)
             })
         });
-        strided.then_some((stride, degree))
-    }
-
-    /// Whether the groups of `degree` devices `stride` apart are symmetric (see
-    /// [`Network::symmetric`]).
-    fn symmetric_strided(&self, degree: u64, stride: u64) -> bool {
-        self.symmetry(degree, stride).is_some()
+        strided.then_some(symmetry)
     }
 
     /// The symmetry of the groups of `degree` devices `stride` apart ([`Symmetry`]), when
@@ -714,10 +706,8 @@ impl Network {
     /// [`Network::enumerated_shape`] of symmetric groups ([`Network::symmetric`]) from the
     /// first group of each class ([`Symmetry`]): a port's load at a device is the load those
     /// groups' routes put on that port of all devices with the same held digits.
-    fn symmetric_shape(&self, stride: u64, degree: u64) -> GroupShape {
-        let symmetry = self
-            .symmetry(degree, stride)
-            .expect("checked by the caller");
+    fn symmetric_shape(&self, symmetry: &Symmetry) -> GroupShape {
+        let (stride, degree) = (symmetry.stride, symmetry.degree);
         let firsts = symmetry.firsts();
         let g0 = &firsts[0];
         let ports = self.ports;
@@ -1196,13 +1186,12 @@ mod tests {
                         .filter(|d| (d / stride) % degree == 0)
                         .map(|d| (0..degree).map(|c| d + c * stride).collect())
                         .collect();
-                    if net.symmetric(&groups).is_none() {
+                    let Some(symmetry) = net.symmetric(&groups) else {
                         continue;
-                    }
+                    };
                     symmetric += 1;
-                    let firsts = net.symmetry(degree, stride).map(|s| s.firsts().len());
-                    windowed += usize::from(firsts > Some(1));
-                    let a = net.symmetric_shape(stride, degree);
+                    windowed += usize::from(symmetry.firsts().len() > 1);
+                    let a = net.symmetric_shape(&symmetry);
                     let b = net.enumerated_shape(&groups);
                     same(
                         &a,
