@@ -510,6 +510,10 @@ pub struct StrategyRaw {
     /// Layers of the first and last pipeline stages; the stages between share the rest.
     #[serde(default)]
     pub stage_ends: Option<[u64; 2]>,
+    /// The parallel axes' placement, innermost first (`[t, d, p]`); every ordering is
+    /// tried when absent.
+    #[serde(default)]
+    pub order: Option<Vec<String>>,
 }
 
 // ---------------------------------------------------------------- systems
@@ -521,8 +525,12 @@ pub struct SystemFile {
     pub version: u32,
     pub name: String,
     pub description: Option<String>,
-    /// Budget file of the accelerator, relative to this file.
-    pub accelerator: String,
+    /// Budget file of the accelerator, relative to this file (or `processor:`).
+    #[serde(default)]
+    pub accelerator: Option<String>,
+    /// A processor pinned by its rates instead of a budget (a Calculon system).
+    #[serde(default)]
+    pub processor: Option<ProcessorRaw>,
     /// Device count used when the command line gives none.
     pub devices: Option<u64>,
     /// Moved to the accelerator template's `stack:` section (one device, one answer): read
@@ -536,6 +544,45 @@ pub struct SystemFile {
     /// The CPUs beside the accelerators, whose memory may hold embedding tables.
     #[serde(default)]
     pub host: Option<HostRaw>,
+}
+
+/// A processor given by its rates and the efficiency it achieves by operation size
+/// (Calculon's `matrix`, `vector` and `mem1`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessorRaw {
+    /// Matrix units per precision.
+    pub matrix: BTreeMap<Precision, UnitRaw>,
+    /// The vector unit (element-wise work, norms, softmax, the optimizer).
+    pub vector: UnitRaw,
+    pub memory: PinnedMemoryRaw,
+    /// Compute and memory time overlap (the roofline's maximum, the default) or add.
+    #[serde(default = "overlap_on")]
+    pub compute_memory_overlap: bool,
+    #[serde(default)]
+    pub kernel_launch_us: f64,
+}
+
+fn overlap_on() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnitRaw {
+    pub tflop_per_s: f64,
+    /// `[GFLOP threshold, efficiency]` pairs, thresholds descending to 0: an operation of
+    /// at least the threshold's size achieves the efficiency.
+    pub efficiency_by_gflop: Vec<[f64; 2]>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinnedMemoryRaw {
+    pub capacity_gib: f64,
+    pub bandwidth_gb_per_s: f64,
+    /// `[MB threshold (1e6 bytes), efficiency]` pairs, descending to 0.
+    pub efficiency_by_mb: Vec<[f64; 2]>,
 }
 
 /// A system's CPU hosts: each host machine has `sockets` CPU sockets and carries

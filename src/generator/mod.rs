@@ -28,10 +28,12 @@
 //! `crate::domain::Component`, its checks in `check_budgets`.
 
 mod operating_point;
+mod pinned;
 
 use serde::{Deserialize, Serialize};
 
 pub use operating_point::{operating_point, Limit, OperatingPoint};
+pub use pinned::{pinned, Curve, Pinned, PinnedSpec};
 
 use std::collections::BTreeMap;
 
@@ -196,6 +198,10 @@ pub struct Architecture {
     /// where it gives none).
     #[serde(default, skip_serializing_if = "UtilizationCaps::is_none")]
     pub caps: UtilizationCaps,
+    /// A processor given by its rates (a Calculon system) rather than derived: its
+    /// efficiency curves. `None` for every generated design.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<Pinned>,
 }
 
 impl Architecture {
@@ -512,6 +518,7 @@ pub fn generate(design: &Design) -> Architecture {
         perimeter_mm,
         violations,
         caps: design.stack,
+        pinned: None,
     }
 }
 

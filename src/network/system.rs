@@ -76,7 +76,10 @@ pub struct System {
     pub file: String,
     pub name: String,
     pub description: Option<String>,
+    /// The accelerator's budget file (empty for a pinned processor).
     pub accelerator: PathBuf,
+    /// A processor pinned by its rates (`processor:`) instead of a budget.
+    pub pinned: Option<Box<Architecture>>,
     pub devices: Option<u64>,
     pub fabrics: Vec<FabricSpec>,
     /// The CPUs beside the accelerators (`None`: no CPU memory to hold tables).
@@ -97,11 +100,13 @@ impl System {
     pub fn parse(source: Source, path: &Path, text: &str) -> Result<System, ConfigError> {
         let file = path.display().to_string();
         let mut system = Self::from_yaml(&file, text)?;
-        system.accelerator = source.referenced(
-            path,
-            "accelerator",
-            &system.accelerator.display().to_string(),
-        )?;
+        if system.pinned.is_none() {
+            system.accelerator = source.referenced(
+                path,
+                "accelerator",
+                &system.accelerator.display().to_string(),
+            )?;
+        }
         system.source = source;
         if system
             .fabrics
@@ -178,6 +183,22 @@ impl System {
         if let Some(d) = raw.devices {
             check.positive_count("devices", d)?;
         }
+        let pinned = match (&raw.accelerator, &raw.processor) {
+            (Some(_), None) => None,
+            (None, Some(p)) => Some(Box::new(processor(&check, &raw.name, p)?)),
+            (a, _) => {
+                return Err(ConfigError::invalid(
+                    file,
+                    "accelerator",
+                    if a.is_some() {
+                        "(with processor)"
+                    } else {
+                        "(missing)"
+                    },
+                    "either accelerator (a budget file) or processor (pinned rates), not both",
+                ))
+            }
+        };
         let last = raw.fabrics.len() - 1;
         let mut fabrics = Vec::new();
         for (i, f) in raw.fabrics.into_iter().enumerate() {
@@ -201,6 +222,22 @@ impl System {
                     path("size"),
                     "(missing)",
                     "a size (members joined) for every fabric but the outermost",
+                ));
+            }
+            if pinned.is_some() && (f.network.is_some() || f.technology.is_some()) {
+                return Err(ConfigError::invalid(
+                    file,
+                    path(if f.network.is_some() {
+                        "network"
+                    } else {
+                        "technology"
+                    }),
+                    f.network
+                        .as_deref()
+                        .or(f.technology.as_deref())
+                        .unwrap_or(""),
+                    "pinned bandwidth_gb_per_s and latency_us: a pinned processor has no \
+                     networks or technology to derive a fabric from",
                 ));
             }
             let source = match (f.network, f.technology, f.lanes_per_device) {
@@ -290,7 +327,8 @@ impl System {
             file: file.to_string(),
             name: raw.name,
             description: raw.description,
-            accelerator: PathBuf::from(raw.accelerator),
+            accelerator: PathBuf::from(raw.accelerator.unwrap_or_default()),
+            pinned,
             devices: raw.devices,
             fabrics,
             host,
@@ -367,6 +405,7 @@ impl System {
         if budget.is_none() && template.is_none() && tech.is_none() {
             return self;
         }
+        self.pinned = None;
         if let Some(b) = budget {
             self.accelerator = b.to_path_buf();
         }
@@ -375,8 +414,17 @@ impl System {
         self
     }
 
-    /// Loads the accelerator design the system names.
+    /// Loads the accelerator design the system names (a pinned processor has none).
     pub fn design(&self) -> Result<Design, ConfigError> {
+        if self.pinned.is_some() {
+            return Err(ConfigError::invalid(
+                &self.file,
+                "processor",
+                "(pinned)",
+                "a system whose accelerator is a budget (accelerator: budget.yaml): a pinned \
+                 processor has no budget to generate or optimize",
+            ));
+        }
         Design::load(DesignFiles {
             source: self.source,
             budget: &self.accelerator,
@@ -388,6 +436,9 @@ impl System {
     /// Generates the accelerator (with its template's stack caps: one device gives one
     /// answer, alone or in any system).
     pub fn accelerator(&self) -> Result<Architecture, ConfigError> {
+        if let Some(arch) = &self.pinned {
+            return Ok((**arch).clone());
+        }
         Ok(crate::generator::generate(&self.design()?))
     }
 
@@ -579,4 +630,91 @@ fn check_slice(
             ),
         ))
     }
+}
+
+/// The architecture of a pinned processor (`processor:`), checked.
+fn processor(
+    check: &Checker,
+    name: &str,
+    raw: &crate::config::raw::ProcessorRaw,
+) -> Result<Architecture, ConfigError> {
+    use crate::generator::{Curve, PinnedSpec};
+    let curve = |path: &str, steps: &[[f64; 2]], unit: f64| -> Result<Curve, ConfigError> {
+        let mut out = Vec::with_capacity(steps.len());
+        for (i, [from, efficiency]) in steps.iter().enumerate() {
+            let from = check.non_negative(&format!("{path}[{i}][0]"), *from)?;
+            let efficiency = check.within(&format!("{path}[{i}][1]"), *efficiency, 1e-6, 1.0)?;
+            if let Some((previous, _)) = out.last() {
+                if from * unit >= *previous {
+                    return Err(ConfigError::invalid(
+                        check.file,
+                        format!("{path}[{i}][0]"),
+                        crate::config::number(from),
+                        "thresholds strictly descending",
+                    ));
+                }
+            }
+            out.push((from * unit, efficiency));
+        }
+        if out.last().map(|s| s.0) != Some(0.0) {
+            return Err(ConfigError::invalid(
+                check.file,
+                path,
+                format!("{} steps", out.len()),
+                "steps descending to a threshold of 0, so that every size has an efficiency",
+            ));
+        }
+        Ok(Curve { steps: out })
+    };
+    if raw.matrix.is_empty() {
+        return Err(ConfigError::invalid(
+            check.file,
+            "processor.matrix",
+            "{}",
+            "a matrix unit for at least one precision",
+        ));
+    }
+    let mut matrix = std::collections::BTreeMap::new();
+    for (precision, unit) in &raw.matrix {
+        let path = format!("processor.matrix.{}", precision.name());
+        matrix.insert(
+            *precision,
+            (
+                check.positive(&format!("{path}.tflop_per_s"), unit.tflop_per_s)? * 1e12,
+                curve(
+                    &format!("{path}.efficiency_by_gflop"),
+                    &unit.efficiency_by_gflop,
+                    1e9,
+                )?,
+            ),
+        );
+    }
+    let spec = PinnedSpec {
+        name: name.to_string(),
+        matrix,
+        vector_flops_per_s: check
+            .positive("processor.vector.tflop_per_s", raw.vector.tflop_per_s)?
+            * 1e12,
+        vector: curve(
+            "processor.vector.efficiency_by_gflop",
+            &raw.vector.efficiency_by_gflop,
+            1e9,
+        )?,
+        memory_capacity_bytes: check
+            .positive("processor.memory.capacity_gib", raw.memory.capacity_gib)?
+            * (1u64 << 30) as f64,
+        memory_bandwidth_bytes_per_s: check.positive(
+            "processor.memory.bandwidth_gb_per_s",
+            raw.memory.bandwidth_gb_per_s,
+        )? * 1e9,
+        memory: curve(
+            "processor.memory.efficiency_by_mb",
+            &raw.memory.efficiency_by_mb,
+            1e6,
+        )?,
+        serial: !raw.compute_memory_overlap,
+        kernel_launch_s: check.non_negative("processor.kernel_launch_us", raw.kernel_launch_us)?
+            * 1e-6,
+    };
+    Ok(crate::generator::pinned(&spec))
 }

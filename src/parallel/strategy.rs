@@ -499,7 +499,7 @@ impl Strategy {
     /// Reads a strategy file (keys `data`, `tensor`, `pipeline`, `context`,
     /// `context_attention`, `kernel`, `micro_batch`, `interleave`, `schedule`,
     /// `sequence_parallel`, `recompute`, `zero`, `expert`, `weight_prefetch`, `shard_group`,
-    /// `gradient_overlap`, `send_overlap`, `tensor_overlap`, `stage_ends`).
+    /// `gradient_overlap`, `send_overlap`, `tensor_overlap`, `stage_ends`, `order`).
     pub fn from_yaml(file: &str, text: &str) -> Result<Strategy, ConfigError> {
         let raw: StrategyRaw = parse_yaml(file, text)?;
         let check = Checker { file };
@@ -594,7 +594,21 @@ impl Strategy {
             grad_overlap: raw.gradient_overlap.unwrap_or(true),
             send_overlap: raw.send_overlap.unwrap_or(true),
             tp_overlap: raw.tensor_overlap.unwrap_or(false),
-            placement: None,
+            placement: match &raw.order {
+                None => None,
+                Some(order) => {
+                    let axes: Option<Vec<Axis>> =
+                        order.iter().map(|a| Axis::from_letter(a)).collect();
+                    Some(axes.as_deref().and_then(Placement::new).ok_or_else(|| {
+                        ConfigError::invalid(
+                            file,
+                            "order",
+                            format!("[{}]", order.join(", ")),
+                            "distinct axes innermost first from t, k1, k2, d, p, c ([t, d, p])",
+                        )
+                    })?)
+                }
+            },
             ends: match raw.stage_ends {
                 None => None,
                 Some([first, last]) => {

@@ -28,7 +28,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use crate::domain::{McuShape, Precision, Scope};
-use crate::generator::Architecture;
+use crate::generator::{Architecture, Pinned};
 use crate::violation::Violation;
 use crate::workload::{Graph, Kernel, KernelClass, Op, Phase};
 use tiling::{Hierarchy, Problem, Tile};
@@ -55,6 +55,8 @@ pub struct Machine {
     pub throughput_by_precision: BTreeMap<Precision, f64>,
     pub kernel_launch_s: f64,
     hierarchy: Hierarchy,
+    /// A pinned processor's efficiency curves (`None`: a generated design).
+    pub pinned: Option<Pinned>,
 }
 
 impl Machine {
@@ -74,6 +76,7 @@ impl Machine {
             throughput_by_precision,
             kernel_launch_s,
             hierarchy,
+            pinned,
         } = self;
         out.push(levels.len() as u64);
         for level in levels {
@@ -122,6 +125,23 @@ impl Machine {
             operand_tile.1,
             *dataflow as u64,
         ]);
+        if let Some(p) = pinned {
+            let Pinned {
+                matrix,
+                vector_flops_per_s,
+                vector,
+                memory,
+                serial,
+            } = p;
+            for (precision, curve) in matrix {
+                out.push(h(&|s| std::hash::Hash::hash(precision, s)));
+                out.extend(curve.bits());
+            }
+            out.push(vector_flops_per_s.to_bits());
+            out.extend(vector.bits());
+            out.extend(memory.bits());
+            out.push(*serial as u64);
+        }
     }
 
     pub fn new(arch: &Architecture) -> Self {
@@ -173,6 +193,7 @@ impl Machine {
             throughput_by_precision: core.throughput_by_precision.clone(),
             kernel_launch_s: core.kernel_launch_s,
             hierarchy,
+            pinned: arch.pinned.clone(),
         }
     }
 
@@ -183,8 +204,12 @@ impl Machine {
             .map(|r| r * self.peak_flops_per_s * self.max_utilization)
     }
 
-    /// FLOP/s of element-wise work (the fp32 vector rate).
+    /// FLOP/s of element-wise work (the fp32 vector rate; a pinned processor's vector
+    /// unit).
     pub fn vector_rate(&self) -> f64 {
+        if let Some(p) = &self.pinned {
+            return p.vector_flops_per_s;
+        }
         self.throughput_by_precision
             .get(&Precision::Fp32)
             .copied()
@@ -351,7 +376,12 @@ impl Evaluator {
                     };
                     let bytes = read_bytes + write_bytes;
                     let home = m.home(bytes);
-                    let t = self.finish(flops / rate, home, bytes, Vec::new());
+                    let efficiency = match &m.pinned {
+                        Some(p) if fused => p.matrix.get(&kernel.math).map_or(1.0, |c| c.at(flops)),
+                        Some(p) => p.vector.at(flops),
+                        None => 1.0,
+                    };
+                    let t = self.finish(flops / (rate * efficiency), home, bytes, Vec::new());
                     self.keep_stream(key, t);
                 }
                 &self.streams[&key]
@@ -406,6 +436,13 @@ impl Evaluator {
             * (p.m as f64 * p.k as f64 + p.k as f64 * p.n as f64 + p.m as f64 * p.n as f64)
             * b;
         let home = m.home(footprint);
+        if let Some(pinned) = &m.pinned {
+            // A pinned processor has no levels to tile over: the operands cross main
+            // memory once, at the efficiencies its curves give for this size.
+            let flops = 2.0 * p.batch as f64 * p.m as f64 * p.k as f64 * p.n as f64;
+            let efficiency = pinned.matrix.get(&precision).map_or(1.0, |c| c.at(flops));
+            return self.finish(flops / (rate * efficiency), home, footprint, Vec::new());
+        }
         let mut cost = tiling::search(&m.hierarchy, &p, home, rate);
         let main = m.levels.len() - 1;
         if home < main {
@@ -431,10 +468,15 @@ impl Evaluator {
         let levels = self.machine.levels.len();
         let mut level_bytes = vec![0.0; levels];
         level_bytes[home] = bytes;
+        let efficiency = self
+            .machine
+            .pinned
+            .as_ref()
+            .map_or(1.0, |p| p.memory.at(bytes));
         let level_s = level_bytes
             .iter()
             .zip(&self.machine.levels)
-            .map(|(b, l)| transfer_time(*b, l.bandwidth_bytes_per_s))
+            .map(|(b, l)| transfer_time(*b, l.bandwidth_bytes_per_s * efficiency))
             .collect();
         self.assemble(compute_s, home, level_bytes, level_s, tiles)
     }
@@ -454,6 +496,10 @@ impl Evaluator {
                 longest = t;
                 bound = Bound::Memory(self.machine.levels[i].name.clone());
             }
+        }
+        if self.machine.pinned.as_ref().is_some_and(|p| p.serial) {
+            // Compute and memory one after the other (the bound names the larger part).
+            longest = compute_s + level_s.iter().sum::<f64>();
         }
         let launch_s = self.machine.kernel_launch_s;
         KernelTime {

@@ -150,7 +150,21 @@ pub(super) fn transformer(
         gated_ffn: raw.gated_ffn,
         parallel_blocks: raw.parallel_blocks,
         sequence: check.positive_count("sequence", raw.sequence)?,
-        vocab: check.positive_count("vocab", raw.vocab)?,
+        vocab: match (raw.vocab, &raw.inference, raw.tie_embeddings) {
+            // No embedding and no output layer: a stack of blocks (as Calculon models one).
+            (0, None, false) => 0,
+            (0, _, _) => {
+                return Err(ConfigError::invalid(
+                    check.file,
+                    "vocab",
+                    0,
+                    "a vocabulary > 0: serving samples from the logits and tied embeddings \
+                     need a table (vocab: 0, a model without embedding or output layer, is \
+                     for training only)",
+                ))
+            }
+            (v, _, _) => v,
+        },
         global_batch: check.positive_count("global_batch", raw.global_batch)?,
         precision: raw.precision,
         precisions: super::roles(raw.precision, raw.precisions),
@@ -337,23 +351,27 @@ pub(super) fn transformer_pass(
     let tokens = batch * s;
     let t = tokens as f64;
 
+    // `vocab: 0` is a stack of blocks alone: no embedding, final norm, logits or loss.
+    let head = w.vocab > 0;
     g.layer = LayerType::Embedding;
     g.split = Split::Embedding;
-    // Rows of the table are read in the weights' precision, written as activations.
-    let row_bytes = h as f64 * roles.weights.bytes();
-    g.embedding(
-        "token embedding",
-        t,
-        row_bytes,
-        t * h as f64 * bytes,
-        w.vocab as f64 * row_bytes,
-        0.0,
-        storage,
-    );
-    g.dense_parameters(w.vocab as f64 * h as f64);
+    if head {
+        // Rows of the table are read in the weights' precision, written as activations.
+        let row_bytes = h as f64 * roles.weights.bytes();
+        g.embedding(
+            "token embedding",
+            t,
+            row_bytes,
+            t * h as f64 * bytes,
+            w.vocab as f64 * row_bytes,
+            0.0,
+            storage,
+        );
+        g.dense_parameters(w.vocab as f64 * h as f64);
+    }
     let shape = w.layer_shape(training);
     g.split = Split::Replicated;
-    if shape.dropout {
+    if shape.dropout && head {
         g.pointwise_masked(
             "embedding dropout",
             KernelClass::Pointwise,
@@ -372,29 +390,14 @@ pub(super) fn transformer_pass(
     transformer_layers(&mut g, &shape, l, batch, s, keys, bytes);
     // The final norm, logits and loss go with the (vocabulary-parallel) embedding.
     g.layer = LayerType::Embedding;
-    // One final norm.
-    g.dense_parameters((2 * h) as f64);
-    g.set_in_layer(false);
-    layer_norm(&mut g, "final layer norm", 1, t * h as f64);
-    g.split = Split::Column;
-    // FP8 training keeps the output layer in BF16 (Megatron-LM, Transformer Engine).
-    g.gemm_input_linears(false);
-    g.linear("logits", KernelClass::Gemm, 1, tokens, h, w.vocab, 1, false);
-    g.gemm_input_linears(true);
-    g.split = Split::Sharded;
-    if w.tie_embeddings {
-        // The logits reuse the embedding matrix: count its parameters once.
-        g.dense_parameters(-(w.vocab as f64 * h as f64));
+    if head {
+        // One final norm.
+        g.dense_parameters((2 * h) as f64);
     }
-    g.pointwise(
-        "softmax cross-entropy",
-        KernelClass::Pointwise,
-        1,
-        t * w.vocab as f64,
-        1.0,
-        5.0,
-        1.0,
-    );
+    g.set_in_layer(false);
+    if head {
+        output_head(&mut g, w, tokens, h);
+    }
     let mut graph = g.finish(
         w.name.clone(),
         w.optimizer,
@@ -417,6 +420,31 @@ pub(super) fn transformer_pass(
         });
     }
     graph
+}
+
+/// The output head: the final norm, the logits over the vocabulary and the loss.
+fn output_head(g: &mut Builder, w: &Transformer, tokens: u64, h: u64) {
+    let t = tokens as f64;
+    layer_norm(g, "final layer norm", 1, t * h as f64);
+    g.split = Split::Column;
+    // FP8 training keeps the output layer in BF16 (Megatron-LM, Transformer Engine).
+    g.gemm_input_linears(false);
+    g.linear("logits", KernelClass::Gemm, 1, tokens, h, w.vocab, 1, false);
+    g.gemm_input_linears(true);
+    g.split = Split::Sharded;
+    if w.tie_embeddings {
+        // The logits reuse the embedding matrix: count its parameters once.
+        g.dense_parameters(-(w.vocab as f64 * h as f64));
+    }
+    g.pointwise(
+        "softmax cross-entropy",
+        KernelClass::Pointwise,
+        1,
+        t * w.vocab as f64,
+        1.0,
+        5.0,
+        1.0,
+    );
 }
 
 /// `l` transformer layers over `batch` sequences of `s` queries attending to `keys` keys:
