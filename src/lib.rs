@@ -41,6 +41,7 @@
 //! | [`domain`] | the shared vocabulary: precisions, topologies, optimizers, recomputation |
 //! | [`violation`] | typed reasons a design or mapping cannot run |
 //! | [`config`] | the one place that parses YAML/JSON; raw unit-suffixed file structs, errors |
+//! | [`import`] | DeepFlow's and Calculon's input files turned into stackflow's |
 //! | [`tech`] | technology libraries |
 //! | [`template`] | architecture templates |
 //! | [`budget`] | area, power and perimeter budgets and their split |
@@ -70,6 +71,7 @@ pub mod distributed;
 pub mod domain;
 pub mod error;
 pub mod generator;
+pub mod import;
 pub mod network;
 pub mod opt;
 pub mod parallel;

@@ -13,6 +13,7 @@ const ORDER: &[&str] = &[
     "domain",
     "violation",
     "config",
+    "import",
     "tech",
     "template",
     "budget",

@@ -193,6 +193,32 @@ const CASES: &[(&str, Run, i32)] = &[
         0,
     ),
     (
+        "import-calculon-megatron-1t",
+        Run::Stdout(&[
+            "predict",
+            "--workload",
+            "tests/import/calculon/models/megatron-1T.json",
+            "--system",
+            "tests/import/calculon/systems/a100_80g.json",
+            "--strategy",
+            "tests/import/calculon/examples/3072_t4_p64_d12_mbs4_full.json",
+            "--json",
+        ]),
+        0,
+    ),
+    (
+        "import-deepflow-v100-lstm",
+        Run::Stdout(&[
+            "predict",
+            "--workload",
+            "tests/import/deepflow/model-LSTM.yaml",
+            "--budget",
+            "tests/import/deepflow/hw-v100.yaml",
+            "--json",
+        ]),
+        0,
+    ),
+    (
         "dist-dgx-a100-megatron-1t",
         Run::Stdout(&[
             "predict",

@@ -196,6 +196,7 @@ fn every_command_prints_json() {
     let dir = Scratch::new("reports-json");
     let out = |name: &str| dir.path().join(name).display().to_string();
     let (shard1, shard2, merged) = (out("shard1"), out("shard2"), out("merged"));
+    let imported = out("imported");
     let study = "studies/tpu-v4-fig8.yaml";
     let runs: Vec<Vec<&str>> = vec![
         vec!["generate"],
@@ -223,6 +224,13 @@ fn every_command_prints_json() {
         vec!["validate"],
         vec!["intensity", "--devices", "1,4"],
         vec!["availability"],
+        vec![
+            "import",
+            "deepflow",
+            "tests/import/deepflow/model-LSTM.yaml",
+            "--out",
+            &imported,
+        ],
     ];
     let mut commands: Vec<&str> = Vec::new();
     for args in &runs {

@@ -38,15 +38,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(p) => (Source::Disk, p.to_path_buf()),
         None => (Source::Embedded, PathBuf::from(DEFAULT_WORKLOAD)),
     };
-    let workload = Workload::load(source, &workload_file)?;
+    // A Calculon execution as --strategy: its degrees, and its batch for a Calculon model.
+    let execution = super::import::execution(args.strategy)?;
+    let workload = super::import::workload(source, &workload_file, execution.as_ref())?;
     let (budget, template, tech) = args.accelerator;
-    let system =
-        load_system(args.system, args.slice, args.host)?.with_accelerator(budget, template, tech);
-    let design = system.design()?;
+    let budget = budget.map(super::import::budget).transpose()?;
+    let system = load_system_with(args.system, args.slice, args.host, execution.as_ref())?
+        .with_accelerator(budget.as_deref(), template, tech);
+    let accelerator = match &system.pinned {
+        Some(arch) => format!("pinned processor {}", arch.template),
+        None => system.design()?.budget_file,
+    };
     // A lone kernel runs as measured alone, in a system as on its own (one device, one
     // answer).
     let arch = stackflow::perf::as_run(&system.accelerator()?, &workload.graph());
-    let devices = args.devices.unwrap_or_else(|| system.default_devices());
+    let devices = args
+        .devices
+        .or(execution.as_ref().map(|e| e.1.devices()))
+        .unwrap_or_else(|| system.default_devices());
     let network = system.network(&arch, devices)?;
     super::check_precision(&workload_file, &workload, &arch)?;
     if let Some(text) = args.strategy.filter(|t| is_per_layer_type(t)) {
@@ -77,7 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         } else {
             println!(
                 "System: {} ({} devices of {}).\n",
-                system.name, devices, design.budget_file
+                system.name, devices, accelerator
             );
             if let Some(s) = &serving {
                 println!("{}", s.render());
@@ -89,7 +98,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let strategy = load_strategy(args.strategy, &system, devices)?;
+    let strategy = match &execution {
+        Some((file, _)) => {
+            let text = Source::Disk.read(Path::new(file))?;
+            let imported = stackflow::import::calculon::import_execution(file, &text)?;
+            Strategy::from_yaml(file, &imported.files[0].text)?
+        }
+        None => load_strategy(args.strategy, &system, devices)?,
+    };
     if let Some((t, spec)) = workload.serving() {
         let p = predict_inference(t, spec, &arch, &network, &strategy)?;
         let carbon = args.carbon.map(|r| r.kg_per_joule() * p.joules_per_token);
@@ -102,7 +118,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         } else {
             println!(
                 "System: {} ({} devices of {}).\n",
-                system.name, devices, design.budget_file
+                system.name, devices, accelerator
             );
             print!("{}", render_inference(&p));
             if let Some(kg) = carbon {
@@ -145,7 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     println!(
         "System: {} ({} devices of {}).\n",
-        system.name, devices, design.budget_file
+        system.name, devices, accelerator
     );
     if let Some(s) = &serving {
         println!("{}", s.render());
@@ -159,20 +175,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .host_tables
         .as_ref()
         .map_or(0.0, |h| h.energy_j / prediction.time_per_iteration_s);
-    println!(
-        "\nenergy / iteration  {} on {} devices{}; average {} ({} per device{}){}",
-        si(prediction.energy_j, "J"),
-        devices,
-        if host_w > 0.0 { " and their hosts" } else { "" },
-        si(prediction.average_power_w, "W"),
-        si((prediction.average_power_w - host_w) / devices as f64, "W"),
-        if host_w > 0.0 {
-            format!(", {} on the CPU sockets", si(host_w, "W"))
-        } else {
-            String::new()
-        },
-        super::predict::per_unit_energy(prediction.joules_per_token, unit_of(&workload))
-    );
+    if arch.pinned.is_some() {
+        println!(
+            "\nenergy / iteration  not modelled: a pinned processor (a Calculon system) gives \
+             no power figures"
+        );
+    } else {
+        println!(
+            "\nenergy / iteration  {} on {} devices{}; average {} ({} per device{}){}",
+            si(prediction.energy_j, "J"),
+            devices,
+            if host_w > 0.0 { " and their hosts" } else { "" },
+            si(prediction.average_power_w, "W"),
+            si((prediction.average_power_w - host_w) / devices as f64, "W"),
+            if host_w > 0.0 {
+                format!(", {} on the CPU sockets", si(host_w, "W"))
+            } else {
+                String::new()
+            },
+            super::predict::per_unit_energy(prediction.joules_per_token, unit_of(&workload))
+        );
+    }
     if let Some(kg) = carbon {
         println!("operational CO2e    {kg:.3e} kg per iteration");
     }
@@ -477,7 +500,18 @@ fn with_host_flags(mut system: System, flags: &HostFlags) -> anyhow::Result<Syst
 /// A system file, reshaped into `--slice` (e.g. 4x8x16) when given, its host as the
 /// command line sets it.
 pub fn load_system(path: &Path, slice: Option<&str>, host: &HostFlags) -> anyhow::Result<System> {
-    let system = with_host_flags(System::load(Source::Disk, path)?, host)?;
+    load_system_with(path, slice, host, None)
+}
+
+/// [`load_system`], a Calculon system read in-line (its tiers checked against
+/// `execution`'s).
+pub fn load_system_with(
+    path: &Path,
+    slice: Option<&str>,
+    host: &HostFlags,
+    execution: Option<&(String, stackflow::import::calculon::Execution)>,
+) -> anyhow::Result<System> {
+    let system = with_host_flags(super::import::system(path, execution)?, host)?;
     let Some(text) = slice else {
         return Ok(system);
     };

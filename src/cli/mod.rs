@@ -2,6 +2,7 @@
 //! The only place that uses `anyhow`; any error prints its chain and exits with code 2.
 
 mod distributed;
+mod import;
 mod intensity;
 mod optimize;
 mod predict;
@@ -54,6 +55,10 @@ struct DesignArgs {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Turn DeepFlow's (hw-*.yaml, model-*.yaml) or Calculon's (models, systems, executions
+    /// as JSON) input files into stackflow's, each value commented with the field it came
+    /// from; lists what has no counterpart. `predict` also reads them in-line.
+    Import(import::Args),
     /// Derive an accelerator (throughput, memories, networks) from a budget, template and
     /// technology library. With no arguments, uses the embedded budgets/h100.yaml.
     Generate {
@@ -234,6 +239,7 @@ pub fn run() -> i32 {
 
 fn execute(cli: Cli) -> anyhow::Result<Outcome> {
     let done: anyhow::Result<()> = match cli.command {
+        Command::Import(args) => import::run(args),
         Command::Generate { design, json } => generate_command(design, json),
         Command::Sweep {
             study,
@@ -500,7 +506,7 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
     } else {
         Source::Embedded
     };
-    let wl = Workload::load(source, &workload_file)?;
+    let wl = import::workload(source, &workload_file, None)?;
     let (architecture, described) = load_architecture(&a)?;
     let graph = wl.graph();
     let architecture = stackflow::perf::as_run(&architecture, &graph);
@@ -561,15 +567,17 @@ fn load_architecture(a: &PredictArgs) -> anyhow::Result<(Architecture, String)> 
             (arch, format!("architecture {file}"))
         }
         None => {
-            let design = load_design(
-                a.budget.as_deref(),
-                a.template.as_deref(),
-                a.tech.as_deref(),
-            )?;
-            let described = format!(
-                "budget {} (template {}, technology {})",
-                design.budget_file, design.template_file, design.tech_file
-            );
+            let budget = a.budget.as_deref().map(import::budget).transpose()?;
+            let design = load_design(budget.as_deref(), a.template.as_deref(), a.tech.as_deref())?;
+            let described = match (&a.budget, &budget) {
+                (Some(given), Some(used)) if given != used => {
+                    format!("DeepFlow hardware {} (imported in-line)", given.display())
+                }
+                _ => format!(
+                    "budget {} (template {}, technology {})",
+                    design.budget_file, design.template_file, design.tech_file
+                ),
+            };
             (generate(&design), described)
         }
     })
