@@ -711,14 +711,13 @@ pub fn import_system(file: &str, text: &str) -> Result<Imported, ConfigError> {
             match n.ops.get(op) {
                 Some([Some(a), Some(b)]) if [*a, *b] == ring => {}
                 Some([Some(a), Some(b)]) => notes.push(format!(
-                    "{path}.ops.{op} = [{}, {}]: Calculon moves S x {} x (1 + {} / n); \
-                     stackflow prices a ring on the switch ({} S (n-1)/n), so this tier's \
-                     {op} differs by that factor",
+                    "{path}.ops.{op} = [{}, {}]: Calculon moves {} of a collective's S bytes; \
+                     stackflow prices a ring on the switch ({}), so this tier's {op} differs \
+                     by their ratio",
                     num(*a),
                     num(*b),
-                    num(*a),
-                    num(*b),
-                    num(ring[0])
+                    traffic(*a, *b),
+                    traffic(ring[0], ring[1])
                 )),
                 _ => {
                     return Err(fail(
@@ -908,4 +907,20 @@ pub fn check_tiers(exec_file: &str, e: &Execution, tiers: usize) -> Result<(), C
         }
     }
     Ok(())
+}
+
+/// Calculon's traffic `S x scalar x (1 + offset / n)` as text.
+fn traffic(scalar: f64, offset: f64) -> String {
+    let s = if scalar == 1.0 {
+        String::new()
+    } else {
+        format!("{} ", num(scalar))
+    };
+    if offset == 0.0 {
+        format!("{s}S")
+    } else if offset < 0.0 {
+        format!("{s}S (n - {})/n", num(-offset))
+    } else {
+        format!("{s}S (n + {})/n", num(offset))
+    }
 }
