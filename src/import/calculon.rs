@@ -18,7 +18,7 @@ use std::fmt::Write;
 
 use serde::Deserialize;
 
-use super::{line, num, FileKind, Imported, ImportedFile};
+use super::{line, num, stem, FileKind, Imported, ImportedFile};
 use crate::config::{parse_json, ConfigError};
 
 #[derive(Debug, Deserialize)]
@@ -109,12 +109,6 @@ struct NetworkRaw {
 
 fn fail(file: &str, path: &str, value: impl std::fmt::Display, expected: &str) -> ConfigError {
     ConfigError::invalid(file, path, value, expected)
-}
-
-fn stem(file: &str) -> String {
-    std::path::Path::new(file)
-        .file_stem()
-        .map_or_else(|| "imported".into(), |s| s.to_string_lossy().into_owned())
 }
 
 /// A Calculon datatype as a stackflow precision.

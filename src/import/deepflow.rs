@@ -18,7 +18,7 @@ use std::fmt::Write;
 
 use serde::Deserialize;
 
-use super::{line, num, FileKind, Imported, ImportedFile};
+use super::{line, num, stem, FileKind, Imported, ImportedFile};
 use crate::config::{parse_yaml, ConfigError};
 
 // ---------------------------------------------------------------- raw hardware file
@@ -1399,12 +1399,6 @@ fn voltage(
         ),
         &format!("{from}: nominal, threshold, threshold + margin, {max_from}"),
     );
-}
-
-fn stem(file: &str) -> String {
-    std::path::Path::new(file)
-        .file_stem()
-        .map_or_else(|| "imported".into(), |s| s.to_string_lossy().into_owned())
 }
 
 // ---------------------------------------------------------------- models

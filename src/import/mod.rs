@@ -175,3 +175,10 @@ pub(crate) fn line(out: &mut String, indent: usize, key: &str, value: &str, comm
         let _ = writeln!(out, "{head:<44} # {comment}");
     }
 }
+
+/// The name an import gives its files: the foreign file's stem (`hw-v100`).
+pub(crate) fn stem(file: &str) -> String {
+    std::path::Path::new(file)
+        .file_stem()
+        .map_or_else(|| "imported".into(), |s| s.to_string_lossy().into_owned())
+}
