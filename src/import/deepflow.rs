@@ -19,7 +19,7 @@ use std::fmt::Write;
 use serde::Deserialize;
 
 use super::{line, num, stem, FileKind, Imported, ImportedFile};
-use crate::config::{parse_yaml, ConfigError};
+use crate::config::{parse_yaml, Checker, ConfigError};
 
 // ---------------------------------------------------------------- raw hardware file
 
@@ -255,66 +255,43 @@ impl Quantity {
 
 // ---------------------------------------------------------------- checks
 
-struct Check<'a> {
-    file: &'a str,
+/// A share in (0, 1] (DeepFlow's `util`s).
+fn share(check: &Checker, path: &str, v: f64) -> Result<f64, ConfigError> {
+    if v.is_finite() && v > 0.0 && v <= 1.0 {
+        Ok(v)
+    } else {
+        Err(fail(check, path, num(v), "a share in (0, 1]"))
+    }
 }
 
-impl Check<'_> {
-    fn fail(&self, path: &str, value: impl std::fmt::Display, expected: &str) -> ConfigError {
-        ConfigError::invalid(self.file, path, value, expected)
+fn fail(check: &Checker, path: &str, value: impl std::fmt::Display, expected: &str) -> ConfigError {
+    ConfigError::invalid(check.file, path, value, expected)
+}
+
+/// Threshold below nominal and the floor (threshold + margin) at or below nominal.
+fn voltages(
+    check: &Checker,
+    path: &str,
+    nominal: f64,
+    threshold: f64,
+    margin: f64,
+) -> Result<(), ConfigError> {
+    check.positive(&format!("{path}.nominal_voltage"), nominal)?;
+    check.non_negative(&format!("{path}.threshold_voltage"), threshold)?;
+    check.non_negative(&format!("{path}.margin_voltage"), margin)?;
+    if threshold + margin > nominal {
+        return Err(fail(
+            check,
+            &format!("{path}.margin_voltage"),
+            num(margin),
+            &format!(
+                "threshold_voltage + margin_voltage (the lowest operating voltage) at most \
+                 nominal_voltage {}",
+                num(nominal)
+            ),
+        ));
     }
-    fn positive(&self, path: &str, v: f64) -> Result<f64, ConfigError> {
-        if v.is_finite() && v > 0.0 {
-            Ok(v)
-        } else {
-            Err(self.fail(path, num(v), "a finite number > 0"))
-        }
-    }
-    fn non_negative(&self, path: &str, v: f64) -> Result<f64, ConfigError> {
-        if v.is_finite() && v >= 0.0 {
-            Ok(v)
-        } else {
-            Err(self.fail(path, num(v), "a finite number >= 0"))
-        }
-    }
-    fn share(&self, path: &str, v: f64) -> Result<f64, ConfigError> {
-        if v.is_finite() && v > 0.0 && v <= 1.0 {
-            Ok(v)
-        } else {
-            Err(self.fail(path, num(v), "a share in (0, 1]"))
-        }
-    }
-    fn count(&self, path: &str, v: u64) -> Result<u64, ConfigError> {
-        if v > 0 {
-            Ok(v)
-        } else {
-            Err(self.fail(path, v, "an integer > 0"))
-        }
-    }
-    /// Threshold below nominal and the floor (threshold + margin) at or below nominal.
-    fn voltages(
-        &self,
-        path: &str,
-        nominal: f64,
-        threshold: f64,
-        margin: f64,
-    ) -> Result<(), ConfigError> {
-        self.positive(&format!("{path}.nominal_voltage"), nominal)?;
-        self.non_negative(&format!("{path}.threshold_voltage"), threshold)?;
-        self.non_negative(&format!("{path}.margin_voltage"), margin)?;
-        if threshold + margin > nominal {
-            return Err(self.fail(
-                &format!("{path}.margin_voltage"),
-                num(margin),
-                &format!(
-                    "threshold_voltage + margin_voltage (the lowest operating voltage) at most \
-                     nominal_voltage {}",
-                    num(nominal)
-                ),
-            ));
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------- hardware import
@@ -332,16 +309,17 @@ fn memory_type(t: &str) -> Option<(&'static str, &'static str)> {
 }
 
 /// A DeepFlow topology name as a stackflow topology for `members` devices, or `None` for
-/// `none`.
+/// one DeepFlow's timing does not read (`none`, `hic`, ...: the caller says so and uses a
+/// switch).
 fn topology(
-    check: &Check,
+    check: &Checker,
     path: &str,
     name: &str,
     members: u64,
-    notes: &mut Vec<String>,
 ) -> Result<Option<String>, ConfigError> {
     Ok(match name {
-        "none" => None,
+        // Topologies DeepFlow's timing never reads: the caller imports them as a switch.
+        "none" | "hic" | "hierarchical" | "custom" => None,
         "mesh" | "torus" => {
             // A square-ish 2D grid where the members factor so; else a line.
             let mut a = (members as f64).sqrt().floor() as u64;
@@ -358,15 +336,9 @@ fn topology(
         "ring" => Some("{kind: ring}".into()),
         "crossbar" | "switch" => Some("{kind: switch}".into()),
         "fully_connected" => Some("{kind: fully_connected}".into()),
-        "hic" | "hierarchical" | "custom" => {
-            notes.push(format!(
-                "{path} = {name}: DeepFlow's timing does not read its topology (reference \
-                 defect 7); imported as a switch, whose collectives are DeepFlow's rings"
-            ));
-            Some("{kind: switch}".into())
-        }
         other => {
-            return Err(check.fail(
+            return Err(fail(
+                check,
                 path,
                 other,
                 "one of none, mesh, torus, ring, crossbar, hic, hierarchical, custom",
@@ -379,7 +351,7 @@ fn topology(
 /// `<stem>-budget.yaml`.
 pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> {
     let raw: HwFile = parse_yaml(file, text)?;
-    let check = Check { file };
+    let check = Checker { file };
     let stem = stem(file);
     let mut notes = Vec::new();
     let c = &raw.tech_param.core;
@@ -397,8 +369,8 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
         "tech_param.core.nominal_flop_rate_per_mcu",
         c.nominal_flop_rate_per_mcu,
     )?;
-    let d1 = check.count("tech_param.core.FMA_d1", c.fma_d1)?;
-    let d2 = check.count("tech_param.core.FMA_d2", c.fma_d2)?;
+    let d1 = check.positive_count("tech_param.core.FMA_d1", c.fma_d1)?;
+    let d2 = check.positive_count("tech_param.core.FMA_d2", c.fma_d2)?;
     if (2 * d1 * d2 * d1) as f64 != flop_rate {
         notes.push(format!(
             "tech_param.core: FMA_d1 x FMA_d2 x FMA_d1 = {} MACs per cycle, but \
@@ -437,7 +409,8 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
             "core.operating_area_per_mcu (no nominal_area_per_mcu given)",
         ),
         (None, None) => {
-            return Err(check.fail(
+            return Err(fail(
+                &check,
                 "tech_param.core.nominal_area_per_mcu",
                 "(missing)",
                 "an MCU area (nominal_area_per_mcu or operating_area_per_mcu, mm2)",
@@ -472,7 +445,8 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
             (f, "core.operating_frequency (no nominal_frequency given)")
         }
         (None, None) => {
-            return Err(check.fail(
+            return Err(fail(
+                &check,
                 "tech_param.core.nominal_frequency",
                 "(missing)",
                 "the nominal frequency of the MCU, Hz (scaling starts from it)",
@@ -486,7 +460,8 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
         &num(check.positive("tech_param.core.nominal_frequency", freq)? / 1e9),
         freq_from,
     );
-    check.voltages(
+    voltages(
+        &check,
         "tech_param.core",
         c.nominal_voltage,
         c.threshold_voltage,
@@ -517,13 +492,23 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
     // SRAM levels, in the order of the memory hierarchy.
     let levels: Vec<(&String, &MemoryLevel)> = raw.memory_hierarchy.iter().collect();
     if levels.is_empty() {
-        return Err(check.fail("memory_hierarchy", "{}", "at least the main memory (DRAM)"));
+        return Err(fail(
+            &check,
+            "memory_hierarchy",
+            "{}",
+            "at least the main memory (DRAM)",
+        ));
     }
     let _ = writeln!(tech, "sram:");
     for (name, level) in &levels {
         let path = format!("memory_hierarchy.{name}.type");
         let (tech_name, _) = memory_type(&level.kind).ok_or_else(|| {
-            check.fail(&path, &level.kind, "one of SRAM-R, SRAM-L1, SRAM-L2, DRAM")
+            fail(
+                &check,
+                &path,
+                &level.kind,
+                "one of SRAM-R, SRAM-L1, SRAM-L2, DRAM",
+            )
         })?;
         let sram = match level.kind.as_str() {
             "SRAM-R" => raw.tech_param.sram_r.as_ref(),
@@ -532,7 +517,8 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
             _ => continue,
         };
         let Some(s) = sram else {
-            return Err(check.fail(
+            return Err(fail(
+                &check,
                 &path,
                 &level.kind,
                 &format!("a level whose tech_param.{} is given", level.kind),
@@ -630,7 +616,7 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
                 num(s.controller_power_per_link)
             ));
         }
-        check.share(&format!("{p}.util"), s.util)?;
+        share(&check, &format!("{p}.util"), s.util)?;
         if s.util != 1.0 {
             notes.push(format!(
                 "{p}.util = {}: no counterpart; stackflow's SRAM bandwidth is its banks' ports \
@@ -680,7 +666,7 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
         4,
         "links_per_device",
         &check
-            .count("tech_param.DRAM.num_links_per_stack", d.num_links_per_stack)?
+            .positive_count("tech_param.DRAM.num_links_per_stack", d.num_links_per_stack)?
             .to_string(),
         "DRAM num_links_per_stack",
     );
@@ -722,7 +708,8 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
             (f, "DRAM operating_frequency (no nominal_frequency given)")
         }
         (None, None) => {
-            return Err(check.fail(
+            return Err(fail(
+                &check,
                 "tech_param.DRAM.nominal_frequency",
                 "(missing)",
                 "the nominal data rate per DRAM link, bit/s",
@@ -736,14 +723,16 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
         &num(check.positive("tech_param.DRAM.nominal_frequency", rate)? / 1e9),
         rate_from,
     );
-    check.voltages(
+    voltages(
+        &check,
         "tech_param.DRAM",
         d.nominal_voltage,
         d.threshold_voltage,
         d.margin_voltage,
     )?;
     if d.max_voltage < d.nominal_voltage || !d.max_voltage.is_finite() {
-        return Err(check.fail(
+        return Err(fail(
+            &check,
             "tech_param.DRAM.max_voltage",
             num(d.max_voltage),
             &format!("at least nominal_voltage {}", num(d.nominal_voltage)),
@@ -771,7 +760,7 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
         &num(check.non_negative("tech_param.DRAM.latency", d.latency)? * 1e9),
         "DRAM latency (s) x 1e9",
     );
-    check.share("tech_param.DRAM.util", d.util)?;
+    share(&check, "tech_param.DRAM.util", d.util)?;
     if d.util != 1.0 {
         notes.push(format!(
             "tech_param.DRAM.util = {}: no counterpart (stackflow's DRAM bandwidth is its links \
@@ -814,11 +803,11 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
 
     // Links.
     let h = &raw.system_hierarchy;
-    let mut devices = check.count(
+    let mut devices = check.positive_count(
         "system_hierarchy.num_devices_per_node",
         h.num_devices_per_node,
     )?;
-    let nodes = check.count("system_hierarchy.num_nodes", h.num_nodes)?;
+    let nodes = check.positive_count("system_hierarchy.num_nodes", h.num_nodes)?;
     check.non_negative("system_hierarchy.intra_derate", h.intra_derate)?;
     check.non_negative("system_hierarchy.inter_derate", h.inter_derate)?;
     if devices > 1 && h.intra_derate == 0.0 {
@@ -840,13 +829,7 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
     let intra = if devices > 1 {
         let name = &raw.network_topology.intra_node;
         Some(
-            match topology(
-                &check,
-                "network_topology.intra_node",
-                name,
-                devices,
-                &mut notes,
-            )? {
+            match topology(&check, "network_topology.intra_node", name, devices)? {
                 Some(t) => t,
                 None => ignored(&mut notes, "intra_node", name),
             },
@@ -859,13 +842,7 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
     let inter = if nodes > 1 || inter_budget || raw.network_topology.inter_node != "none" {
         let name = &raw.network_topology.inter_node;
         Some(
-            match topology(
-                &check,
-                "network_topology.inter_node",
-                name,
-                nodes,
-                &mut notes,
-            )? {
+            match topology(&check, "network_topology.inter_node", name, nodes)? {
                 Some(t) => t,
                 None => ignored(&mut notes, "inter_node", name),
             },
@@ -922,10 +899,11 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
             &mut tech,
             4,
             "encoding_efficiency",
-            &num(check.share(&format!("{p}.util"), link.util)?),
+            &num(share(&check, &format!("{p}.util"), link.util)?),
             &format!("network.{key}.util"),
         );
-        check.voltages(
+        voltages(
+            &check,
             &p,
             link.nominal_voltage,
             link.threshold_voltage,
@@ -968,7 +946,8 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
         "ast" => "activation_stationary",
         "ost" => "output_stationary",
         other => {
-            return Err(check.fail(
+            return Err(fail(
+                &check,
                 "tech_param.core.dataflow",
                 other,
                 "one of best, none, wst, ast, ost",
@@ -985,7 +964,7 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
         &mut template,
         2,
         "max_utilization",
-        &num(check.share("tech_param.core.util", c.util)?),
+        &num(share(&check, "tech_param.core.util", c.util)?),
         "core.util",
     );
     line(
@@ -993,7 +972,7 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
         2,
         "mcus_per_bundle",
         &check
-            .count("tech_param.core.num_mcu_per_bundle", c.num_mcu_per_bundle)?
+            .positive_count("tech_param.core.num_mcu_per_bundle", c.num_mcu_per_bundle)?
             .to_string(),
         "core.num_mcu_per_bundle",
     );
@@ -1002,7 +981,8 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
         2 => "fp16",
         4 => "fp32",
         other => {
-            return Err(check.fail(
+            return Err(fail(
+                &check,
                 "sw_param.precision",
                 other,
                 "bytes per element: 1 (fp8), 2 (fp16) or 4 (fp32)",
@@ -1045,7 +1025,8 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
             "mcu-bundle" => "bundle",
             "global" => "global",
             other => {
-                return Err(check.fail(
+                return Err(fail(
+                    &check,
                     &format!("memory_hierarchy.{name}.scope"),
                     other,
                     "one of mcu, mcu-bundle, global",
@@ -1054,7 +1035,8 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
         };
         let last = i + 1 == levels.len();
         if (level.kind == "DRAM") != last {
-            return Err(check.fail(
+            return Err(fail(
+                &check,
                 &format!("memory_hierarchy.{name}.type"),
                 &level.kind,
                 "DRAM as the last (outermost) level and only there",
@@ -1183,7 +1165,8 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
             _ => (Some(a.dram), Some(p.dram)),
         };
         let missing = |what: &str| {
-            check.fail(
+            fail(
+                &check,
                 &format!("{what}.{key}"),
                 "(missing)",
                 &format!("a budget for memory level {name} ({})", level.kind),
@@ -1237,7 +1220,8 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
         (chip, "area_breakdown.proc_chip_area_budget")
     };
     if node < chip {
-        return Err(check.fail(
+        return Err(fail(
+            &check,
             "area_breakdown.device_area_budget",
             num(node),
             &format!(
@@ -1315,7 +1299,8 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
     }
     let share: f64 = perimeter.iter().map(|p| p.2).sum();
     if share > 1.0 + 1e-9 {
-        return Err(check.fail(
+        return Err(fail(
+            &check,
             "perimeter_breakdown",
             num(share),
             "fractions of the chip perimeter summing to at most 1",
@@ -1449,18 +1434,19 @@ struct ModelParam {
 pub fn import_model(file: &str, text: &str) -> Result<Imported, ConfigError> {
     let raw: ModelFile = parse_yaml(file, text)?;
     let m = raw.model_param;
-    let check = Check { file };
+    let check = Checker { file };
     let stem = stem(file);
     let mut notes = Vec::new();
     let need = |key: &str, v: Option<u64>| -> Result<u64, ConfigError> {
         let v = v.ok_or_else(|| {
-            check.fail(
+            fail(
+                &check,
                 &format!("model_param.{key}"),
                 "(missing)",
                 &format!("a {} model's {key}", m.mode),
             )
         })?;
-        check.count(&format!("model_param.{key}"), v)
+        check.positive_count(&format!("model_param.{key}"), v)
     };
     let mut out = String::new();
     let _ = writeln!(
@@ -1590,7 +1576,7 @@ pub fn import_model(file: &str, text: &str) -> Result<Imported, ConfigError> {
                     )
                 }
                 (None, Some(f)) => (
-                    check.count("model_param.ffn_dim", f)?,
+                    check.positive_count("model_param.ffn_dim", f)?,
                     "model_param.ffn_dim".to_string(),
                 ),
                 (None, None) => (
@@ -1623,7 +1609,8 @@ pub fn import_model(file: &str, text: &str) -> Result<Imported, ConfigError> {
                 "model_param.num_heads",
             );
             if hidden % heads != 0 {
-                return Err(check.fail(
+                return Err(fail(
+                    &check,
                     "model_param.num_heads",
                     heads,
                     &format!("a divisor of hidden_dim {hidden}"),
@@ -1692,7 +1679,12 @@ pub fn import_model(file: &str, text: &str) -> Result<Imported, ConfigError> {
             }
         }
         other => {
-            return Err(check.fail("model_param.mode", other, "one of GEMM, LSTM, LLM"));
+            return Err(fail(
+                &check,
+                "model_param.mode",
+                other,
+                "one of GEMM, LSTM, LLM",
+            ));
         }
     }
     Ok(Imported {
