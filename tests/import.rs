@@ -180,7 +180,7 @@ fn every_calculon_file_imports_and_loads() {
     }
     for path in files("tests/import/calculon/systems") {
         let (file, text) = read(&path);
-        let imported = calculon::import_system(&file, &text).unwrap();
+        let imported = calculon::import_system(&file, &text, None).unwrap();
         let system = stackflow::network::System::parse(
             Source::Disk,
             Path::new(&file),
@@ -242,7 +242,7 @@ fn megatron_1t_on_3072_runs_on_calculon_files() {
 #[test]
 fn a_pinned_processor_applies_its_efficiency_steps() {
     let (file, text) = read("tests/import/calculon/systems/a100_80g.json");
-    let imported = calculon::import_system(&file, &text).unwrap();
+    let imported = calculon::import_system(&file, &text, None).unwrap();
     let system =
         stackflow::network::System::parse(Source::Disk, Path::new(&file), &imported.files[0].text)
             .unwrap();

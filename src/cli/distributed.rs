@@ -99,9 +99,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     let strategy = match &execution {
-        Some((file, _)) => {
-            let text = Source::Disk.read(Path::new(file))?;
-            let imported = stackflow::import::calculon::import_execution(file, &text)?;
+        Some((file, e)) => {
+            let imported = stackflow::import::calculon::strategy(file, e);
             Strategy::from_yaml(file, &imported.files[0].text)?
         }
         None => load_strategy(args.strategy, &system, devices)?,

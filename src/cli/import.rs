@@ -90,15 +90,16 @@ pub(crate) fn run(a: Args) -> anyhow::Result<()> {
             Format::DeepflowHardware => deepflow::import_hardware(file, text)?,
             Format::DeepflowModel => deepflow::import_model(file, text)?,
             Format::CalculonModel => calculon::import_model(file, text, execution)?,
-            Format::CalculonSystem => calculon::import_system(file, text)?,
-            Format::CalculonExecution => calculon::import_execution(file, text)?,
+            Format::CalculonSystem => calculon::import_system(file, text, execution)?,
+            Format::CalculonExecution => {
+                let (_, e) = executions
+                    .iter()
+                    .find(|(f, _)| f == file)
+                    .expect("every execution was read above");
+                calculon::strategy(file, e)
+            }
             Format::Stackflow | Format::Unknown => unreachable!("refused above"),
         };
-        if *format == Format::CalculonSystem {
-            if let Some((exec_file, e)) = execution {
-                calculon::check_tiers(exec_file, e, count_tiers(text))?;
-            }
-        }
         imports.push((file, *format, imported));
     }
     std::fs::create_dir_all(&a.out)
@@ -146,14 +147,6 @@ fn print_notes(imported: &Imported) {
             println!("  - {n}");
         }
     }
-}
-
-/// Network tiers of a Calculon system's text (checked when it is imported).
-fn count_tiers(text: &str) -> usize {
-    serde_json::from_str::<serde_json::Value>(text)
-        .ok()
-        .and_then(|v| v.get("networks").and_then(|n| n.as_array()).map(Vec::len))
-        .unwrap_or(0)
 }
 
 // ---------------------------------------------------------------- in-line reading
@@ -227,10 +220,8 @@ pub(crate) fn system(
     match format {
         Format::Stackflow | Format::Unknown => Ok(System::parse(Source::Disk, path, &text)?),
         Format::CalculonSystem => {
-            if let Some((exec_file, e)) = execution {
-                calculon::check_tiers(exec_file, e, count_tiers(&text))?;
-            }
-            let imported = calculon::import_system(&file, &text)?;
+            let execution = execution.map(|(f, e)| (f.as_str(), e));
+            let imported = calculon::import_system(&file, &text, execution)?;
             Ok(System::parse(Source::Disk, path, &imported.files[0].text)?)
         }
         other => bail!(

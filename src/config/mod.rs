@@ -201,6 +201,50 @@ impl Checker<'_> {
         }
     }
 
+    /// `[threshold, efficiency]` steps of an efficiency table (a pinned processor's):
+    /// thresholds >= 0 strictly descending to 0, so that every size has an efficiency, and
+    /// efficiencies in (0, 1]. Returns `(threshold x unit, efficiency)`.
+    pub fn steps(
+        &self,
+        path: &str,
+        steps: &[[f64; 2]],
+        unit: f64,
+    ) -> Result<Vec<(f64, f64)>, ConfigError> {
+        let mut out: Vec<(f64, f64)> = Vec::with_capacity(steps.len());
+        for (i, [from, efficiency]) in steps.iter().enumerate() {
+            let from = self.non_negative(&format!("{path}[{i}][0]"), *from)?;
+            if !(efficiency.is_finite() && *efficiency > 0.0 && *efficiency <= 1.0) {
+                return Err(ConfigError::invalid(
+                    self.file,
+                    format!("{path}[{i}][1]"),
+                    number(*efficiency),
+                    "an efficiency in (0, 1]",
+                ));
+            }
+            if out
+                .last()
+                .is_some_and(|(previous, _)| from * unit >= *previous)
+            {
+                return Err(ConfigError::invalid(
+                    self.file,
+                    format!("{path}[{i}][0]"),
+                    number(from),
+                    "thresholds strictly descending",
+                ));
+            }
+            out.push((from * unit, *efficiency));
+        }
+        if out.last().map(|s| s.0) != Some(0.0) {
+            return Err(ConfigError::invalid(
+                self.file,
+                path,
+                format!("{} steps", out.len()),
+                "steps descending to a threshold of 0, so that every size has an efficiency",
+            ));
+        }
+        Ok(out)
+    }
+
     /// A count from 1 to `max`.
     pub fn count_in(&self, path: &str, value: u64, max: u64) -> Result<u64, ConfigError> {
         if (1..=max).contains(&value) {

@@ -54,19 +54,23 @@ pub struct Pinned {
     pub serial: bool,
 }
 
-/// A pinned processor's inputs, checked.
+impl Pinned {
+    /// The matrix units' efficiency on a kernel of `flops` in `precision`.
+    pub fn matrix_efficiency(&self, precision: Precision, flops: f64) -> f64 {
+        self.matrix.get(&precision).map_or(1.0, |c| c.at(flops))
+    }
+}
+
+/// A pinned processor's inputs, checked: its rates and capacity beside its curves.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PinnedSpec {
     pub name: String,
-    /// Matrix FLOP/s and efficiency per precision.
-    pub matrix: BTreeMap<Precision, (f64, Curve)>,
-    pub vector_flops_per_s: f64,
-    pub vector: Curve,
+    /// Matrix FLOP/s per precision (each with its curve in `curves.matrix`).
+    pub matrix_flops_per_s: BTreeMap<Precision, f64>,
     pub memory_capacity_bytes: f64,
     pub memory_bandwidth_bytes_per_s: f64,
-    pub memory: Curve,
-    pub serial: bool,
     pub kernel_launch_s: f64,
+    pub curves: Pinned,
 }
 
 /// The architecture of a pinned processor: one memory level (main memory), no budgets.
@@ -74,8 +78,13 @@ pub struct PinnedSpec {
 pub fn pinned(spec: &PinnedSpec) -> Architecture {
     let peak = [Precision::Bf16, Precision::Fp16]
         .iter()
-        .find_map(|p| spec.matrix.get(p).map(|m| m.0))
-        .unwrap_or_else(|| spec.matrix.values().map(|m| m.0).fold(0.0, f64::max));
+        .find_map(|p| spec.matrix_flops_per_s.get(p).copied())
+        .unwrap_or_else(|| {
+            spec.matrix_flops_per_s
+                .values()
+                .copied()
+                .fold(0.0, f64::max)
+        });
     let none = Usage::new(0.0, 0.0);
     let core = CoreReport {
         technology: "pinned".into(),
@@ -89,9 +98,9 @@ pub fn pinned(spec: &PinnedSpec) -> Architecture {
         dataflow: Dataflow::Best,
         max_utilization: 1.0,
         throughput_by_precision: spec
-            .matrix
+            .matrix_flops_per_s
             .iter()
-            .map(|(p, (rate, _))| (*p, rate / peak))
+            .map(|(p, rate)| (*p, rate / peak))
             .collect(),
         operand_tile: OperandTile { rows: 1, cols: 1 },
         kernel_launch_s: spec.kernel_launch_s,
@@ -138,17 +147,7 @@ pub fn pinned(spec: &PinnedSpec) -> Architecture {
         perimeter_mm: none,
         violations: Vec::new(),
         caps: UtilizationCaps::default(),
-        pinned: Some(Pinned {
-            matrix: spec
-                .matrix
-                .iter()
-                .map(|(p, (_, c))| (*p, c.clone()))
-                .collect(),
-            vector_flops_per_s: spec.vector_flops_per_s,
-            vector: spec.vector.clone(),
-            memory: spec.memory.clone(),
-            serial: spec.serial,
-        }),
+        pinned: Some(spec.curves.clone()),
     }
 }
 

@@ -19,7 +19,7 @@ use std::fmt::Write;
 use serde::Deserialize;
 
 use super::{line, num, stem, FileKind, Imported, ImportedFile};
-use crate::config::{parse_json, ConfigError};
+use crate::config::{parse_json, Checker, ConfigError};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -403,8 +403,13 @@ pub fn import_model(
     })
 }
 
-/// Imports a Calculon system as a stackflow system with a pinned processor.
-pub fn import_system(file: &str, text: &str) -> Result<Imported, ConfigError> {
+/// Imports a Calculon system as a stackflow system with a pinned processor; an execution
+/// given beside it must name its network tiers.
+pub fn import_system(
+    file: &str,
+    text: &str,
+    execution: Option<(&str, &Execution)>,
+) -> Result<Imported, ConfigError> {
     let s: SystemRaw = parse_json(file, text)?;
     let stem = stem(file);
     let mut notes = Vec::new();
@@ -423,59 +428,20 @@ pub fn import_system(file: &str, text: &str) -> Result<Imported, ConfigError> {
             "a matrix unit for at least one datatype",
         ));
     }
+    let check = Checker { file };
+    // A table as the system file writes it, checked as the system file checks it.
     let steps = |path: &str, table: &[[f64; 2]]| -> Result<String, ConfigError> {
-        if table.is_empty() {
-            return Err(fail(file, path, "[]", "[threshold, efficiency] pairs"));
-        }
-        let mut parts = Vec::new();
-        for (i, [from, e]) in table.iter().enumerate() {
-            if !(from.is_finite() && *from >= 0.0) {
-                return Err(fail(
-                    file,
-                    &format!("{path}[{i}][0]"),
-                    num(*from),
-                    "a threshold >= 0",
-                ));
-            }
-            if !(e.is_finite() && *e > 0.0 && *e <= 1.0) {
-                return Err(fail(
-                    file,
-                    &format!("{path}[{i}][1]"),
-                    num(*e),
-                    "an efficiency in (0, 1]",
-                ));
-            }
-            if i > 0 && *from >= table[i - 1][0] {
-                return Err(fail(
-                    file,
-                    &format!("{path}[{i}][0]"),
-                    num(*from),
-                    "thresholds strictly descending",
-                ));
-            }
-            parts.push(format!("[{}, {}]", num(*from), num(*e)));
-        }
-        if table.last().map(|s| s[0]) != Some(0.0) {
-            return Err(fail(
-                file,
-                path,
-                format!("last threshold {}", num(table[table.len() - 1][0])),
-                "a last threshold of 0 (Calculon fails on an operation below every threshold)",
-            ));
-        }
+        let parts: Vec<String> = check
+            .steps(path, table, 1.0)?
+            .iter()
+            .map(|(from, e)| format!("[{}, {}]", num(*from), num(*e)))
+            .collect();
         Ok(format!("[{}]", parts.join(", ")))
     };
     for (datatype, unit) in &s.matrix {
         let path = format!("matrix.{datatype}");
         let p = precision(file, &path, datatype)?;
-        if !(unit.tflops.is_finite() && unit.tflops > 0.0) {
-            return Err(fail(
-                file,
-                &format!("{path}.tflops"),
-                num(unit.tflops),
-                "a rate > 0",
-            ));
-        }
+        check.positive(&format!("{path}.tflops"), unit.tflops)?;
         let _ = writeln!(out, "    {p}:   # {path}");
         line(
             &mut out,
@@ -521,14 +487,7 @@ pub fn import_system(file: &str, text: &str) -> Result<Imported, ConfigError> {
         }
     }
     let _ = writeln!(out, "  vector:   # vector.{vector_type}");
-    if !(vector.tflops.is_finite() && vector.tflops > 0.0) {
-        return Err(fail(
-            file,
-            &format!("vector.{vector_type}.tflops"),
-            num(vector.tflops),
-            "a rate > 0",
-        ));
-    }
+    check.positive(&format!("vector.{vector_type}.tflops"), vector.tflops)?;
     line(
         &mut out,
         4,
@@ -548,9 +507,7 @@ pub fn import_system(file: &str, text: &str) -> Result<Imported, ConfigError> {
     );
     let _ = writeln!(out, "  memory:   # mem1");
     for (key, v) in [("mem1.GiB", s.mem1.GiB), ("mem1.GBps", s.mem1.GBps)] {
-        if !(v.is_finite() && v > 0.0) {
-            return Err(fail(file, key, num(v), "a number > 0"));
-        }
+        check.positive(key, v)?;
     }
     line(&mut out, 4, "capacity_gib", &num(s.mem1.GiB), "mem1.GiB");
     line(
@@ -597,42 +554,22 @@ pub fn import_system(file: &str, text: &str) -> Result<Imported, ConfigError> {
     if s.networks.is_empty() {
         return Err(fail(file, "networks", "[]", "at least one network tier"));
     }
+    if let Some((exec_file, e)) = execution {
+        check_tiers(exec_file, e, s.networks.len())?;
+    }
     let _ = writeln!(out, "fabrics:");
     let last = s.networks.len() - 1;
     for (i, n) in s.networks.iter().enumerate() {
         let path = format!("networks[{i}]");
-        if !(n.bandwidth.is_finite() && n.bandwidth > 0.0) {
-            return Err(fail(
-                file,
-                &format!("{path}.bandwidth"),
-                num(n.bandwidth),
-                "GB/s > 0",
-            ));
-        }
-        if !(n.efficiency.is_finite() && n.efficiency > 0.0 && n.efficiency <= 1.0) {
-            return Err(fail(
-                file,
-                &format!("{path}.efficiency"),
-                num(n.efficiency),
-                "a share in (0, 1]",
-            ));
-        }
-        if !(n.latency.is_finite() && n.latency >= 0.0) {
-            return Err(fail(
-                file,
-                &format!("{path}.latency"),
-                num(n.latency),
-                "seconds >= 0",
-            ));
-        }
-        if !(n.processor_usage.is_finite() && (0.0..1.0).contains(&n.processor_usage)) {
-            return Err(fail(
-                file,
-                &format!("{path}.processor_usage"),
-                num(n.processor_usage),
-                "a share in [0, 1)",
-            ));
-        }
+        check.positive(&format!("{path}.bandwidth"), n.bandwidth)?;
+        check.within(&format!("{path}.efficiency"), n.efficiency, 1e-6, 1.0)?;
+        check.non_negative(&format!("{path}.latency"), n.latency)?;
+        check.within(
+            &format!("{path}.processor_usage"),
+            n.processor_usage,
+            0.0,
+            0.999,
+        )?;
         // Each tier's size counts devices; a stackflow fabric's size counts copies of the
         // fabrics inside it.
         let inner: u64 = s.networks[..i].iter().map(|n| n.size.max(1)).product();
@@ -750,7 +687,11 @@ pub fn import_system(file: &str, text: &str) -> Result<Imported, ConfigError> {
 
 /// Imports a Calculon execution as a strategy.
 pub fn import_execution(file: &str, text: &str) -> Result<Imported, ConfigError> {
-    let e = read_execution(file, text)?;
+    Ok(strategy(file, &read_execution(file, text)?))
+}
+
+/// The strategy of an execution read from `file` ([`read_execution`]).
+pub fn strategy(file: &str, e: &Execution) -> Imported {
     let stem = stem(file);
     let mut notes = Vec::new();
     let mut out = String::new();
@@ -871,18 +812,18 @@ pub fn import_execution(file: &str, text: &str) -> Result<Imported, ConfigError>
                 .into(),
         );
     }
-    Ok(Imported {
+    Imported {
         files: vec![ImportedFile {
             name: format!("{stem}.yaml"),
             kind: FileKind::Strategy,
             text: out,
         }],
         notes,
-    })
+    }
 }
 
 /// Checks an execution's network tiers against a system's: each index names a tier.
-pub fn check_tiers(exec_file: &str, e: &Execution, tiers: usize) -> Result<(), ConfigError> {
+fn check_tiers(exec_file: &str, e: &Execution, tiers: usize) -> Result<(), ConfigError> {
     for (key, tier) in [
         ("tensor_par_net", e.tensor_par_net),
         ("pipeline_par_net", e.pipeline_par_net),

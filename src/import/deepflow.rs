@@ -1428,9 +1428,8 @@ struct ModelParam {
     n_pp: Option<u64>,
 }
 
-/// Imports a DeepFlow model file: `<stem>.yaml`, a stackflow workload. `precision` is the
-/// element width DeepFlow's hardware file gives (`sw_param.precision`); fp16 when the model
-/// is imported alone.
+/// Imports a DeepFlow model file: `<stem>.yaml`, a stackflow workload in fp16 (DeepFlow's
+/// element width is its hardware file's `sw_param.precision`, 2 bytes in every shipped one).
 pub fn import_model(file: &str, text: &str) -> Result<Imported, ConfigError> {
     let raw: ModelFile = parse_yaml(file, text)?;
     let m = raw.model_param;

@@ -638,33 +638,12 @@ fn processor(
     name: &str,
     raw: &crate::config::raw::ProcessorRaw,
 ) -> Result<Architecture, ConfigError> {
-    use crate::generator::{Curve, PinnedSpec};
+    use crate::generator::{Curve, Pinned, PinnedSpec};
+    use std::collections::BTreeMap;
     let curve = |path: &str, steps: &[[f64; 2]], unit: f64| -> Result<Curve, ConfigError> {
-        let mut out = Vec::with_capacity(steps.len());
-        for (i, [from, efficiency]) in steps.iter().enumerate() {
-            let from = check.non_negative(&format!("{path}[{i}][0]"), *from)?;
-            let efficiency = check.within(&format!("{path}[{i}][1]"), *efficiency, 1e-6, 1.0)?;
-            if let Some((previous, _)) = out.last() {
-                if from * unit >= *previous {
-                    return Err(ConfigError::invalid(
-                        check.file,
-                        format!("{path}[{i}][0]"),
-                        crate::config::number(from),
-                        "thresholds strictly descending",
-                    ));
-                }
-            }
-            out.push((from * unit, efficiency));
-        }
-        if out.last().map(|s| s.0) != Some(0.0) {
-            return Err(ConfigError::invalid(
-                check.file,
-                path,
-                format!("{} steps", out.len()),
-                "steps descending to a threshold of 0, so that every size has an efficiency",
-            ));
-        }
-        Ok(Curve { steps: out })
+        Ok(Curve {
+            steps: check.steps(path, steps, unit)?,
+        })
     };
     if raw.matrix.is_empty() {
         return Err(ConfigError::invalid(
@@ -674,32 +653,23 @@ fn processor(
             "a matrix unit for at least one precision",
         ));
     }
-    let mut matrix = std::collections::BTreeMap::new();
+    let (mut rates, mut curves) = (BTreeMap::new(), BTreeMap::new());
     for (precision, unit) in &raw.matrix {
         let path = format!("processor.matrix.{}", precision.name());
-        matrix.insert(
+        let rate = check.positive(&format!("{path}.tflop_per_s"), unit.tflop_per_s)? * 1e12;
+        rates.insert(*precision, rate);
+        curves.insert(
             *precision,
-            (
-                check.positive(&format!("{path}.tflop_per_s"), unit.tflop_per_s)? * 1e12,
-                curve(
-                    &format!("{path}.efficiency_by_gflop"),
-                    &unit.efficiency_by_gflop,
-                    1e9,
-                )?,
-            ),
+            curve(
+                &format!("{path}.efficiency_by_gflop"),
+                &unit.efficiency_by_gflop,
+                1e9,
+            )?,
         );
     }
     let spec = PinnedSpec {
         name: name.to_string(),
-        matrix,
-        vector_flops_per_s: check
-            .positive("processor.vector.tflop_per_s", raw.vector.tflop_per_s)?
-            * 1e12,
-        vector: curve(
-            "processor.vector.efficiency_by_gflop",
-            &raw.vector.efficiency_by_gflop,
-            1e9,
-        )?,
+        matrix_flops_per_s: rates,
         memory_capacity_bytes: check
             .positive("processor.memory.capacity_gib", raw.memory.capacity_gib)?
             * (1u64 << 30) as f64,
@@ -707,14 +677,25 @@ fn processor(
             "processor.memory.bandwidth_gb_per_s",
             raw.memory.bandwidth_gb_per_s,
         )? * 1e9,
-        memory: curve(
-            "processor.memory.efficiency_by_mb",
-            &raw.memory.efficiency_by_mb,
-            1e6,
-        )?,
-        serial: !raw.compute_memory_overlap,
         kernel_launch_s: check.non_negative("processor.kernel_launch_us", raw.kernel_launch_us)?
             * 1e-6,
+        curves: Pinned {
+            matrix: curves,
+            vector_flops_per_s: check
+                .positive("processor.vector.tflop_per_s", raw.vector.tflop_per_s)?
+                * 1e12,
+            vector: curve(
+                "processor.vector.efficiency_by_gflop",
+                &raw.vector.efficiency_by_gflop,
+                1e9,
+            )?,
+            memory: curve(
+                "processor.memory.efficiency_by_mb",
+                &raw.memory.efficiency_by_mb,
+                1e6,
+            )?,
+            serial: !raw.compute_memory_overlap,
+        },
     };
     Ok(crate::generator::pinned(&spec))
 }

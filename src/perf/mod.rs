@@ -377,7 +377,7 @@ impl Evaluator {
                     let bytes = read_bytes + write_bytes;
                     let home = m.home(bytes);
                     let efficiency = match &m.pinned {
-                        Some(p) if fused => p.matrix.get(&kernel.math).map_or(1.0, |c| c.at(flops)),
+                        Some(p) if fused => p.matrix_efficiency(kernel.math, flops),
                         Some(p) => p.vector.at(flops),
                         None => 1.0,
                     };
@@ -440,7 +440,7 @@ impl Evaluator {
             // A pinned processor has no levels to tile over: the operands cross main
             // memory once, at the efficiencies its curves give for this size.
             let flops = 2.0 * p.batch as f64 * p.m as f64 * p.k as f64 * p.n as f64;
-            let efficiency = pinned.matrix.get(&precision).map_or(1.0, |c| c.at(flops));
+            let efficiency = pinned.matrix_efficiency(precision, flops);
             return self.finish(flops / (rate * efficiency), home, footprint, Vec::new());
         }
         let mut cost = tiling::search(&m.hierarchy, &p, home, rate);
