@@ -328,3 +328,50 @@ fn import_writes_the_files_it_lists() {
         "{w}"
     );
 }
+
+/// A pinned processor has no budget: optimizing it, or overriding a template it does not
+/// have, is refused by name (exit 2), not a failed read of an empty path.
+#[test]
+fn a_pinned_system_refuses_budget_work() {
+    let scratch = Scratch::new("import-pinned-budget");
+    let out = scratch.path().display().to_string();
+    let (code, _, err) = stackflow(&[
+        "import",
+        "calculon",
+        "tests/import/calculon/systems/a100_80g.json",
+        "--out",
+        &out,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let system = scratch.path().join("a100_80g.yaml").display().to_string();
+    let (code, _, err) = stackflow(&[
+        "optimize",
+        "--system",
+        &system,
+        "--workload",
+        "workloads/gpt-1.7b.yaml",
+        "--restarts",
+        "1",
+        "--steps",
+        "1",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("processor = (pinned)") && err.contains("no budget"),
+        "{err}"
+    );
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--system",
+        &system,
+        "--workload",
+        "workloads/gpt-1.7b.yaml",
+        "--template",
+        "templates/gpu-a100.yaml",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("no template or technology to override"),
+        "{err}"
+    );
+}

@@ -45,6 +45,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let budget = budget.map(super::import::budget).transpose()?;
     let system = load_system_with(args.system, args.slice, args.host, execution.as_ref())?
         .with_accelerator(budget.as_deref(), template, tech);
+    if system.pinned.is_some() && (template.is_some() || tech.is_some()) {
+        bail!(
+            "{}: a pinned processor (processor:) has no template or technology to override: \
+             give --budget for a derived accelerator, or leave --template and --tech out",
+            system.file
+        );
+    }
     let accelerator = match &system.pinned {
         Some(arch) => format!("pinned processor {}", arch.template),
         None => system.design()?.budget_file,

@@ -337,7 +337,7 @@ fn load_design(args: &Args, system: &System) -> anyhow::Result<Design> {
         })?,
         None => Design::load(DesignFiles {
             source: system.source(),
-            budget: &system.accelerator,
+            budget: system.budget_file()?,
             template: args.template.as_deref(),
             tech: args.tech.as_deref(),
         })?,

@@ -405,29 +405,34 @@ impl System {
         if budget.is_none() && template.is_none() && tech.is_none() {
             return self;
         }
-        self.pinned = None;
         if let Some(b) = budget {
             self.accelerator = b.to_path_buf();
+            self.pinned = None;
         }
         self.overrides = (template.map(Path::to_path_buf), tech.map(Path::to_path_buf));
         self.source = Source::Disk;
         self
     }
 
-    /// Loads the accelerator design the system names (a pinned processor has none).
-    pub fn design(&self) -> Result<Design, ConfigError> {
-        if self.pinned.is_some() {
-            return Err(ConfigError::invalid(
+    /// The accelerator's budget file (a pinned processor has none: an error saying so).
+    pub fn budget_file(&self) -> Result<&Path, ConfigError> {
+        match self.pinned {
+            Some(_) => Err(ConfigError::invalid(
                 &self.file,
                 "processor",
                 "(pinned)",
                 "a system whose accelerator is a budget (accelerator: budget.yaml): a pinned \
                  processor has no budget to generate or optimize",
-            ));
+            )),
+            None => Ok(&self.accelerator),
         }
+    }
+
+    /// Loads the accelerator design the system names (a pinned processor has none).
+    pub fn design(&self) -> Result<Design, ConfigError> {
         Design::load(DesignFiles {
             source: self.source,
-            budget: &self.accelerator,
+            budget: self.budget_file()?,
             template: self.overrides.0.as_deref(),
             tech: self.overrides.1.as_deref(),
         })

@@ -457,7 +457,7 @@ impl Study {
         let budget_path = match &self.budget {
             Some((p, _)) => p.clone(),
             None => normalize(
-                &Source::Disk.resolve(sys_path, &system.accelerator.display().to_string()),
+                &Source::Disk.resolve(sys_path, &system.budget_file()?.display().to_string()),
             ),
         };
         let budget_text = Source::Disk.read(&budget_path)?;
@@ -544,7 +544,7 @@ impl Study {
         let budget_path = match &self.budget {
             Some((p, _)) => p.clone(),
             None => normalize(
-                &Source::Disk.resolve(sys_path, &system.accelerator.display().to_string()),
+                &Source::Disk.resolve(sys_path, &system.budget_file()?.display().to_string()),
             ),
         };
         let budget_text = match &self.budget {
