@@ -233,6 +233,8 @@ fn megatron_1t_on_3072_runs_on_calculon_files() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["feasible"], true);
     assert_eq!(v["devices"], 3072);
+    // A pinned processor gives no power figures: no energy, rather than 0 J.
+    assert!(v["energy_j"].is_null(), "{}", v["energy_j"]);
     let t = v["time_per_iteration_s"].as_f64().unwrap();
     assert_close("Megatron-1T vs Calculon", t, 131.9006, 0.10);
 }

@@ -45,6 +45,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let budget = budget.map(super::import::budget).transpose()?;
     let system = load_system_with(args.system, args.slice, args.host, execution.as_ref())?
         .with_accelerator(budget.as_deref(), template, tech);
+    if system.pinned.is_some() && args.carbon.is_some() {
+        bail!(
+            "{}: --grid-kg-per-kwh: a pinned processor (processor:) gives no power figures, so \
+             its energy and emissions are not modelled",
+            system.file
+        );
+    }
     if system.pinned.is_some() && (template.is_some() || tech.is_some()) {
         bail!(
             "{}: a pinned processor (processor:) has no template or technology to override: \
@@ -154,6 +161,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         if let Some(kg) = carbon {
             value["co2e_kg_per_iteration"] = kg.into();
+        }
+        if arch.pinned.is_some() {
+            // No power figures: no energy, rather than 0 J.
+            for key in ["energy_j", "average_power_w", "joules_per_token"] {
+                value[key] = serde_json::Value::Null;
+            }
         }
         let text = serde_json::to_string_pretty(&value).context("writing the prediction")?;
         println!("{text}");
