@@ -1567,7 +1567,14 @@ pub fn import_model(file: &str, text: &str) -> Result<Imported, ConfigError> {
             let hidden = need("hidden_dim", m.hidden_dim)?;
             let heads = need("num_heads", m.num_heads)?;
             let ffn = match (m.ffn_mult, m.ffn_dim) {
-                (Some(mult), _) => {
+                (Some(mult), given) => {
+                    if let Some(d) = given {
+                        notes.push(format!(
+                            "model_param.ffn_dim = {d}: ffn_mult {} takes precedence, as in \
+                             DeepFlow",
+                            num(mult)
+                        ));
+                    }
                     let f = check.positive("model_param.ffn_mult", mult)? * hidden as f64;
                     (
                         f.round() as u64,
