@@ -57,14 +57,18 @@
 //! | [`study`] | sweeps over roadmap axes |
 //! | [`validate`] | replays published measurements |
 //!
-//! The command line (`src/cli/`, in the binary) sits on top and alone reads arguments, prints
-//! and uses `anyhow`.
+//! | [`cli`] | the front end: arguments, printing, `anyhow`; the binary and the Python package call it |
+//!
+//! The command line ([`cli`]) sits on top and alone reads arguments, prints and uses `anyhow`
+//! and `indicatif`; `src/main.rs` runs it, and the Python package (`python/`) calls
+//! [`cli::capture`] to get a command's `--json` answer as a value, in-process.
 //!
 //! Units: SI inside the model (seconds, bytes, FLOP/s, watts, volts, hertz), except areas
 //! in mm2 and lengths in mm, which every field name says. Input files carry the unit in
 //! every key (`area_mm2`, `data_rate_gbps` = 1e9 bit/s, `device_capacity_gib` = 2^30 bytes).
 
 pub mod budget;
+pub mod cli;
 pub mod config;
 pub mod design;
 pub mod distributed;

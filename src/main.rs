@@ -1,7 +1,5 @@
 //! The `stackflow` command line; see `stackflow --help`.
 
-mod cli;
-
 /// The command line allocates through mimalloc: an evaluation builds and drops a few
 /// hundred small reports, kernel times and names, and the system allocator's free lists
 /// cost a quarter of a budget optimization's time. The library leaves the choice to the
@@ -11,7 +9,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
     quiet_on_closed_pipe();
-    std::process::exit(cli::run());
+    std::process::exit(stackflow::cli::run());
 }
 
 /// A reader that stops reading (`stackflow ... | head`) closes the pipe under `println!`,

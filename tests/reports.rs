@@ -429,3 +429,112 @@ fn optimize_out_copies_inputs_from_anywhere() {
     ]);
     assert_eq!(code, 0, "{err}");
 }
+
+/// `cli::capture` (the Python package's way in) runs a command in-process and hands back the
+/// same answer the binary prints with `--json`, the same outcome, and the same errors.
+#[test]
+fn capture_gives_what_the_command_prints() {
+    use stackflow::cli::{capture, Outcome};
+    let cases: [&[&str]; 4] = [
+        &[
+            "predict",
+            "--workload",
+            "workloads/gemm-8192.yaml",
+            "--json",
+        ],
+        &["generate", "--budget", "budgets/v100.yaml", "--json"],
+        &[
+            "search",
+            "--system",
+            "templates/dgx-a100.yaml",
+            "--devices",
+            "8",
+            "--workload",
+            "workloads/gpt3-175b.yaml",
+            "--json",
+        ],
+        &["validate", "--json"],
+    ];
+    for args in cases {
+        let (code, out, err) = stackflow(args);
+        let printed: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let argv = std::iter::once("stackflow").chain(args.iter().copied());
+        let captured = capture(argv).unwrap();
+        same_json(&captured.json, &printed, &format!("{args:?}"));
+        assert_eq!(captured.outcome.exit_code(), code, "{args:?}: {err}");
+    }
+    let nothing_fits = capture([
+        "stackflow",
+        "search",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "8",
+        "--workload",
+        "workloads/gpt3-175b.yaml",
+        "--json",
+    ])
+    .unwrap();
+    assert_eq!(nothing_fits.outcome, Outcome::NothingFeasible);
+    // Bad input: the command line's message; no --json: refused; a usage error: clap's text.
+    let (code, _, err) = stackflow(&["predict", "--workload", "nowhere.yaml", "--json"]);
+    assert_eq!(code, 2);
+    let e = capture([
+        "stackflow",
+        "predict",
+        "--workload",
+        "nowhere.yaml",
+        "--json",
+    ])
+    .unwrap_err();
+    assert_eq!(
+        format!("error: {}\n", stackflow::cli::describe(&e)),
+        err,
+        "the same message"
+    );
+    let e = capture(["stackflow", "generate"]).unwrap_err();
+    assert!(e.to_string().contains("needs --json"), "{e}");
+    let e = capture(["stackflow", "predict", "--devicez", "8"]).unwrap_err();
+    assert!(e.to_string().contains("--devicez"), "{e}");
+}
+
+/// The Python package maps its keywords onto the flags `cli::flags` lists.
+#[test]
+fn flags_lists_each_commands_long_flags() {
+    let predict = stackflow::cli::flags("predict").unwrap();
+    for flag in [
+        "workload", "budget", "system", "devices", "strategy", "json",
+    ] {
+        assert!(predict.iter().any(|f| f == flag), "{flag}: {predict:?}");
+    }
+    assert!(stackflow::cli::flags("nonesuch").is_none());
+}
+
+/// `a` and `b` hold the same keys, strings and numbers; numbers to the last bit but one
+/// (serde_json reads printed floats back to within an ulp without its `float_roundtrip`).
+fn same_json(a: &serde_json::Value, b: &serde_json::Value, at: &str) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!(
+                (x - y).abs() <= 4.0 * f64::EPSILON * x.abs().max(y.abs()),
+                "{at}: {x} != {y}"
+            );
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}");
+            for (i, (x, y)) in x.iter().zip(y).enumerate() {
+                same_json(x, y, &format!("{at}[{i}]"));
+            }
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            let keys = |m: &serde_json::Map<String, Value>| m.keys().cloned().collect::<Vec<_>>();
+            assert_eq!(keys(x), keys(y), "{at}");
+            for (k, v) in x {
+                same_json(v, &y[k], &format!("{at}.{k}"));
+            }
+        }
+        _ => assert_eq!(a, b, "{at}"),
+    }
+}

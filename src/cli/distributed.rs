@@ -3,16 +3,16 @@
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context};
-use stackflow::config::Source;
-use stackflow::distributed::{
+use crate::config::Source;
+use crate::distributed::{
     predict, predict_inference, predict_layered, DistInference, DistPrediction, LayerStrategy,
     LayeredPrediction, Workspace,
 };
-use stackflow::network::System;
-use stackflow::parallel::strategy::ContextAttention;
-use stackflow::parallel::Strategy;
-use stackflow::workload::Workload;
+use crate::network::System;
+use crate::parallel::strategy::ContextAttention;
+use crate::parallel::Strategy;
+use crate::workload::Workload;
+use anyhow::{bail, Context};
 
 use super::predict::seconds;
 use super::table::{bytes_as, gib, si};
@@ -65,7 +65,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     // A lone kernel runs as measured alone, in a system as on its own (one device, one
     // answer).
-    let arch = stackflow::perf::as_run(&system.accelerator()?, &workload.graph());
+    let arch = crate::perf::as_run(&system.accelerator()?, &workload.graph());
     let devices = args
         .devices
         .or(execution.as_ref().map(|e| e.1.devices()))
@@ -96,7 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             if let Some(s) = &serving {
                 value["serving"] = serde_json::to_value(s)?;
             }
-            println!("{}", serde_json::to_string_pretty(&value)?);
+            super::print_json(&value)?;
         } else {
             println!(
                 "System: {} ({} devices of {}).\n",
@@ -114,7 +114,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let strategy = match &execution {
         Some((file, e)) => {
-            let imported = stackflow::import::calculon::strategy(file, e);
+            let imported = crate::import::calculon::strategy(file, e);
             Strategy::from_yaml(file, &imported.files[0].text)?
         }
         None => load_strategy(args.strategy, &system, devices)?,
@@ -127,7 +127,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             if let Some(kg) = carbon {
                 value["co2e_kg_per_token"] = kg.into();
             }
-            println!("{}", serde_json::to_string_pretty(&value)?);
+            super::print_json(&value)?;
         } else {
             println!(
                 "System: {} ({} devices of {}).\n",
@@ -168,8 +168,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 value[key] = serde_json::Value::Null;
             }
         }
-        let text = serde_json::to_string_pretty(&value).context("writing the prediction")?;
-        println!("{text}");
+        super::print_json(&value).context("writing the prediction")?;
         if let Some(path) = args.csv {
             super::predict::write_csv(path, &serde_json::to_value(&prediction)?)?;
         }
@@ -230,7 +229,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// Whether `--strategy` gives a strategy per layer type (`attention:t8-d16,dense:...`)
 /// rather than a file or one strategy.
 fn is_per_layer_type(text: &str) -> bool {
-    text.contains(':') && !Path::new(text).is_file()
+    text.contains(':') && !crate::config::is_file(Path::new(text))
 }
 
 /// Compute per layer type and stage (all stages up to 4, else the first, second and last;
@@ -334,7 +333,7 @@ impl Serving {
 }
 
 /// The report's line on the tables the hosts keep in DDR, for an iteration of `time_s`.
-fn host_line(h: &stackflow::distributed::HostReport, time_s: f64) -> String {
+fn host_line(h: &crate::distributed::HostReport, time_s: f64) -> String {
     format!(
         "host tables       {} tables, {} of the {} DDR of {} CPU sockets; {} busy ({}), \
          beside the devices' step: lookups {}, {} transfers {}, update {}",
@@ -350,8 +349,8 @@ fn host_line(h: &stackflow::distributed::HostReport, time_s: f64) -> String {
         },
         seconds(h.gather_s),
         match h.transfers {
-            stackflow::domain::Transfers::Direct => "direct",
-            stackflow::domain::Transfers::Staged => "host-staged",
+            crate::domain::Transfers::Direct => "direct",
+            crate::domain::Transfers::Staged => "host-staged",
         },
         seconds(h.transfer_s),
         seconds(h.update_s),
@@ -477,7 +476,7 @@ pub enum TransfersArg {
 /// `system` with the command line's `--tables` and `--host-transfers` applied: an error
 /// naming the flag when the system has no host to apply them to.
 fn with_host_flags(mut system: System, flags: &HostFlags) -> anyhow::Result<System> {
-    use stackflow::domain::{TablePlacement, Transfers};
+    use crate::domain::{TablePlacement, Transfers};
     let tables = flags.tables.map(|t| match t {
         TablesArg::Device => TablePlacement::Device,
         TablesArg::Host => TablePlacement::Host,
@@ -496,7 +495,7 @@ fn with_host_flags(mut system: System, flags: &HostFlags) -> anyhow::Result<Syst
             }
             _ => return Ok(system),
         };
-        return Err(stackflow::config::ConfigError::invalid(
+        return Err(crate::config::ConfigError::invalid(
             "(command line)",
             asked.0,
             asked.1,
@@ -528,7 +527,7 @@ pub fn load_system_with(
     path: &Path,
     slice: Option<&str>,
     host: &HostFlags,
-    execution: Option<&(String, stackflow::import::calculon::Execution)>,
+    execution: Option<&(String, crate::import::calculon::Execution)>,
 ) -> anyhow::Result<System> {
     let system = with_host_flags(super::import::system(path, execution)?, host)?;
     let Some(text) = slice else {
@@ -558,7 +557,9 @@ pub fn load_strategy(
         },
         Some(text) => {
             let path = Path::new(text);
-            if path.extension().is_some_and(|e| e == "yaml" || e == "yml") || path.is_file() {
+            if path.extension().is_some_and(|e| e == "yaml" || e == "yml")
+                || crate::config::is_file(path)
+            {
                 let file = path.display().to_string();
                 Strategy::from_yaml(&file, &Source::Disk.read(path)?)?
             } else if text.trim_start().starts_with('(') {
@@ -740,13 +741,13 @@ pub fn render(p: &DistPrediction, peak: f64, unit: &str) -> String {
 }
 
 /// Each parallel axis and the fabrics its groups span.
-fn describe_mapping(m: &stackflow::parallel::mapping::Mapping) -> String {
+fn describe_mapping(m: &crate::parallel::mapping::Mapping) -> String {
     if m.spans.is_empty() {
         return "one device".into();
     }
     // In placement order, innermost first; the groups that are not strategy axes
     // (experts, shards) after them.
-    let mut spans: Vec<&(stackflow::parallel::Axis, Vec<String>)> = m.spans.iter().collect();
+    let mut spans: Vec<&(crate::parallel::Axis, Vec<String>)> = m.spans.iter().collect();
     spans.sort_by_key(|(a, _)| m.order.iter().position(|o| o == a).unwrap_or(usize::MAX));
     let axes: Vec<String> = spans
         .into_iter()

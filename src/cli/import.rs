@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::config::{write_atomic, Source};
+use crate::import::{self, calculon, deepflow, Format, Imported};
 use anyhow::{bail, Context};
-use stackflow::config::{write_atomic, Source};
-use stackflow::import::{self, calculon, deepflow, Format, Imported};
 
 /// Which tool the files come from.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,10 +132,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<()> {
         }));
     }
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "imports": report }))?
-        );
+        super::print_json(&serde_json::json!({ "imports": report }))?;
     }
     Ok(())
 }
@@ -182,8 +179,8 @@ pub(crate) fn workload(
     source: Source,
     path: &Path,
     execution: Option<&(String, calculon::Execution)>,
-) -> anyhow::Result<stackflow::workload::Workload> {
-    use stackflow::workload::Workload;
+) -> anyhow::Result<crate::workload::Workload> {
+    use crate::workload::Workload;
     if source == Source::Embedded {
         return Ok(Workload::load(source, path)?);
     }
@@ -214,8 +211,8 @@ pub(crate) fn workload(
 pub(crate) fn system(
     path: &Path,
     execution: Option<&(String, calculon::Execution)>,
-) -> anyhow::Result<stackflow::network::System> {
-    use stackflow::network::System;
+) -> anyhow::Result<crate::network::System> {
+    use crate::network::System;
     let (file, text, format) = read(path)?;
     match format {
         Format::Stackflow | Format::Unknown => Ok(System::parse(Source::Disk, path, &text)?),

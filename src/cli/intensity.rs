@@ -5,11 +5,11 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use crate::config::{write_atomic, Source};
+use crate::study::intensity::{shard_points, ShardPoint};
+use crate::workload::Workload;
 use anyhow::{bail, Context};
 use plotters::prelude::*;
-use stackflow::config::{write_atomic, Source};
-use stackflow::study::intensity::{shard_points, ShardPoint};
-use stackflow::workload::Workload;
 
 use super::predict::seconds;
 use super::table::si;
@@ -66,8 +66,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "{} ({}, {})",
         design.budget_file, design.tech_file, design.template_file
     );
-    let arch = stackflow::generator::generate(&design);
-    let arch = stackflow::perf::as_run(&arch, &workload.graph());
+    let arch = crate::generator::generate(&design);
+    let arch = crate::perf::as_run(&arch, &workload.graph());
     super::check_precision(&file, &workload, &arch)?;
     let devices = if a.devices.is_empty() {
         DEFAULT_DEVICES.to_vec()
@@ -76,7 +76,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let points = shard_points(&arch, gemm, &devices)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&points)?);
+        super::print_json(&points)?;
     } else {
         print!("{}", render(&workload.name(), &machine, &points));
     }

@@ -1,5 +1,13 @@
 //! Command-line front end: parse arguments, load and check inputs, run, print.
 //! The only place that uses `anyhow`; any error prints its chain and exits with code 2.
+//!
+//! Two callers: `src/main.rs` ([`run`]: the process's arguments, printed answers, an exit
+//! code) and the Python package ([`capture`]: a command line run in-process, its `--json`
+//! answer handed back as a value). Every `--json` answer leaves a command through
+//! `print_json`, so both get the same answer. A new command: its arguments in `Command`,
+//! its code in a file of this folder, its JSON through `print_json`, and a function of its
+//! own in `python/stackflow/__init__.py` if notebooks want it (`stackflow.run` reaches it
+//! either way).
 
 mod distributed;
 mod import;
@@ -15,12 +23,12 @@ use std::path::{Path, PathBuf};
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+use crate::config::{parse_json, Source};
+use crate::design::{Design, DesignFiles};
+use crate::generator::{generate, Architecture};
+use crate::perf::{unsupported, Evaluator};
+use crate::workload::Workload;
 use anyhow::{bail, Context};
-use stackflow::config::{parse_json, Source};
-use stackflow::design::{Design, DesignFiles};
-use stackflow::generator::{generate, Architecture};
-use stackflow::perf::{unsupported, Evaluator};
-use stackflow::workload::Workload;
 
 /// Budget used when `generate` or `predict` gets none.
 const DEFAULT_BUDGET: &str = "budgets/h100.yaml";
@@ -107,17 +115,17 @@ enum Command {
         #[arg(long)]
         bounds: Option<PathBuf>,
         /// Restarts (S): the budget's own split, then seeded random starts.
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=stackflow::opt::budget::MAX_RESTARTS))]
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=crate::opt::budget::MAX_RESTARTS))]
         restarts: u64,
         /// Steps per restart (T).
-        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=stackflow::opt::budget::MAX_STEPS))]
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=crate::opt::budget::MAX_STEPS))]
         steps: u64,
         /// Seed of the random starts.
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// What finishes each restart: a transfer search over pairwise share moves, or
         /// nothing (DeepFlow's optimizer as published).
-        #[arg(long, default_value = "transfer", value_parser = stackflow::opt::budget::Finish::NAMES)]
+        #[arg(long, default_value = "transfer", value_parser = crate::opt::budget::Finish::NAMES)]
         finish: String,
         /// Directory for budget.yaml, report.json, trace.csv and convergence.svg.
         #[arg(long)]
@@ -183,7 +191,7 @@ enum Command {
         #[arg(long)]
         system: Option<PathBuf>,
         /// Chips in the supercomputer (default 4096, TPU v4 paper Sec. 2).
-        #[arg(long, default_value_t = stackflow::network::availability::TPU_V4_POD_CHIPS)]
+        #[arg(long, default_value_t = crate::network::availability::TPU_V4_POD_CHIPS)]
         pod_chips: u64,
         /// Host availabilities, comma-separated (default 0.99, 0.995, 0.999).
         #[arg(long, value_delimiter = ',')]
@@ -199,19 +207,32 @@ enum Command {
 }
 
 /// What a command that ran to the end found.
-pub(crate) enum Outcome {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
     /// Its answer (an infeasible design included, for `predict` and `generate`).
     Done,
     /// A search, `optimize` or `sweep` that ran but found nothing feasible: the report is
     /// printed and the exit code is 3.
     NothingFeasible,
+    /// A check that ran and failed (`validate` with a case outside its tolerance): the
+    /// report is printed, then this message, and the exit code is 2.
+    Failed(&'static str),
 }
 
-/// Runs the command line and returns the process exit code: 0 done, 2 bad input, 3 a search
-/// that ran but found nothing feasible.
-pub fn run() -> i32 {
-    // A negative number is a value (which its option then refuses by name: `--devices -1`
-    // is not a count), never a flag clap does not know.
+impl Outcome {
+    /// The process exit code of this outcome.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Outcome::Done => 0,
+            Outcome::NothingFeasible => 3,
+            Outcome::Failed(_) => 2,
+        }
+    }
+}
+
+/// The command line's grammar. A negative number is a value (which its option then refuses
+/// by name: `--devices -1` is not a count), never a flag clap does not know.
+fn grammar() -> clap::Command {
     let mut command = Cli::command();
     let names: Vec<String> = command
         .get_subcommands()
@@ -220,20 +241,108 @@ pub fn run() -> i32 {
     for name in names {
         command = command.mut_subcommand(name, |s| s.allow_negative_numbers(true));
     }
-    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+    command
+}
+
+/// Runs the command line and returns the process exit code: 0 done, 2 bad input (or a
+/// failed validation), 3 a search that ran but found nothing feasible.
+pub fn run() -> i32 {
+    let cli = match Cli::from_arg_matches(&grammar().get_matches()) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
     match execute(cli) {
-        Ok(Outcome::Done) => 0,
-        Ok(Outcome::NothingFeasible) => 3,
-        Err(e) => {
-            eprintln!("error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+        Ok(outcome) => {
+            if let Outcome::Failed(message) = outcome {
+                eprintln!("error: {message}");
             }
+            outcome.exit_code()
+        }
+        Err(e) => {
+            eprintln!("error: {}", describe(&e));
             2
         }
+    }
+}
+
+/// An error as the command line prints it (after `error: `): the error, then each cause on
+/// its own line.
+pub fn describe(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        text.push_str(&format!("\n  caused by: {cause}"));
+    }
+    text
+}
+
+/// The long flags of subcommand `name` (without `--`, as clap spells them), for front ends
+/// that map their own arguments onto the command line; `None` for no such subcommand.
+pub fn flags(name: &str) -> Option<Vec<String>> {
+    let command = grammar();
+    let sub = command.get_subcommands().find(|s| s.get_name() == name)?;
+    Some(
+        sub.get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .collect(),
+    )
+}
+
+/// A command's answer, run in-process by [`capture`].
+#[derive(Debug)]
+pub struct Captured {
+    /// How it ended (its exit code is [`Outcome::exit_code`]).
+    pub outcome: Outcome,
+    /// What `--json` prints, as a value.
+    pub json: serde_json::Value,
+}
+
+std::thread_local! {
+    /// Where [`print_json`] puts the answer while [`capture`] runs a command on this thread.
+    static CAPTURED: std::cell::RefCell<Option<Option<serde_json::Value>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Prints a command's `--json` answer, or hands it to [`capture`] when that runs the
+/// command: the one place a `--json` answer leaves a command.
+pub(crate) fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
+    let capturing = CAPTURED.with(|c| c.borrow().is_some());
+    if capturing {
+        let value = serde_json::to_value(value)?;
+        CAPTURED.with(|c| *c.borrow_mut() = Some(Some(value)));
+    } else {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    }
+    Ok(())
+}
+
+/// Runs the command line `args` (the program name first, as `std::env::args` gives it)
+/// in-process and returns its `--json` answer as a value instead of printing it: the same
+/// parsing, checks and code path as the command, so the same answer. Bad input, a clap
+/// usage error included, is an error with the message the command prints; a command that
+/// prints no JSON (no `--json` given) is an error too. Tables and progress bars are not
+/// drawn (a `--json` run draws none).
+pub fn capture<I, T>(args: I) -> anyhow::Result<Captured>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = grammar()
+        .try_get_matches_from(args)
+        .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().trim_end()))?;
+    let cli = Cli::from_arg_matches(&matches).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Reset on the way out, even when the command fails.
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            CAPTURED.with(|c| *c.borrow_mut() = None);
+        }
+    }
+    let _reset = Reset;
+    CAPTURED.with(|c| *c.borrow_mut() = Some(None));
+    let outcome = execute(cli)?;
+    match CAPTURED.with(|c| c.borrow_mut().take().flatten()) {
+        Some(json) => Ok(Captured { outcome, json }),
+        None => bail!("the command printed no JSON answer (it needs --json)"),
     }
 }
 
@@ -259,7 +368,7 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
             })
         }
         Command::Merge { dirs, out, json } => sweep::merge(&dirs, &out, json),
-        Command::Validate { file, json } => validate::run(file, json),
+        Command::Validate { file, json } => return validate::run(file, json),
         Command::Optimize {
             workload,
             system,
@@ -290,11 +399,11 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
                 strategy,
                 search_strategy,
                 bounds,
-                settings: stackflow::opt::budget::Settings {
+                settings: crate::opt::budget::Settings {
                     restarts: restarts as usize,
                     steps,
                     seed,
-                    finish: stackflow::opt::budget::Finish::parse(&finish)
+                    finish: crate::opt::budget::Finish::parse(&finish)
                         .expect("clap accepts only Finish::NAMES"),
                     ..Default::default()
                 },
@@ -331,12 +440,12 @@ fn availability(
     slices: &[u64],
     json: bool,
 ) -> anyhow::Result<()> {
-    use stackflow::network::availability::{goodput, Pod};
+    use crate::network::availability::{goodput, Pod};
     let (source, file) = match system {
         Some(p) => (Source::Disk, p.to_path_buf()),
         None => (Source::Embedded, PathBuf::from("templates/tpu-v4-pod.yaml")),
     };
-    let system = stackflow::network::System::load(source, &file)?;
+    let system = crate::network::System::load(source, &file)?;
     let pod = Pod::of(&system, pod_chips, ("(command line)", "--pod-chips"))?;
     let hosts = if hosts.is_empty() {
         vec![0.99, 0.995, 0.999]
@@ -367,7 +476,7 @@ fn availability(
         }
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        print_json(&rows)?;
         return Ok(());
     }
     println!(
@@ -405,7 +514,7 @@ fn generate_command(
     let design = load_design(budget.as_deref(), template.as_deref(), tech.as_deref())?;
     let arch = generate(&design);
     if json {
-        println!("{}", serde_json::to_string_pretty(&arch)?);
+        print_json(&arch)?;
     } else {
         if budget.is_none() {
             println!(
@@ -509,13 +618,13 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
     let wl = import::workload(source, &workload_file, None)?;
     let (architecture, described) = load_architecture(&a)?;
     let graph = wl.graph();
-    let architecture = stackflow::perf::as_run(&architecture, &graph);
+    let architecture = crate::perf::as_run(&architecture, &graph);
     let mut evaluator = Evaluator::new(&architecture);
     check_precision(&workload_file, &wl, &architecture)?;
     if let Some((t, spec)) = wl.serving() {
         let p = evaluator.predict_inference(t, spec, &architecture.violations);
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&p)?);
+            print_json(&p)?;
         } else {
             println!("Accelerator: {described}.\n");
             print!("{}", predict::render_inference(&p, &architecture));
@@ -526,7 +635,7 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
         return Ok(Outcome::Done);
     }
     let prediction = evaluator.predict(&graph, &architecture.violations);
-    let energy = stackflow::perf::energy(&architecture, &prediction);
+    let energy = crate::perf::energy(&architecture, &prediction);
     let carbon = carbon_rates(a.grid_kg_per_kwh, a.pue)?.map(|r| r.kg_per_joule() * energy.total_j);
     if a.json {
         let mut value = serde_json::to_value(&prediction)?;
@@ -534,9 +643,7 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
         if let Some(kg) = carbon {
             value["co2e_kg_per_iteration"] = kg.into();
         }
-        let text =
-            serde_json::to_string_pretty(&value).context("writing the prediction as JSON")?;
-        println!("{text}");
+        print_json(&value).context("writing the prediction as JSON")?;
     } else {
         if a.workload.is_none() {
             println!("No --workload given: using the embedded default {DEFAULT_WORKLOAD}.");
@@ -630,7 +737,7 @@ fn carbon_rates(grid: Option<f64>, pue: Option<f64>) -> anyhow::Result<Option<Ca
     if !(0.0..=5.0).contains(&g) {
         bail!(
             "--grid-kg-per-kwh {}: expected a carbon intensity from 0 to 5 kg CO2e per kWh",
-            stackflow::config::number(g)
+            crate::config::number(g)
         );
     }
     let pue = pue.unwrap_or(1.1);
@@ -638,7 +745,7 @@ fn carbon_rates(grid: Option<f64>, pue: Option<f64>) -> anyhow::Result<Option<Ca
         bail!(
             "--pue {}: expected a power usage effectiveness from 1 to 5 (facility over IT \
              energy)",
-            stackflow::config::number(pue)
+            crate::config::number(pue)
         );
     }
     Ok(Some(CarbonRates {

@@ -7,21 +7,21 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::Outcome;
+use crate::config::raw::{AreaBudgetRaw, BudgetFile, PerimeterBudgetRaw, PowerBudgetRaw};
+use crate::config::{normalize, to_yaml, write_atomic, Source};
+use crate::design::{Design, DesignFiles};
+use crate::generator::Architecture;
+use crate::network::System;
+use crate::opt::budget::{self, BudgetResult, Sensitivity, Settings, TracePoint};
+use crate::opt::problem::{feasible_set, with_shares, BoundsFile, Evaluation};
+use crate::opt::{co_optimize, BudgetProblem, CoOptimization, Resource};
+use crate::parallel::Strategy;
+use crate::tech::TechLibrary;
+use crate::workload::Workload;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use serde::Serialize;
-use stackflow::config::raw::{AreaBudgetRaw, BudgetFile, PerimeterBudgetRaw, PowerBudgetRaw};
-use stackflow::config::{normalize, to_yaml, write_atomic, Source};
-use stackflow::design::{Design, DesignFiles};
-use stackflow::generator::Architecture;
-use stackflow::network::System;
-use stackflow::opt::budget::{self, BudgetResult, Sensitivity, Settings, TracePoint};
-use stackflow::opt::problem::{feasible_set, with_shares, BoundsFile, Evaluation};
-use stackflow::opt::{co_optimize, BudgetProblem, CoOptimization, Resource};
-use stackflow::parallel::Strategy;
-use stackflow::tech::TechLibrary;
-use stackflow::workload::Workload;
 
 use super::distributed::{load_strategy, render, unit_of};
 use super::table;
@@ -75,7 +75,7 @@ struct Report<'a> {
     /// The report's first line.
     headline: String,
     feasible: bool,
-    violations: &'a [stackflow::violation::Violation],
+    violations: &'a [crate::violation::Violation],
     shares: Vec<ShareReport>,
     sensitivities: &'a [Sensitivity],
     /// Share of each whole budget the best design uses; a class at 100% binds.
@@ -197,7 +197,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let design = load_design(&args, &system)?;
     let devices = args.devices.unwrap_or_else(|| system.default_devices());
     let bounds = load_bounds(&args)?;
-    let layout = stackflow::opt::problem::layout(&design);
+    let layout = crate::opt::problem::layout(&design);
     let set = feasible_set(&layout, bounds.as_ref().map(|(f, b)| (f.as_str(), b)))?;
     let search = args.search_strategy || args.strategy.is_none();
     let baseline = baseline_strategy(&args, search, &system, &design, &workload, &wfile, devices)?;
@@ -282,7 +282,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         Outcome::NothingFeasible
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        super::print_json(&report)?;
         return Ok(outcome);
     }
     let text = render_report(&report, &best, &best_design, co.as_ref(), unit);
@@ -313,9 +313,9 @@ fn baseline_strategy(
     Ok(match (&args.strategy, search) {
         (None, true) => {
             // Pure data parallelism, or the first strategy that runs when it does not.
-            let arch = stackflow::generator::generate(design);
+            let arch = crate::generator::generate(design);
             let net = system.network(&arch, devices)?;
-            stackflow::opt::search::baseline(workload, &arch, &net, devices).ok_or_else(|| {
+            crate::opt::search::baseline(workload, &arch, &net, devices).ok_or_else(|| {
                 anyhow::anyhow!(
                     "no strategy runs {} on {devices} devices (batch, layers or heads do not split)",
                     wfile.display()
@@ -376,11 +376,11 @@ fn optimize_problem(
     );
     let progress = {
         let bar = bar.clone();
-        stackflow::opt::Progress::new(move |steps| bar.inc(steps))
+        crate::opt::Progress::new(move |steps| bar.inc(steps))
     };
     let (result, co) = if search {
         // (b), then at most three rounds from each of (c)'s starting strategies.
-        bar.set_length(per_run * (1 + 3 * stackflow::opt::CO_STARTS as u64));
+        bar.set_length(per_run * (1 + 3 * crate::opt::CO_STARTS as u64));
         bar.set_message("strategy search and budget optimization");
         let co = co_optimize(problem, &args.settings, &progress)?;
         (co.budgets.clone(), Some(co))
@@ -480,8 +480,8 @@ fn render_report(
         super::distributed::plural(r.settings.steps, "step", "steps"),
         r.settings.seed,
         match r.settings.finish {
-            stackflow::opt::budget::Finish::Transfer => "each finished by a transfer search",
-            stackflow::opt::budget::Finish::None => "projected gradient only (--finish none)",
+            crate::opt::budget::Finish::Transfer => "each finished by a transfer search",
+            crate::opt::budget::Finish::None => "projected gradient only (--finish none)",
         }
     );
     if let Some(co) = co {
@@ -733,7 +733,7 @@ fn budget_file(
     let mut area = BTreeMap::new();
     let mut power = BTreeMap::new();
     let mut perimeter = BTreeMap::new();
-    let shares = stackflow::opt::problem::shares_of(design, &problem.layout);
+    let shares = crate::opt::problem::shares_of(design, &problem.layout);
     for (s, v) in problem.layout.iter().zip(shares) {
         let map = match s.resource {
             Resource::Area => &mut area,

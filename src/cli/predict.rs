@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use stackflow::perf::Prediction;
+use crate::perf::Prediction;
 
 use super::table::{bytes, gib, si};
 
@@ -103,8 +103,8 @@ pub fn render(p: &Prediction, peak_flops_per_s: f64, kernels: bool) -> String {
 
 /// The inference report: time to first token, time per output token, throughput, bounds.
 pub fn render_inference(
-    p: &stackflow::perf::InferencePrediction,
-    arch: &stackflow::generator::Architecture,
+    p: &crate::perf::InferencePrediction,
+    arch: &crate::generator::Architecture,
 ) -> String {
     let mut s = String::new();
     let bound = |pr: &Prediction| {
@@ -171,7 +171,7 @@ pub fn per_unit_energy(joules: f64, unit: &str) -> String {
 }
 
 /// Energy of the iteration and, with a grid intensity, its operational emissions.
-pub fn render_energy(e: &stackflow::perf::Energy, carbon_kg: Option<f64>, unit: &str) -> String {
+pub fn render_energy(e: &crate::perf::Energy, carbon_kg: Option<f64>, unit: &str) -> String {
     let mut s = String::new();
     let memory: Vec<String> = e
         .memory_j
@@ -264,7 +264,7 @@ pub fn write_csv(path: &std::path::Path, report: &serde_json::Value) -> anyhow::
             rows += 1;
         }
     }
-    stackflow::config::write_atomic(path, &csv.into_inner()?)
+    crate::config::write_atomic(path, &csv.into_inner()?)
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     Ok(rows)
 }

@@ -1,4 +1,4 @@
-//! `stackflow search`: the strategy search ([`stackflow::opt::search`]) for a workload on a
+//! `stackflow search`: the strategy search ([`crate::opt::search`]) for a workload on a
 //! system: the top N with time, memory per device, MFU and what binds; the Pareto front of
 //! time against memory per device; the search's counts; JSON and CSV for scripts.
 
@@ -6,15 +6,15 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::config::{write_atomic, Source};
+use crate::distributed::LayeredPrediction;
+use crate::opt::search::layered::{search_layered, LayeredResult};
+use crate::opt::search::{self, Candidate, SearchResult};
+use crate::opt::Progress;
+use crate::workload::Workload;
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-use stackflow::config::{write_atomic, Source};
-use stackflow::distributed::LayeredPrediction;
-use stackflow::opt::search::layered::{search_layered, LayeredResult};
-use stackflow::opt::search::{self, Candidate, SearchResult};
-use stackflow::opt::Progress;
-use stackflow::workload::Workload;
 
 use super::distributed::{load_strategy, load_system};
 use super::table::{aligned, gib};
@@ -97,7 +97,7 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
         );
     }
     let system = load_system(&a.system, a.slice.as_deref(), &a.host)?;
-    let arch = stackflow::perf::as_run(&system.accelerator()?, &workload.graph());
+    let arch = crate::perf::as_run(&system.accelerator()?, &workload.graph());
     let devices = a.devices.unwrap_or_else(|| system.default_devices());
     let net = system.network(&arch, devices)?;
     super::check_precision(&workload_file, &workload, &arch)?;
@@ -108,7 +108,7 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
             base.check_devices(devices)
                 .with_context(|| format!("--base {base} on --devices {devices}"))?;
             // A base the workload cannot run is bad input, with the fit's reason.
-            stackflow::distributed::Plan::new(&workload, &arch, &net, &base)
+            crate::distributed::Plan::new(&workload, &arch, &net, &base)
                 .with_context(|| format!("--base {base}"))?;
             base
         }
@@ -153,7 +153,7 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
         &progress,
     );
     let per_layer_type = a.per_layer_type.then(|| {
-        let starts = stackflow::opt::search::layered::starts(&r);
+        let starts = crate::opt::search::layered::starts(&r);
         search_layered(&workload, &arch, &net, system.devices_per_node(), &starts)
     });
     let wall_s = start.elapsed().as_secs_f64();
@@ -180,7 +180,7 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
     if a.json {
         let mut value = serde_json::to_value(&report)?;
         value["headline"] = headline(&report).into();
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        super::print_json(&value)?;
     } else {
         let text = render(&report);
         let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));

@@ -13,14 +13,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::Outcome;
+use crate::config::raw::{StudyAction, StudyMetric, StudyPlot, StudyPlotKind};
+use crate::config::write_atomic;
+use crate::study::{PointResult, Study};
 use anyhow::{bail, ensure, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use rayon::prelude::*;
 use serde::Serialize;
-use stackflow::config::raw::{StudyAction, StudyMetric, StudyPlot, StudyPlotKind};
-use stackflow::config::write_atomic;
-use stackflow::study::{PointResult, Study};
 
 pub struct Args {
     pub study: PathBuf,
@@ -129,7 +129,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         let mut value = serde_json::to_value(results_file(&study, &results))?;
         value["out"] = out.display().to_string().into();
         value["counts"] = serde_json::to_value(Counts::of(&results))?;
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        super::print_json(&value)?;
     } else {
         print!("{}", summarize(&study, &results));
     }
@@ -171,8 +171,13 @@ fn prepare_out(args: &Args, study: &Study, out: &Path, journal: &Path) -> anyhow
     }
     write_atomic(&saved, study.text.as_bytes())?;
     write_atomic(&saved_inputs, inputs.as_bytes())?;
-    let origin = std::fs::canonicalize(&args.study)
-        .with_context(|| format!("resolving {}", args.study.display()))?;
+    // A study held in memory (the Python package's dict) has no file to come back to.
+    let origin = if args.study.is_file() || !crate::config::is_file(&args.study) {
+        std::fs::canonicalize(&args.study)
+            .with_context(|| format!("resolving {}", args.study.display()))?
+    } else {
+        args.study.clone()
+    };
     write_atomic(
         &out.join("origin.txt"),
         origin.display().to_string().as_bytes(),
@@ -297,7 +302,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, json: bool) -> anyhow::Result<()> {
         value["merged_folders"] = dirs.len().into();
         value["missing_points"] = missing.into();
         value["counts"] = serde_json::to_value(Counts::of(&results))?;
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        super::print_json(&value)?;
         return Ok(());
     }
     println!(
@@ -356,7 +361,7 @@ fn write_results(study: &Study, out: &Path, results: &[PointResult]) -> anyhow::
     let mut csv = csv::Writer::from_writer(Vec::new());
     let mut header: Vec<String> = vec!["index".into()];
     header.extend(study.axes.iter().map(|a| a.name.clone()));
-    header.extend(stackflow::study::RESULT_COLUMNS.map(String::from));
+    header.extend(crate::study::RESULT_COLUMNS.map(String::from));
     csv.write_record(&header)?;
     let opt = |x: Option<f64>| x.map_or(String::new(), |v| v.to_string());
     for r in results {

@@ -2,9 +2,9 @@
 
 use std::fmt::Write;
 
-use stackflow::design::Design;
-use stackflow::domain::Component;
-use stackflow::generator::{Architecture, Bound, Usage};
+use crate::design::Design;
+use crate::domain::Component;
+use crate::generator::{Architecture, Bound, Usage};
 
 pub fn si(value: f64, unit: &str) -> String {
     let prefixes = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];

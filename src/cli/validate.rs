@@ -4,25 +4,26 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::bail;
-use stackflow::config::Source;
-use stackflow::validate::{run as replay, CaseResult, Report, DEFAULT};
+use super::Outcome;
+use crate::config::Source;
+use crate::validate::{run as replay, CaseResult, Report, DEFAULT};
 
-pub fn run(file: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+pub fn run(file: Option<PathBuf>, json: bool) -> anyhow::Result<Outcome> {
     let (source, path) = match file {
         Some(p) => (Source::Disk, p),
         None => (Source::Embedded, PathBuf::from(DEFAULT)),
     };
     let report = replay(source, Path::new(&path))?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        super::print_json(&report)?;
     } else {
         print!("{}", render(&report));
     }
-    if !report.passed {
-        bail!("validation failed: a case is outside its tolerance (see the table)");
-    }
-    Ok(())
+    Ok(if report.passed {
+        Outcome::Done
+    } else {
+        Outcome::Failed("validation failed: a case is outside its tolerance (see the table)")
+    })
 }
 
 fn render(r: &Report) -> String {

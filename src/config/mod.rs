@@ -13,15 +13,61 @@ pub mod raw;
 mod source;
 
 pub use error::ConfigError;
-pub use source::{normalize, reads, Source, SHIPPED};
+pub use source::{is_file, normalize, reads, InMemoryFiles, Source, SHIPPED};
 
+use std::any::{Any, TypeId};
+use std::hash::BuildHasher;
+use std::sync::{Mutex, PoisonError};
+
+use rustc_hash::FxHashMap;
 use serde::de::DeserializeOwned;
 
 /// The only file-format version this build reads.
 pub const VERSION: u32 = 1;
 
-/// Parses YAML text from `file` into `T`, reporting the field path of any error.
-pub fn parse_yaml<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, ConfigError> {
+/// The most parsed texts [`parse_yaml`] keeps; when full it forgets them all.
+pub const MAX_PARSED: usize = 256;
+
+/// Parsed texts, by the type they were parsed into and the text's hash: the text itself, to
+/// tell texts of one hash apart, and its value.
+type Parsed = FxHashMap<(TypeId, u64), (String, Box<dyn Any + Send + Sync>)>;
+
+/// Texts parsed before, so that a program calling the commands again and again (the Python
+/// package, a sweep's workers) parses each input once: YAML parsing costs more than a
+/// prediction (about 0.1 ms per kilobyte). Only successful parses are kept; a value depends
+/// on the text alone, so the answer is the same bytes.
+static PARSED: Mutex<Option<Parsed>> = Mutex::new(None);
+
+/// Parses YAML text from `file` into `T`, reporting the field path of any error. A text
+/// parsed into `T` before is not parsed again ([`MAX_PARSED`]).
+pub fn parse_yaml<T>(file: &str, text: &str) -> Result<T, ConfigError>
+where
+    T: DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    let key = (TypeId::of::<T>(), rustc_hash::FxBuildHasher.hash_one(text));
+    let known = PARSED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .and_then(|parsed| parsed.get(&key))
+        .filter(|(known, _)| known == text)
+        .and_then(|(_, value)| value.downcast_ref::<T>())
+        .cloned();
+    if let Some(value) = known {
+        return Ok(value);
+    }
+    let value: T = parse_yaml_text(file, text)?;
+    let mut parsed = PARSED.lock().unwrap_or_else(PoisonError::into_inner);
+    let parsed = parsed.get_or_insert_with(FxHashMap::default);
+    if parsed.len() >= MAX_PARSED {
+        parsed.clear();
+    }
+    parsed.insert(key, (text.to_string(), Box::new(value.clone())));
+    Ok(value)
+}
+
+/// [`parse_yaml`] without the memo.
+fn parse_yaml_text<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, ConfigError> {
     check_shape(file, text)?;
     let deserializer = serde_yaml::Deserializer::from_str(text);
     let value: T = serde_path_to_error::deserialize(deserializer).map_err(|e| {
@@ -408,6 +454,29 @@ fn parse_field_path(path: &str) -> Option<Vec<FieldStep>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_parsed_text_is_kept_and_a_changed_one_parsed_anew() {
+        let text = "nominal_v: 1\nthreshold_v: 0.3\nmin_v: 0.5\nmax_v: 1.2\n";
+        let first = parse_yaml::<raw::VoltageRaw>("f.yaml", text).unwrap();
+        let again = parse_yaml::<raw::VoltageRaw>("g.yaml", text).unwrap();
+        assert_eq!(format!("{first:?}"), format!("{again:?}"));
+        let changed = parse_yaml::<raw::VoltageRaw>("f.yaml", &text.replace("1.2", "1.1"));
+        assert_eq!(changed.unwrap().max_v, 1.1);
+        // A bad text is reported each time, under the name it was read by.
+        let bad = text.replace("1.2", "x");
+        for file in ["a.yaml", "b.yaml"] {
+            let e = parse_yaml::<raw::VoltageRaw>(file, &bad).unwrap_err();
+            assert!(e.to_string().starts_with(file), "{e}");
+        }
+        // Bounded: more texts than it keeps still parse right.
+        for i in 0..MAX_PARSED + 3 {
+            let t = format!("nominal_v: {i}\nthreshold_v: 0.3\nmin_v: 0.5\nmax_v: 1.2\n");
+            let v = parse_yaml::<raw::VoltageRaw>("f.yaml", &t).unwrap();
+            assert_eq!(v.nominal_v, i as f64);
+            assert!(PARSED.lock().unwrap().as_ref().unwrap().len() <= MAX_PARSED);
+        }
+    }
 
     #[test]
     fn parse_errors_carry_the_field_path() {

@@ -1,8 +1,10 @@
 //! Where input files come from: the file system, or the copies of the shipped files that are
 //! embedded in the binary (so that `stackflow generate` works from any directory).
 
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 
 use super::ConfigError;
 
@@ -259,10 +261,13 @@ impl Source {
     pub fn read(self, path: &Path) -> Result<String, ConfigError> {
         READS.fetch_add(1, Ordering::Relaxed);
         match self {
-            Source::Disk => std::fs::read_to_string(path).map_err(|e| ConfigError::Unreadable {
-                file: path.display().to_string(),
-                message: e.to_string(),
-            }),
+            Source::Disk => match in_memory(path) {
+                Some(text) => Ok(text),
+                None => std::fs::read_to_string(path).map_err(|e| ConfigError::Unreadable {
+                    file: path.display().to_string(),
+                    message: e.to_string(),
+                }),
+            },
             Source::Embedded => {
                 embedded(path)
                     .map(str::to_string)
@@ -286,7 +291,7 @@ impl Source {
     ) -> Result<PathBuf, ConfigError> {
         let path = self.resolve(from, reference);
         let exists = match self {
-            Source::Disk => path.is_file(),
+            Source::Disk => is_file(&path),
             Source::Embedded => embedded(&path).is_some(),
         };
         if exists {
@@ -315,6 +320,56 @@ impl Source {
         match self {
             Source::Disk => joined,
             Source::Embedded => normalize(&joined),
+        }
+    }
+}
+
+/// Whether `path` names an input file on disk or one held in memory ([`InMemoryFiles`]).
+pub fn is_file(path: &Path) -> bool {
+    in_memory(path).is_some() || path.is_file()
+}
+
+/// Input files given as text rather than on disk (the Python package's dict inputs), by the
+/// name that stands for them: `Source::Disk` reads them before the file system, and the
+/// paths they name resolve from the working directory (their name has no folder).
+static MEMORY: RwLock<BTreeMap<PathBuf, String>> = RwLock::new(BTreeMap::new());
+
+/// One caller at a time holds in-memory files, so that two callers' files of the same name
+/// never mix.
+static MEMORY_HOLDER: Mutex<()> = Mutex::new(());
+
+/// The text of the in-memory file `path`, if one is held.
+fn in_memory(path: &Path) -> Option<String> {
+    let files = MEMORY.read().unwrap_or_else(PoisonError::into_inner);
+    if files.is_empty() {
+        return None;
+    }
+    files.get(path).cloned()
+}
+
+/// In-memory input files, held until this value drops: while held, a `Source::Disk` read
+/// of one of their names gets its text.
+pub struct InMemoryFiles {
+    names: Vec<PathBuf>,
+    _hold: MutexGuard<'static, ()>,
+}
+
+impl InMemoryFiles {
+    /// Holds `files` (name, text), waiting while another caller holds its own.
+    pub fn hold(files: Vec<(PathBuf, String)>) -> InMemoryFiles {
+        let hold = MEMORY_HOLDER.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut memory = MEMORY.write().unwrap_or_else(PoisonError::into_inner);
+        let names = files.iter().map(|(name, _)| name.clone()).collect();
+        memory.extend(files);
+        InMemoryFiles { names, _hold: hold }
+    }
+}
+
+impl Drop for InMemoryFiles {
+    fn drop(&mut self) {
+        let mut memory = MEMORY.write().unwrap_or_else(PoisonError::into_inner);
+        for name in &self.names {
+            memory.remove(name);
         }
     }
 }
@@ -353,6 +408,22 @@ mod tests {
         let p = Source::Embedded.resolve(Path::new("budgets/v100.yaml"), "../templates/gpu.yaml");
         assert_eq!(p, PathBuf::from("templates/gpu.yaml"));
         assert!(Source::Embedded.read(&p).is_ok());
+    }
+
+    #[test]
+    fn in_memory_files_read_as_disk_files_while_held() {
+        let name = PathBuf::from("<test dict>");
+        assert!(!is_file(&name));
+        {
+            let _held = InMemoryFiles::hold(vec![(name.clone(), "a: 1".into())]);
+            assert!(is_file(&name));
+            assert_eq!(Source::Disk.read(&name).unwrap(), "a: 1");
+            // What it names resolves from the working directory, on disk.
+            let r = Source::Disk.referenced(&name, "budget", "budgets/h100.yaml");
+            assert_eq!(r.unwrap(), PathBuf::from("budgets/h100.yaml"));
+        }
+        assert!(!is_file(&name));
+        assert!(Source::Disk.read(&name).is_err());
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::config::{parse_yaml, Checker, ConfigError};
 
 // ---------------------------------------------------------------- raw hardware file
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct HwFile {
     sw_param: SwParam,
@@ -38,14 +38,14 @@ struct HwFile {
     scheduling_param: Option<BTreeMap<String, serde::de::IgnoredAny>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SwParam {
     kernel_launch_overhead: f64,
     precision: u64,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TechParam {
     core: Core,
@@ -60,7 +60,7 @@ struct TechParam {
     network: Networks,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Core {
     nominal_power_per_mcu: f64,
@@ -82,7 +82,7 @@ struct Core {
     num_bundles: Option<u64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Dram {
     dynamic_energy_per_bit: f64,
@@ -106,7 +106,7 @@ struct Dram {
     operating_frequency: Option<f64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Sram {
     dynamic_energy_per_bit: f64,
@@ -122,14 +122,14 @@ struct Sram {
     bandwidth: Option<Quantity>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Networks {
     intra_node: Link,
     inter_node: Link,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Link {
     latency: f64,
@@ -143,7 +143,7 @@ struct Link {
     util: f64,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Breakdown {
     device_area_budget: Option<f64>,
@@ -161,14 +161,14 @@ struct Breakdown {
     network: NetworkShares,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NetworkShares {
     intra_node: f64,
     inter_node: f64,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Perimeter {
     #[serde(rename = "DRAM")]
@@ -177,7 +177,7 @@ struct Perimeter {
     inter_node: f64,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SystemHierarchy {
     num_devices_per_node: u64,
@@ -190,14 +190,14 @@ struct SystemHierarchy {
     lp_inter: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NetworkTopology {
     inter_node: String,
     intra_node: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct MemoryLevel {
     #[serde(rename = "type")]
@@ -1388,13 +1388,13 @@ fn voltage(
 
 // ---------------------------------------------------------------- models
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ModelFile {
     model_param: ModelParam,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ModelParam {
     mode: String,
