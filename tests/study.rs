@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{root, stackflow, Scratch};
+use common::{root, stackflow, stackflow_in, Scratch};
 use stackflow::study::{PointResult, Study};
 
 /// A reduced study: the shipped base files, the given action and axes.
@@ -269,7 +269,8 @@ fn sharded_and_resumed_sweeps_equal_the_whole() {
     ]);
     assert_eq!(code, 0, "{err}");
     let whole = base.join("whole");
-    for f in ["results.json", "results.csv", "plot-1-node.svg"] {
+    // Every file of the folder: the journal is in index order, the manifest says 1/1.
+    for f in FOLDER_FILES {
         assert_eq!(file(&whole, f), file(&base.join("merged"), f), "{f}");
     }
     // Kill mid-run: keep two whole lines and half of a third, then resume.
@@ -285,6 +286,7 @@ fn sharded_and_resumed_sweeps_equal_the_whole() {
     );
     std::fs::write(killed.join("points.jsonl"), partial).unwrap();
     std::fs::write(killed.join("study.yaml"), file(&whole, "study.yaml")).unwrap();
+    std::fs::write(killed.join("sweep.json"), file(&whole, "sweep.json")).unwrap();
     let (code, _, err) = stackflow(&["sweep", &s, "--out", &out("killed")]);
     assert_eq!(code, 2, "a folder with results needs --resume");
     assert!(err.contains("--resume"), "{err}");
@@ -316,10 +318,162 @@ fn sharded_and_resumed_sweeps_equal_the_whole() {
     std::fs::write(&workload, edited).unwrap();
     let (code, _, err) = stackflow(&["sweep", &moved, "--out", &out("copy"), "--resume"]);
     assert_eq!(code, 2);
+    // The message names the file and its role.
     assert!(
-        err.contains("changed since these results were computed"),
+        err.contains("changed since these results were computed")
+            && err.contains("gpt3.yaml (base.workload): its content changed"),
         "{err}"
     );
+    // Resuming a folder as another shard is refused.
+    let (code, _, err) = stackflow(&[
+        "sweep",
+        &s,
+        "--out",
+        &out("shard1"),
+        "--shard",
+        "2/2",
+        "--resume",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("holds shard 1/2 of the study, not 2/2"),
+        "{err}"
+    );
+}
+
+/// The files of a sweep folder of the roadmap study.
+const FOLDER_FILES: [&str; 6] = [
+    "study.yaml",
+    "sweep.json",
+    "points.jsonl",
+    "results.json",
+    "results.csv",
+    "plot-1-node.svg",
+];
+
+/// A merge of an absent or unfinished shard fails naming it, unless `--allow-partial`.
+#[test]
+fn a_partial_merge_fails_naming_the_gap() {
+    let dir = Scratch::new("study-partial");
+    let s = roadmap(&dir);
+    let out = |n: &str| dir.path().join(n).display().to_string();
+    for k in ["1/3", "2/3", "3/3"] {
+        let name = format!("shard{}", &k[..1]);
+        let (code, _, err) = stackflow(&["sweep", &s, "--out", &out(&name), "--shard", k]);
+        assert_eq!(code, 0, "{err}");
+    }
+    // Shard 3 absent.
+    let (code, _, err) = stackflow(&["merge", &out("shard1"), &out("shard2"), "--out", &out("m")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("4 of the study's 6 points (2 missing)")
+            && err.contains("shard 3/3: no folder given holds it")
+            && err.contains("--allow-partial"),
+        "{err}"
+    );
+    assert!(!dir.path().join("m").exists(), "nothing written");
+    // Shard 2 unfinished (a task killed after its first point).
+    let journal = dir.path().join("shard2/points.jsonl");
+    let first = file(&dir.path().join("shard2"), "points.jsonl");
+    std::fs::write(&journal, first.lines().next().unwrap().to_string() + "\n").unwrap();
+    let (code, _, err) = stackflow(&[
+        "merge",
+        &out("shard1"),
+        &out("shard2"),
+        &out("shard3"),
+        "--out",
+        &out("m"),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("shard 2/3 lacks 1 of its 2 points") && err.contains("--resume"),
+        "{err}"
+    );
+    // What there is, on request.
+    let (code, stdout, err) = stackflow(&[
+        "merge",
+        &out("shard1"),
+        &out("shard2"),
+        &out("shard3"),
+        "--out",
+        &out("m"),
+        "--allow-partial",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let merged: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(merged["missing_points"], 1);
+    // Shards of different runs (N differs) never mix.
+    let (code, _, err) = stackflow(&["sweep", &s, "--out", &out("half"), "--shard", "1/2"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = stackflow(&["merge", &out("shard1"), &out("half"), "--out", &out("x")]);
+    assert_eq!(code, 2);
+    assert!(err.contains("the shards of one run share N"), "{err}");
+}
+
+/// Shards run from two working directories, one with a relative and one with an absolute
+/// study path, merge into the whole run; merging the merged folder changes no byte; and merge
+/// needs no checkout (the study's base files are not read again).
+#[test]
+fn shards_from_anywhere_merge_and_a_merged_folder_merges_to_itself() {
+    let dir = Scratch::new("study-anywhere");
+    let r = root();
+    let study = r.join("studies/dlrm-fabric.yaml");
+    let out = |n: &str| dir.path().join(n).display().to_string();
+    let (code, _, err) = stackflow(&["sweep", "studies/dlrm-fabric.yaml", "--out", &out("whole")]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = stackflow(&[
+        "sweep",
+        "studies/dlrm-fabric.yaml",
+        "--out",
+        &out("s1"),
+        "--shard",
+        "1/2",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = stackflow_in(
+        &r.join("templates"),
+        &[
+            "sweep",
+            &study.display().to_string(),
+            "--out",
+            &out("s2"),
+            "--shard",
+            "2/2",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        file(&dir.path().join("s1"), "sweep.json").replace("[\n    1,", "[\n    2,"),
+        file(&dir.path().join("s2"), "sweep.json"),
+        "the same base files, recorded relative to the study"
+    );
+    // Merge from a folder with no checkout in sight.
+    let elsewhere = dir.path();
+    let (code, _, err) = stackflow_in(elsewhere, &["merge", "s1", "s2", "--out", "merged"]);
+    assert_eq!(code, 0, "{err}");
+    let names = [
+        "study.yaml",
+        "sweep.json",
+        "points.jsonl",
+        "results.json",
+        "results.csv",
+    ];
+    let plot = "plot-1-infiniband.svg";
+    for f in names.iter().chain([&plot]) {
+        assert_eq!(
+            file(&dir.path().join("whole"), f),
+            file(&dir.path().join("merged"), f),
+            "{f}"
+        );
+    }
+    let (code, _, err) = stackflow_in(elsewhere, &["merge", "merged", "--out", "again"]);
+    assert_eq!(code, 0, "{err}");
+    for f in names.iter().chain([&plot]) {
+        let a = std::fs::read(dir.path().join("merged").join(f)).unwrap();
+        let b = std::fs::read(dir.path().join("again").join(f)).unwrap();
+        assert!(a == b, "{f} changed in a merge of a merged folder");
+    }
 }
 
 #[test]

@@ -164,6 +164,10 @@ enum Command {
         /// Output folder of the merged results.
         #[arg(long)]
         out: PathBuf,
+        /// Merge what the folders hold even when a shard is absent or unfinished (by default
+        /// that is an error naming each gap).
+        #[arg(long)]
+        allow_partial: bool,
         /// Print the merged results as JSON (as results.json holds them, with the counts).
         #[arg(long)]
         json: bool,
@@ -367,7 +371,12 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
                 json,
             })
         }
-        Command::Merge { dirs, out, json } => sweep::merge(&dirs, &out, json),
+        Command::Merge {
+            dirs,
+            out,
+            allow_partial,
+            json,
+        } => sweep::merge(&dirs, &out, allow_partial, json),
         Command::Validate { file, json } => return validate::run(file, json),
         Command::Optimize {
             workload,

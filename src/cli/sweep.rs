@@ -1,9 +1,12 @@
 //! `stackflow sweep` and `stackflow merge`: evaluate a study's grid in parallel, a shard of
 //! it, or what an interrupted run left; write CSV, JSON and SVG plots.
 //!
-//! An output folder holds `study.yaml` (the study it belongs to), `points.jsonl` (one line
-//! per finished point, appended as points finish: the journal a resumed run reads), and the
-//! collected `results.json`, `results.csv` and plots, rewritten atomically at the end.
+//! An output folder holds `study.yaml` (the study it belongs to), `sweep.json` (its shard and
+//! base files by role, path relative to the study and SHA-256: what `--resume` and `merge`
+//! check), `points.jsonl` (one line per finished point, appended as points finish: the
+//! journal a resumed run reads; rewritten in index order at the end), and the collected
+//! `results.json`, `results.csv` and plots, rewritten atomically at the end. `merge` reads
+//! only the folders: the study's outline comes from their `study.yaml`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -15,12 +18,12 @@ use std::sync::Mutex;
 use super::Outcome;
 use crate::config::raw::{StudyAction, StudyMetric, StudyPlot, StudyPlotKind};
 use crate::config::write_atomic;
-use crate::study::{PointResult, Study};
+use crate::study::{Outline, PointResult, Study};
 use anyhow::{bail, ensure, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use rayon::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub struct Args {
     pub study: PathBuf,
@@ -88,9 +91,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let out = args
         .out
         .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("sweep-{}", study.name)));
+        .unwrap_or_else(|| PathBuf::from(format!("sweep-{}", study.outline.name)));
     let journal = out.join(JOURNAL);
-    prepare_out(&args, &study, &out, &journal)?;
+    let manifest = Manifest::of(&study, &args.study, (k, n))?;
+    prepare_out(&args, &study, &manifest, &out, &journal)?;
     let done = read_journal(&journal)?;
     let mine: Vec<usize> = (0..total).filter(|i| i % n == k - 1).collect();
     let todo: Vec<usize> = mine
@@ -100,7 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         .collect();
     let preamble = format!(
         "study {}: {} points{}, {} to evaluate{} ({}), results in {}",
-        study.name,
+        study.outline.name,
         total,
         if n > 1 {
             format!(", shard {k}/{n} holds {}", mine.len())
@@ -113,7 +117,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         } else {
             format!(", {} already done", done.len())
         },
-        format!("{:?}", study.action).to_lowercase(),
+        format!("{:?}", study.outline.action).to_lowercase(),
         out.display()
     );
     if !args.json {
@@ -124,14 +128,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         .into_values()
         .filter(|p| p.index % n == k - 1)
         .collect();
-    write_results(&study, &out, &results)?;
+    write_results(&study.outline, &out, &results)?;
     if args.json {
-        let mut value = serde_json::to_value(results_file(&study, &results))?;
+        let mut value = serde_json::to_value(results_file(&study.outline, &results))?;
         value["out"] = out.display().to_string().into();
         value["counts"] = serde_json::to_value(Counts::of(&results))?;
         super::print_json(&value)?;
     } else {
-        print!("{}", summarize(&study, &results));
+        print!("{}", summarize(&study.outline, &results));
     }
     Ok(if results.iter().any(|r| r.feasible) {
         Outcome::Done
@@ -140,14 +144,148 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     })
 }
 
-/// Creates the output folder, checks any results there are this study's, and records the study.
-fn prepare_out(args: &Args, study: &Study, out: &Path, journal: &Path) -> anyhow::Result<()> {
+/// What a sweep folder holds results of (`sweep.json`): the shard, the study's number of
+/// points, and the base files by role, path relative to the study's folder and content hash.
+/// Nothing in it depends on where the checkout or the folder sits, so shards run from
+/// anywhere merge, and a resumed run names a base file that changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Manifest {
+    /// The format of this file.
+    version: u32,
+    /// This folder holds the points whose index is `shard[0] - 1` modulo `shard[1]`.
+    shard: [usize; 2],
+    /// The study's points, all shards together.
+    points: usize,
+    inputs: Vec<InputRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct InputRecord {
+    role: String,
+    /// Relative to the study file's folder.
+    file: String,
+    sha256: String,
+}
+
+/// A sweep folder's manifest.
+const MANIFEST: &str = "sweep.json";
+
+impl Manifest {
+    /// The manifest of shard `(k, n)` of `study`, read from `path`.
+    fn of(study: &Study, path: &Path, (k, n): (usize, usize)) -> anyhow::Result<Manifest> {
+        use sha2::{Digest, Sha256};
+        // A study held in memory (the Python package's dict) sits in the working directory.
+        let folder = std::path::absolute(path)
+            .with_context(|| format!("resolving {}", path.display()))?
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let inputs = study
+            .base_files()?
+            .into_iter()
+            .map(|f| {
+                let file = relative(&folder, &std::path::absolute(&f.path)?);
+                Ok(InputRecord {
+                    role: f.role,
+                    file: file.display().to_string(),
+                    sha256: format!("{:x}", Sha256::digest(f.text.as_bytes())),
+                })
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Manifest {
+            version: 1,
+            shard: [k, n],
+            points: study.len(),
+            inputs,
+        })
+    }
+
+    /// Reads the manifest of sweep folder `dir`.
+    fn read(dir: &Path) -> anyhow::Result<Manifest> {
+        let path = dir.join(MANIFEST);
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "reading {} (a folder of a sweep by an earlier stackflow has none: run the sweep \
+                 again)",
+                path.display()
+            )
+        })?;
+        serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))
+    }
+
+    fn write(&self, dir: &Path) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(self)? + "\n";
+        write_atomic(&dir.join(MANIFEST), text.as_bytes())?;
+        Ok(())
+    }
+
+    /// The point indices of this shard.
+    fn indices(&self) -> impl Iterator<Item = usize> + '_ {
+        let [k, n] = self.shard;
+        (0..self.points).filter(move |i| i % n == k - 1)
+    }
+
+    /// How the base files of `self` differ from `now`'s, one line per file.
+    fn changed_inputs(&self, now: &Manifest) -> Vec<String> {
+        let mut lines = Vec::new();
+        for before in &self.inputs {
+            match now.inputs.iter().find(|i| i.role == before.role) {
+                None => lines.push(format!("{} ({}): no longer read", before.file, before.role)),
+                Some(i) if i.file != before.file => {
+                    lines.push(format!("{} ({}): now {}", before.file, before.role, i.file))
+                }
+                Some(i) if i.sha256 != before.sha256 => {
+                    lines.push(format!("{} ({}): its content changed", i.file, i.role))
+                }
+                Some(_) => {}
+            }
+        }
+        for i in &now.inputs {
+            if !self.inputs.iter().any(|b| b.role == i.role) {
+                lines.push(format!("{} ({}): newly read", i.file, i.role));
+            }
+        }
+        lines
+    }
+}
+
+/// `path` relative to `base` (both absolute), lexically: `..` for each folder of `base` that
+/// `path` is not under.
+fn relative(base: &Path, path: &Path) -> PathBuf {
+    let (base, path) = (
+        crate::config::normalize(base),
+        crate::config::normalize(path),
+    );
+    let common = base
+        .components()
+        .zip(path.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut out = PathBuf::new();
+    for _ in base.components().skip(common) {
+        out.push("..");
+    }
+    for part in path.components().skip(common) {
+        out.push(part);
+    }
+    out
+}
+
+/// Creates the output folder, checks any results there are this study's and this shard's on
+/// the same base files, and records the study and its manifest.
+fn prepare_out(
+    args: &Args,
+    study: &Study,
+    manifest: &Manifest,
+    out: &Path,
+    journal: &Path,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let saved = out.join("study.yaml");
     if saved.exists() {
         let before = std::fs::read_to_string(&saved)?;
         ensure!(
-            before == study.text,
+            before == study.outline.text,
             "{} holds results of another study (its study.yaml differs from {}); use another --out",
             out.display(),
             args.study.display()
@@ -159,30 +297,28 @@ fn prepare_out(args: &Args, study: &Study, out: &Path, journal: &Path) -> anyhow
             out.display()
         );
     }
-    let inputs = study.inputs_fingerprint()?;
-    let saved_inputs = out.join("inputs.txt");
-    if saved_inputs.exists() {
+    if journal.exists() || out.join(MANIFEST).exists() {
+        let before = Manifest::read(out)?;
         ensure!(
-            std::fs::read_to_string(&saved_inputs)? == inputs,
-            "{}: a base file of the study (system, budget, template, technology or workload) \
-             changed since these results were computed; use another --out",
-            out.display()
+            before.shard == manifest.shard,
+            "{} holds shard {}/{} of the study, not {}/{}; use its --shard or another --out",
+            out.display(),
+            before.shard[0],
+            before.shard[1],
+            manifest.shard[0],
+            manifest.shard[1]
+        );
+        let changed = before.changed_inputs(manifest);
+        ensure!(
+            changed.is_empty(),
+            "{}: base files of the study changed since these results were computed:\n  {}\n\
+             use another --out (or put the files back)",
+            out.display(),
+            changed.join("\n  ")
         );
     }
-    write_atomic(&saved, study.text.as_bytes())?;
-    write_atomic(&saved_inputs, inputs.as_bytes())?;
-    // A study held in memory (the Python package's dict) has no file to come back to.
-    let origin = if args.study.is_file() || !crate::config::is_file(&args.study) {
-        std::fs::canonicalize(&args.study)
-            .with_context(|| format!("resolving {}", args.study.display()))?
-    } else {
-        args.study.clone()
-    };
-    write_atomic(
-        &out.join("origin.txt"),
-        origin.display().to_string().as_bytes(),
-    )?;
-    Ok(())
+    write_atomic(&saved, study.outline.text.as_bytes())?;
+    manifest.write(out)
 }
 
 /// Evaluates the points `todo` on `jobs` worker threads, appending each to the journal.
@@ -238,8 +374,13 @@ fn evaluate_points(
 }
 
 /// `stackflow merge`: joins the journals of shard folders into one result.
-pub fn merge(dirs: &[PathBuf], out: &Path, json: bool) -> anyhow::Result<()> {
+pub fn merge(dirs: &[PathBuf], out: &Path, allow_partial: bool, json: bool) -> anyhow::Result<()> {
     ensure!(!dirs.is_empty(), "merge needs at least one shard folder");
+    ensure!(
+        dirs.len() <= MAX_MERGED_FOLDERS,
+        "{} folders: merge joins at most {MAX_MERGED_FOLDERS}",
+        dirs.len()
+    );
     let first = dirs[0].join("study.yaml");
     let text = std::fs::read_to_string(&first).with_context(|| {
         format!(
@@ -248,8 +389,11 @@ pub fn merge(dirs: &[PathBuf], out: &Path, json: bool) -> anyhow::Result<()> {
             dirs[0].display()
         )
     })?;
+    let expected = Manifest::read(&dirs[0])?;
+    let n = expected.shard[1];
     let mut all: BTreeMap<usize, PointResult> = BTreeMap::new();
-    let inputs = std::fs::read_to_string(dirs[0].join("inputs.txt")).unwrap_or_default();
+    let mut held: BTreeMap<usize, &Path> = BTreeMap::new();
+    let mut gaps = Vec::new();
     for d in dirs {
         let t = std::fs::read_to_string(d.join("study.yaml"))
             .with_context(|| format!("reading {}", d.join("study.yaml").display()))?;
@@ -259,45 +403,86 @@ pub fn merge(dirs: &[PathBuf], out: &Path, json: bool) -> anyhow::Result<()> {
             d.display(),
             dirs[0].display()
         );
-        let i = std::fs::read_to_string(d.join("inputs.txt")).unwrap_or_default();
+        let m = Manifest::read(d)?;
+        let [k, this_n] = m.shard;
         ensure!(
-            i == inputs,
-            "{} ran on other base files than {} (inputs.txt differs)",
+            this_n == n && m.points == expected.points,
+            "{} holds shard {k}/{this_n} and {} holds shard {}/{n}: the shards of one run share N",
             d.display(),
-            dirs[0].display()
+            dirs[0].display(),
+            expected.shard[0]
         );
-        for (i, p) in read_journal(&d.join(JOURNAL))? {
-            if let Some(q) = all.get(&i) {
-                ensure!(q == &p, "point {i} differs between shards");
-            }
-            all.insert(i, p);
+        let changed = expected.changed_inputs(&m);
+        ensure!(
+            changed.is_empty(),
+            "{} ran on other base files than {}:\n  {}",
+            d.display(),
+            dirs[0].display(),
+            changed.join("\n  ")
+        );
+        if let Some(other) = held.insert(k, d) {
+            ensure!(
+                other == d.as_path(),
+                "{} and {} both hold shard {k}/{n}",
+                other.display(),
+                d.display()
+            );
         }
+        let journal = read_journal(&d.join(JOURNAL))?;
+        for (i, p) in &journal {
+            ensure!(
+                i % n == k - 1 && *i < m.points,
+                "{}: point {i} is not one of shard {k}/{n}'s",
+                d.display()
+            );
+            if let Some(q) = all.get(i) {
+                ensure!(q == p, "point {i} differs between shards");
+            }
+        }
+        let missing = m.indices().filter(|i| !journal.contains_key(i)).count();
+        if missing > 0 {
+            gaps.push(format!(
+                "{}: shard {k}/{n} lacks {missing} of its {} points (finish it with `stackflow \
+                 sweep STUDY --shard {k}/{n} --out {} --resume`)",
+                d.display(),
+                m.indices().count(),
+                d.display()
+            ));
+        }
+        all.extend(journal);
     }
-    std::fs::create_dir_all(out)?;
-    // The study's base files are found relative to where the study file lives.
-    let origin = study_origin(&dirs[0])?;
-    let study = Study::load(&origin)?;
+    for k in (1..=n).filter(|k| !held.contains_key(k)) {
+        gaps.push(format!("shard {k}/{n}: no folder given holds it"));
+    }
+    let outline = Outline::parse(&first.display().to_string(), text.clone())?;
     ensure!(
-        study.text == text,
-        "{} changed since the shards ran; merge needs the study they ran",
-        origin.display()
+        outline.len() == expected.points,
+        "{}: the study has {} points, its sweep.json says {}",
+        first.display(),
+        outline.len(),
+        expected.points
     );
+    let missing = expected.points - all.len();
+    if !gaps.is_empty() && !allow_partial {
+        bail!(
+            "the folders hold {} of the study's {} points ({missing} missing):\n  {}\n\
+             (--allow-partial merges what there is)",
+            all.len(),
+            expected.points,
+            gaps.join("\n  ")
+        );
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     write_atomic(&out.join("study.yaml"), text.as_bytes())?;
-    write_atomic(
-        &out.join("origin.txt"),
-        origin.display().to_string().as_bytes(),
-    )?;
-    write_atomic(&out.join("inputs.txt"), inputs.as_bytes())?;
-    let missing = study.len() - all.len();
+    Manifest {
+        shard: [1, 1],
+        ..expected
+    }
+    .write(out)?;
     let results: Vec<PointResult> = all.into_values().collect();
-    let journal: String = results
-        .iter()
-        .map(|r| serde_json::to_string(r).map(|l| l + "\n"))
-        .collect::<Result<_, _>>()?;
-    write_atomic(&out.join(JOURNAL), journal.as_bytes())?;
-    write_results(&study, out, &results)?;
+    write_results(&outline, out, &results)?;
     if json {
-        let mut value = serde_json::to_value(results_file(&study, &results))?;
+        let mut value = serde_json::to_value(results_file(&outline, &results))?;
         value["out"] = out.display().to_string().into();
         value["merged_folders"] = dirs.len().into();
         value["missing_points"] = missing.into();
@@ -309,7 +494,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, json: bool) -> anyhow::Result<()> {
         "merged {} folders: {} of {} points{}, results in {}",
         dirs.len(),
         results.len(),
-        study.len(),
+        outline.len(),
         if missing > 0 {
             format!(" ({missing} missing)")
         } else {
@@ -320,13 +505,8 @@ pub fn merge(dirs: &[PathBuf], out: &Path, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Where the study file of a sweep folder came from (recorded in `origin.txt`).
-fn study_origin(dir: &Path) -> anyhow::Result<PathBuf> {
-    let origin = dir.join("origin.txt");
-    let p = std::fs::read_to_string(&origin)
-        .with_context(|| format!("reading {}", origin.display()))?;
-    Ok(PathBuf::from(p.trim()))
-}
+/// The most folders one `merge` joins.
+pub const MAX_MERGED_FOLDERS: usize = 65_536;
 
 #[derive(Serialize)]
 struct ResultsFile<'a> {
@@ -338,7 +518,7 @@ struct ResultsFile<'a> {
 }
 
 /// A sweep's results as `results.json` holds them.
-fn results_file<'a>(study: &'a Study, results: &'a [PointResult]) -> ResultsFile<'a> {
+fn results_file<'a>(study: &'a Outline, results: &'a [PointResult]) -> ResultsFile<'a> {
     ResultsFile {
         study: &study.name,
         description: study.description.as_deref(),
@@ -352,7 +532,14 @@ fn results_file<'a>(study: &'a Study, results: &'a [PointResult]) -> ResultsFile
     }
 }
 
-fn write_results(study: &Study, out: &Path, results: &[PointResult]) -> anyhow::Result<()> {
+fn write_results(study: &Outline, out: &Path, results: &[PointResult]) -> anyhow::Result<()> {
+    // The journal in index order: a folder's files depend on its points, not on the order
+    // its workers finished them.
+    let journal: String = results
+        .iter()
+        .map(|r| serde_json::to_string(r).map(|l| l + "\n"))
+        .collect::<Result<_, _>>()?;
+    write_atomic(&out.join(JOURNAL), journal.as_bytes())?;
     let file = results_file(study, results);
     write_atomic(
         &out.join("results.json"),
@@ -435,7 +622,7 @@ impl Counts {
 
 /// The counts and a table of the fastest feasible points (at most [`TABLE_ROWS`]): each
 /// point's axis values, strategy, time per iteration and speedup over its start.
-fn summarize(study: &Study, results: &[PointResult]) -> String {
+fn summarize(study: &Outline, results: &[PointResult]) -> String {
     let counts = Counts::of(results);
     let mut s = String::new();
     let _ = writeln!(
@@ -499,7 +686,7 @@ fn summarize(study: &Study, results: &[PointResult]) -> String {
 
 /// Points whose coordinates are the first value on every axis but `free`.
 fn slice<'a>(
-    study: &Study,
+    study: &Outline,
     results: &'a [PointResult],
     free: &[usize],
 ) -> Vec<(Vec<usize>, &'a PointResult)> {
@@ -514,7 +701,7 @@ fn slice<'a>(
         .collect()
 }
 
-fn axis_index(study: &Study, name: &str) -> usize {
+fn axis_index(study: &Outline, name: &str) -> usize {
     study
         .axes
         .iter()
@@ -527,7 +714,7 @@ type Measure = Box<dyn Fn(&PointResult) -> Option<f64>>;
 
 /// What every panel of a plot shares: the study, the kind and the axes the plot uses.
 struct PlotAxes<'a> {
-    study: &'a Study,
+    study: &'a Outline,
     kind: StudyPlotKind,
     /// The axis along x, and its labels.
     x: usize,
@@ -592,7 +779,7 @@ type Placed<'a> = (Vec<usize>, &'a PointResult);
 /// The drawing area of one panel.
 type Panel<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 
-fn plot(study: &Study, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result<String> {
+fn plot(study: &Outline, p: &StudyPlot, results: &[PointResult]) -> anyhow::Result<String> {
     let x = axis_index(study, &p.x);
     let series = p.series.as_deref().map(|s| axis_index(study, s));
     let panels = p.panels.as_deref().map(|s| axis_index(study, s));

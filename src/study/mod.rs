@@ -150,27 +150,115 @@ pub struct Axis {
 }
 
 /// A loaded, checked study.
+/// What a study file says apart from its base files: its name, action, axes, plots and text.
+/// Read from the text alone, it lays out, merges and plots results wherever the checkout is.
 #[derive(Debug, Clone)]
-pub struct Study {
+pub struct Outline {
+    /// The name the study was read by (error messages).
     pub file: String,
     pub name: String,
     pub description: Option<String>,
     pub action: StudyAction,
+    pub axes: Vec<Axis>,
+    pub plots: Vec<StudyPlot>,
+    /// The study file's text: shards of the same study must agree on it.
+    pub text: String,
+}
+
+impl Outline {
+    /// Reads a study's outline from its text (`file` names it in errors): the version, the
+    /// axes and the plots checked, no base file read.
+    pub fn parse(file: &str, text: String) -> Result<Outline, ConfigError> {
+        Ok(Outline::read(file, text)?.0)
+    }
+
+    /// [`Outline::parse`], with the raw file for [`Study::load`].
+    fn read(file: &str, text: String) -> Result<(Outline, StudyFile), ConfigError> {
+        let file = file.to_string();
+        let raw: StudyFile = parse_yaml(&file, &text)?;
+        Checker { file: &file }.version(raw.version)?;
+        if raw.axes.is_empty() {
+            return Err(ConfigError::invalid(
+                &file,
+                "axes",
+                "[]",
+                "at least one axis with at least one value",
+            ));
+        }
+        let axes = check_axes(&file, &raw.axes)?;
+        check_plots(&file, &raw.plots, &axes, raw.action)?;
+        if raw.action != StudyAction::Both {
+            if let Some(i) = raw
+                .plots
+                .iter()
+                .position(|p| p.kind == crate::config::raw::StudyPlotKind::GroupedBars)
+            {
+                return Err(ConfigError::invalid(
+                    &file,
+                    format!("plots[{i}].kind"),
+                    "grouped_bars",
+                    "grouped_bars (the co-optimization's three speedups) with action both; lines or bars otherwise",
+                ));
+            }
+        }
+        let outline = Outline {
+            name: raw.name.clone(),
+            description: raw.description.clone(),
+            action: raw.action,
+            axes,
+            plots: raw.plots.clone(),
+            file,
+            text,
+        };
+        Ok((outline, raw))
+    }
+
+    /// The number of points: the product of the axes' lengths.
+    pub fn len(&self) -> usize {
+        self.axes.iter().map(|a| a.values.len()).product()
+    }
+
+    /// Axis coordinates of point `index`; the last axis varies fastest.
+    pub fn coords(&self, index: usize) -> Vec<usize> {
+        let mut rest = index;
+        let mut out = vec![0; self.axes.len()];
+        for (i, a) in self.axes.iter().enumerate().rev() {
+            out[i] = rest % a.values.len();
+            rest /= a.values.len();
+        }
+        out
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Study {
+    /// Its name, action, axes, plots and text.
+    pub outline: Outline,
     /// The study's optimizer settings (an `optimizer.` axis changes them per point).
     pub settings: Settings,
     optimizer: Option<StudyOptimizer>,
-    pub axes: Vec<Axis>,
-    pub plots: Vec<StudyPlot>,
     pub devices: Option<u64>,
     pub strategy: Option<String>,
-    /// The study file's text: shards of the same study must agree on it.
-    pub text: String,
     system: (PathBuf, String),
     /// Absent only for a `collective` study.
     workload: Option<(PathBuf, String)>,
     collective: Option<StudyCollective>,
     availability: Option<StudyAvailability>,
     budget: Option<(PathBuf, String)>,
+}
+
+/// A file a study's results depend on ([`Study::base_files`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaseFile {
+    /// What it is to the study (`base.system`, `budget template`, ...).
+    pub role: String,
+    /// Where it was read, as resolved from the study's path.
+    pub path: PathBuf,
+    pub text: String,
 }
 
 /// Everything recorded about one point.
@@ -258,9 +346,8 @@ impl Study {
     pub fn load(path: &Path) -> Result<Study, ConfigError> {
         let file = path.display().to_string();
         let text = Source::Disk.read(path)?;
-        let raw: StudyFile = parse_yaml(&file, &text)?;
+        let (outline, raw) = Outline::read(&file, text)?;
         let check = Checker { file: &file };
-        check.version(raw.version)?;
         let read = |field: &str, reference: &str| -> Result<(PathBuf, String), ConfigError> {
             let p = normalize(&Source::Disk.referenced(path, field, reference)?);
             let t = Source::Disk.read(&p)?;
@@ -280,19 +367,9 @@ impl Study {
             .as_deref()
             .map(|b| read("base.budget", b))
             .transpose()?;
-        if raw.axes.is_empty() {
-            return Err(ConfigError::invalid(
-                &file,
-                "axes",
-                "[]",
-                "at least one axis with at least one value",
-            ));
-        }
-        let axes = check_axes(&file, &raw.axes)?;
-        check_plots(&file, &raw.plots, &axes, raw.action)?;
         let settings = study_settings(&check, &raw.optimizer)?;
         if !matches!(raw.action, StudyAction::Optimize | StudyAction::Both) {
-            for (i, a) in axes.iter().enumerate() {
+            for (i, a) in outline.axes.iter().enumerate() {
                 if let Some(e) = a.values.iter().flatten().find(|e| e.target == "optimizer") {
                     return Err(ConfigError::invalid(
                         &file,
@@ -305,20 +382,6 @@ impl Study {
                         .to_lowercase(),
                     ));
                 }
-            }
-        }
-        if raw.action != StudyAction::Both {
-            if let Some(i) = raw
-                .plots
-                .iter()
-                .position(|p| p.kind == crate::config::raw::StudyPlotKind::GroupedBars)
-            {
-                return Err(ConfigError::invalid(
-                    &file,
-                    format!("plots[{i}].kind"),
-                    "grouped_bars",
-                    "grouped_bars (the co-optimization's three speedups) with action both; lines or bars otherwise",
-                ));
             }
         }
         if let Some(d) = raw.base.devices {
@@ -335,17 +398,11 @@ impl Study {
                 .map_err(|e| ConfigError::invalid(&file, "base.strategy", s, e.to_string()))?;
         }
         let study = Study {
-            file: file.clone(),
-            name: raw.name,
-            description: raw.description,
-            action: raw.action,
+            outline,
             settings,
             optimizer: raw.optimizer,
-            axes,
-            plots: raw.plots,
             devices: raw.base.devices,
             strategy: raw.base.strategy,
-            text,
             system,
             workload,
             collective: raw.base.collective,
@@ -364,31 +421,36 @@ impl Study {
             }
         }
         // Every value on its own against the base: type and unit errors surface now.
-        for (i, a) in study.axes.iter().enumerate() {
+        for (i, a) in study.outline.axes.iter().enumerate() {
             for (k, edits) in a.values.iter().enumerate() {
-                let mut coords = vec![0; study.axes.len()];
+                let mut coords = vec![0; study.outline.axes.len()];
                 coords[i] = k;
                 let checked = study.inputs(&coords).and_then(|(system, _, workload)| {
                     let devices = study.devices.unwrap_or_else(|| system.default_devices());
                     let strategy = study.point_strategy(&coords, &system, devices)?;
                     if workload.is_some_and(|w| w.serving().is_some()) {
                         if strategy.is_none() {
-                            return Err(serving_needs_strategy(&study.file));
+                            return Err(serving_needs_strategy(&study.outline.file));
                         }
-                        if matches!(study.action, StudyAction::Optimize | StudyAction::Both) {
+                        if matches!(
+                            study.outline.action,
+                            StudyAction::Optimize | StudyAction::Both
+                        ) {
                             return Err(ConfigError::invalid(
-                                &study.file,
+                                &study.outline.file,
                                 "action",
-                                format!("{:?}", study.action).to_lowercase(),
+                                format!("{:?}", study.outline.action).to_lowercase(),
                                 "predict or search for a served transformer (serving is priced \
                                  at its strategy: a search leaves it as it is, and no budget \
                                  optimization runs for it)",
                             ));
                         }
                     }
-                    if study.action == StudyAction::Collective && devices > MAX_COLLECTIVE_DEVICES {
+                    if study.outline.action == StudyAction::Collective
+                        && devices > MAX_COLLECTIVE_DEVICES
+                    {
                         return Err(ConfigError::invalid(
-                            &study.file,
+                            &study.outline.file,
                             "devices",
                             devices,
                             format!(
@@ -400,7 +462,7 @@ impl Study {
                     let scaling = study.point_scaling(&coords)?;
                     if scaling.inter_node != 1.0 && system.fabrics.len() < 2 {
                         return Err(ConfigError::invalid(
-                            &study.file,
+                            &study.outline.file,
                             "scale.inter_node",
                             crate::config::number(scaling.inter_node),
                             format!(
@@ -448,16 +510,20 @@ impl Study {
         Ok(study)
     }
 
-    /// The base input files as read now (system, budget, template, technology, workload),
-    /// each under its path: a sweep folder keeps it, so that resuming or merging after any
-    /// of them changed is refused.
-    pub fn inputs_fingerprint(&self) -> Result<String, ConfigError> {
+    /// The files a study's results depend on besides the study itself, each with the role
+    /// it plays: the system, the budget (the study's or the system's), its template and
+    /// technology file with what that includes, the workload, and workload files an axis
+    /// swaps in. Shards and resumed runs compare them.
+    pub fn base_files(&self) -> Result<Vec<BaseFile>, ConfigError> {
         let (sys_path, sys_text) = &self.system;
         let system = System::from_yaml(&sys_path.display().to_string(), sys_text)?;
-        let budget_path = match &self.budget {
-            Some((p, _)) => p.clone(),
-            None => normalize(
-                &Source::Disk.resolve(sys_path, &system.budget_file()?.display().to_string()),
+        let (budget_role, budget_path) = match &self.budget {
+            Some((p, _)) => ("base.budget", p.clone()),
+            None => (
+                "base.system's accelerator budget",
+                normalize(
+                    &Source::Disk.resolve(sys_path, &system.budget_file()?.display().to_string()),
+                ),
             ),
         };
         let budget_text = Source::Disk.read(&budget_path)?;
@@ -467,25 +533,49 @@ impl Study {
         let tech = normalize(
             &Source::Disk.resolve(&budget_path, &budget.technology.display().to_string()),
         );
-        let mut out = String::new();
-        for (path, text) in [
-            (sys_path.clone(), sys_text.clone()),
-            (budget_path, budget_text),
-            (template.clone(), Source::Disk.read(&template)?),
-            (tech.clone(), Source::Disk.read(&tech)?),
-        ]
-        .into_iter()
-        .chain(self.workload.clone())
+        let file = |role: String, path: PathBuf| -> Result<BaseFile, ConfigError> {
+            let text = Source::Disk.read(&path)?;
+            Ok(BaseFile { role, path, text })
+        };
+        let mut out = vec![
+            BaseFile {
+                role: "base.system".into(),
+                path: sys_path.clone(),
+                text: sys_text.clone(),
+            },
+            BaseFile {
+                role: budget_role.into(),
+                path: budget_path,
+                text: budget_text,
+            },
+            file("budget template".into(), template)?,
+        ];
+        for (i, path) in TechLibrary::files(Source::Disk, &tech)?
+            .into_iter()
+            .enumerate()
         {
-            out.push_str(&format!("== {}\n{text}\n", path.display()));
+            let role = if i == 0 {
+                "budget technology".to_string()
+            } else {
+                format!("technology include {i}")
+            };
+            out.push(file(role, path)?);
+        }
+        if let Some((path, text)) = &self.workload {
+            out.push(BaseFile {
+                role: "base.workload".into(),
+                path: path.clone(),
+                text: text.clone(),
+            });
         }
         // Workload files an axis swaps in.
-        for (i, a) in self.axes.iter().enumerate() {
+        for (i, a) in self.outline.axes.iter().enumerate() {
             for k in 0..a.values.len() {
-                let mut coords = vec![0; self.axes.len()];
+                let mut coords = vec![0; self.outline.axes.len()];
                 coords[i] = k;
                 if let Some((path, text)) = self.workload_file(&coords)? {
-                    out.push_str(&format!("== {}\n{text}\n", path.display()));
+                    let role = format!("axes[{i}].values[{k}] workload");
+                    out.push(BaseFile { role, path, text });
                 }
             }
         }
@@ -494,28 +584,22 @@ impl Study {
 
     /// Points in the grid (the product of the axis lengths).
     pub fn len(&self) -> usize {
-        self.axes.iter().map(|a| a.values.len()).product()
+        self.outline.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.outline.is_empty()
     }
 
     /// Axis coordinates of point `index`; the last axis varies fastest.
     pub fn coords(&self, index: usize) -> Vec<usize> {
-        let mut rest = index;
-        let mut out = vec![0; self.axes.len()];
-        for (i, a) in self.axes.iter().enumerate().rev() {
-            out[i] = rest % a.values.len();
-            rest /= a.values.len();
-        }
-        out
+        self.outline.coords(index)
     }
 
     pub fn labels(&self, index: usize) -> Vec<String> {
         self.coords(index)
             .iter()
-            .zip(&self.axes)
+            .zip(&self.outline.axes)
             .map(|(&k, a)| a.labels[k].clone())
             .collect()
     }
@@ -525,7 +609,7 @@ impl Study {
     fn inputs(&self, coords: &[usize]) -> Result<(System, Design, Option<Workload>), ConfigError> {
         let edit = |target: &str, file: &Path, text: &str| -> Result<String, ConfigError> {
             let mut t = text.to_string();
-            for (a, &k) in self.axes.iter().zip(coords) {
+            for (a, &k) in self.outline.axes.iter().zip(coords) {
                 // A whole-file swap is no edit inside the file.
                 for e in a.values[k]
                     .iter()
@@ -590,6 +674,7 @@ impl Study {
         devices: u64,
     ) -> Result<Option<Strategy>, ConfigError> {
         let from_axis = self
+            .outline
             .axes
             .iter()
             .zip(coords)
@@ -607,7 +692,7 @@ impl Study {
             (None, Some(s)) => (Some(s.clone()), "base.strategy", s.as_str().into()),
             (None, None) => return Ok(None),
         };
-        let fail = |message: String| ConfigError::invalid(&self.file, at, &value, message);
+        let fail = |message: String| ConfigError::invalid(&self.outline.file, at, &value, message);
         let Some(text) = text else {
             return Err(fail(
                 "a strategy: a short form (t8-d16) or MAD Max's (INTRA, INTER)".into(),
@@ -625,6 +710,7 @@ impl Study {
     /// to the study file) and text.
     fn workload_file(&self, coords: &[usize]) -> Result<Option<(PathBuf, String)>, ConfigError> {
         let swap = self
+            .outline
             .axes
             .iter()
             .zip(coords)
@@ -635,13 +721,14 @@ impl Study {
         };
         let Some(name) = e.value.as_str() else {
             return Err(ConfigError::invalid(
-                &self.file,
+                &self.outline.file,
                 "workload",
                 &e.value,
                 "a workload file's path, relative to the study",
             ));
         };
-        let path = normalize(&Source::Disk.referenced(Path::new(&self.file), "workload", name)?);
+        let path =
+            normalize(&Source::Disk.referenced(Path::new(&self.outline.file), "workload", name)?);
         let text = Source::Disk.read(&path)?;
         Ok(Some((path, text)))
     }
@@ -650,6 +737,7 @@ impl Study {
     fn point_scaling(&self, coords: &[usize]) -> Result<Scaling, ConfigError> {
         let mut scaling = Scaling::default();
         for e in self
+            .outline
             .axes
             .iter()
             .zip(coords)
@@ -657,11 +745,11 @@ impl Study {
         {
             let at = format!("scale.{}", e.path);
             let factor = e.value.as_f64().ok_or_else(|| {
-                ConfigError::invalid(&self.file, &at, &e.value, "a number (a multiplier)")
+                ConfigError::invalid(&self.outline.file, &at, &e.value, "a number (a multiplier)")
             })?;
-            scaling
-                .set(&e.path, factor)
-                .map_err(|expected| ConfigError::invalid(&self.file, &at, &e.value, expected))?;
+            scaling.set(&e.path, factor).map_err(|expected| {
+                ConfigError::invalid(&self.outline.file, &at, &e.value, expected)
+            })?;
         }
         Ok(scaling)
     }
@@ -677,6 +765,7 @@ impl Study {
     ) -> Result<T, ConfigError> {
         let mut raw = serde_json::to_value(base).unwrap_or_default();
         for e in self
+            .outline
             .axes
             .iter()
             .zip(coords)
@@ -685,7 +774,7 @@ impl Study {
             raw[e.path.as_str()] = e.value.clone();
             serde_json::from_value::<T>(raw.clone()).map_err(|err| {
                 ConfigError::invalid(
-                    &self.file,
+                    &self.outline.file,
                     format!("{target}.{}", e.path),
                     &e.value,
                     format!("{expected}: {err}"),
@@ -693,7 +782,12 @@ impl Study {
             })?;
         }
         serde_json::from_value(raw).map_err(|err| {
-            ConfigError::invalid(&self.file, format!("base.{target}"), "", err.to_string())
+            ConfigError::invalid(
+                &self.outline.file,
+                format!("base.{target}"),
+                "",
+                err.to_string(),
+            )
         })
     }
 
@@ -727,7 +821,7 @@ impl Study {
         system: &System,
     ) -> Result<Slices, ConfigError> {
         let fail = |field: &str, value: serde_json::Value, expected: String| {
-            ConfigError::invalid(&self.file, format!("{at}.{field}"), value, expected)
+            ConfigError::invalid(&self.outline.file, format!("{at}.{field}"), value, expected)
         };
         let ocs = match a.switching.as_str() {
             "ocs" => true,
@@ -750,7 +844,7 @@ impl Study {
         let pod = Pod::of(
             system,
             a.pod_chips,
-            (&self.file, &format!("{at}.pod_chips")),
+            (&self.outline.file, &format!("{at}.pod_chips")),
         )?;
         if a.slice_chips == 0 || a.slice_chips % pod.block_chips != 0 || a.slice_chips > pod.chips {
             return Err(fail(
@@ -797,7 +891,7 @@ impl Study {
             .map(|(_, k)| *k)
             .ok_or_else(|| {
                 ConfigError::invalid(
-                    &self.file,
+                    &self.outline.file,
                     format!("{at}.kind"),
                     &c.kind,
                     format!("one of [{}]", COLLECTIVES.map(|(n, _)| n).join(", ")),
@@ -805,7 +899,7 @@ impl Study {
             })?;
         if !(c.message_bytes > 0.0 && c.message_bytes <= MAX_MESSAGE_BYTES) {
             return Err(ConfigError::invalid(
-                &self.file,
+                &self.outline.file,
                 format!("{at}.message_bytes"),
                 crate::config::number(c.message_bytes),
                 format!("a buffer of more than 0 and at most {MAX_MESSAGE_BYTES:e} bytes"),
@@ -817,6 +911,7 @@ impl Study {
     /// The optimizer settings of a point: the study's, with its `optimizer.` edits made.
     fn point_settings(&self, coords: &[usize]) -> Result<Settings, ConfigError> {
         let edits: Vec<&Edit> = self
+            .outline
             .axes
             .iter()
             .zip(coords)
@@ -831,14 +926,19 @@ impl Study {
             raw[e.path.as_str()] = e.value.clone();
             o = serde_json::from_value(raw).map_err(|err| {
                 ConfigError::invalid(
-                    &self.file,
+                    &self.outline.file,
                     format!("optimizer.{}", e.path),
                     &e.value,
                     format!("an optimizer setting (restarts, steps, seed: counts; finish: one of [{}]): {err}", Finish::NAMES.join(", ")),
                 )
             })?;
         }
-        study_settings(&Checker { file: &self.file }, &Some(o))
+        study_settings(
+            &Checker {
+                file: &self.outline.file,
+            },
+            &Some(o),
+        )
     }
 
     /// Evaluates point `index`: its inputs, then the study's action.
@@ -909,7 +1009,7 @@ impl Study {
         }
         let Some(workload) = workload else {
             return Err(ConfigError::invalid(
-                &self.file,
+                &self.outline.file,
                 "base.workload",
                 "(none)",
                 "a workload file (every action but collective and availability)",
@@ -919,7 +1019,14 @@ impl Study {
         if workload.serving().is_some() {
             let strategy = self.point_strategy(&coords, &system, devices)?;
             return serve_transformer(
-                &self.file, &system, &design, devices, scaling, &workload, strategy, r,
+                &self.outline.file,
+                &system,
+                &design,
+                devices,
+                scaling,
+                &workload,
+                strategy,
+                r,
             );
         }
         let strategy = match self.point_strategy(&coords, &system, devices)? {
@@ -953,7 +1060,7 @@ impl Study {
         let quiet = Progress::none();
         // A per-layer-type search's starting points: the fastest uniform strategies that fit.
         let mut layered_starts = Vec::new();
-        let (shares, strategy) = match self.action {
+        let (shares, strategy) = match self.outline.action {
             // Collective and availability studies returned above, having no workload.
             StudyAction::Predict | StudyAction::Collective | StudyAction::Availability => {
                 (start, problem.strategy)
@@ -1016,7 +1123,10 @@ impl Study {
             r.samples_per_s = finite(problem.workload.graph().samples / e.time_per_iteration_s);
             r.bound_by = bound_by(p);
         }
-        if matches!(self.action, StudyAction::Optimize | StudyAction::Both) {
+        if matches!(
+            self.outline.action,
+            StudyAction::Optimize | StudyAction::Both
+        ) {
             r.sensitivities = sensitivities(&problem, &shares)
                 .into_iter()
                 .map(|s| {
@@ -1028,7 +1138,7 @@ impl Study {
                 })
                 .collect();
         }
-        if self.action == StudyAction::SearchPerLayerType {
+        if self.outline.action == StudyAction::SearchPerLayerType {
             let (arch, net) = problem.machine(&shares)?;
             let node = problem.system.devices_per_node();
             let found =

@@ -25,9 +25,14 @@ pub fn assert_close(what: &str, predicted: f64, expected: f64, tolerance: f64) {
 
 /// Runs the `stackflow` binary from the repository root: (exit code, stdout, stderr).
 pub fn stackflow(args: &[&str]) -> (i32, String, String) {
+    stackflow_in(&root(), args)
+}
+
+/// Runs the `stackflow` binary from `dir`: (exit code, stdout, stderr).
+pub fn stackflow_in(dir: &std::path::Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_stackflow"))
         .args(args)
-        .current_dir(root())
+        .current_dir(dir)
         .output()
         .unwrap();
     (
