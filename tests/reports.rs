@@ -538,3 +538,34 @@ fn same_json(a: &serde_json::Value, b: &serde_json::Value, at: &str) {
         _ => assert_eq!(a, b, "{at}"),
     }
 }
+
+/// `optimize --template FILE --out DIR` on the embedded default system reads the override
+/// from disk (it was looked up among the embedded files when the budget was written), and the
+/// budget written works on its own.
+#[test]
+fn an_override_of_the_embedded_default_is_written_from_disk() {
+    let dir = Scratch::new("optimize-override");
+    let template = dir.write(
+        "node.yaml",
+        &std::fs::read_to_string(common::root().join("templates/deepflow-node.yaml")).unwrap(),
+    );
+    let out = dir.path().join("out").display().to_string();
+    let args = [
+        "optimize",
+        "--template",
+        &template,
+        "--strategy",
+        "CR-16-d32",
+        "--restarts",
+        "1",
+        "--steps",
+        "2",
+        "--out",
+        &out,
+    ];
+    let (code, _, err) = stackflow(&args);
+    assert_eq!(code, 0, "{err}");
+    let budget = dir.path().join("out/budget.yaml").display().to_string();
+    let (code, _, err) = stackflow(&["generate", "--budget", &budget, "--json"]);
+    assert_eq!(code, 0, "{err}");
+}

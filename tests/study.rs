@@ -403,6 +403,86 @@ fn a_partial_merge_fails_naming_the_gap() {
     assert_eq!(code, 0, "{err}");
     let merged: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(merged["missing_points"], 1);
+    // A folder whose task never started is a gap, named; --allow-partial merges past it.
+    let absent = out("shard9");
+    let (code, _, err) = stackflow(&["merge", &out("shard1"), &absent, "--out", &out("y")]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("shard9/study.yaml") && err.contains("a sweep folder?"),
+        "{err}"
+    );
+    let (code, _, err) = stackflow(&[
+        "merge",
+        &absent,
+        &out("shard1"),
+        "--out",
+        &out("y"),
+        "--allow-partial",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    // A folder given twice counts once; --out may not be a shard's folder.
+    let (code, stdout, err) = stackflow(&[
+        "merge",
+        &out("shard1"),
+        &out("shard1"),
+        &out("shard3"),
+        "--out",
+        &out("z"),
+        "--allow-partial",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let merged: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(merged["merged_folders"], 2);
+    let (code, _, err) = stackflow(&[
+        "merge",
+        &out("shard1"),
+        &out("shard3"),
+        "--out",
+        &out("shard1"),
+        "--allow-partial",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("a shard folder; merge into a folder of its own"),
+        "{err}"
+    );
+    // A damaged sweep.json is bad input, never a panic.
+    let manifest = dir.path().join("shard3/sweep.json");
+    let good = std::fs::read_to_string(&manifest).unwrap();
+    for (from, to, says) in [
+        (
+            "[\n    3,\n    3\n  ]",
+            "[\n    3,\n    0\n  ]",
+            "shard = [3, 0]: expected [K, N]",
+        ),
+        (
+            "[\n    3,\n    3\n  ]",
+            "[\n    0,\n    3\n  ]",
+            "shard = [0, 3]: expected [K, N]",
+        ),
+        (
+            "\"points\": 6",
+            "\"points\": 600000000000",
+            "points = 600000000000: expected 6",
+        ),
+        (
+            "\"version\": 1",
+            "\"version\": 7",
+            "version = 7: expected 1",
+        ),
+    ] {
+        assert!(good.contains(from), "{good}");
+        std::fs::write(&manifest, good.replace(from, to)).unwrap();
+        let (code, _, err) =
+            stackflow(&["merge", &out("shard1"), &out("shard3"), "--out", &out("w")]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("shard3/sweep.json") && err.contains(says),
+            "{says}: {err}"
+        );
+    }
+    std::fs::write(&manifest, good).unwrap();
     // Shards of different runs (N differs) never mix.
     let (code, _, err) = stackflow(&["sweep", &s, "--out", &out("half"), "--shard", "1/2"]);
     assert_eq!(code, 0, "{err}");
@@ -420,7 +500,15 @@ fn shards_from_anywhere_merge_and_a_merged_folder_merges_to_itself() {
     let r = root();
     let study = r.join("studies/dlrm-fabric.yaml");
     let out = |n: &str| dir.path().join(n).display().to_string();
-    let (code, _, err) = stackflow(&["sweep", "studies/dlrm-fabric.yaml", "--out", &out("whole")]);
+    // The whole run by an absolute path, shard 1 by a path relative to the checkout, shard 2
+    // from inside it by a path that climbs out first.
+    let whole = [
+        "sweep",
+        &study.display().to_string(),
+        "--out",
+        &out("whole"),
+    ];
+    let (code, _, err) = stackflow(&whole);
     assert_eq!(code, 0, "{err}");
     let (code, _, err) = stackflow(&[
         "sweep",
@@ -435,7 +523,7 @@ fn shards_from_anywhere_merge_and_a_merged_folder_merges_to_itself() {
         &r.join("templates"),
         &[
             "sweep",
-            &study.display().to_string(),
+            "../studies/dlrm-fabric.yaml",
             "--out",
             &out("s2"),
             "--shard",

@@ -10,8 +10,9 @@
 # slurmctld and slurmd (nothing starts them on a machine without systemd). Reruns reuse a
 # Slurm that is already up. Work happens in target/slurm-check/.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-study=$(realpath "${1:-studies/tech-scaling.yaml}")
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+study=$(realpath "${1:-$repo/studies/tech-scaling.yaml}")
+cd "$repo"
 n=${2:-4}
 work=$PWD/target/slurm-check
 here=$PWD/examples/slurm
@@ -79,6 +80,10 @@ for _ in $(seq 1 600); do
     sleep 0.05
 done
 scancel "${array}_$victim"
+if [ -e "shards-$victim/results.json" ]; then
+    echo "task $victim finished before it was cancelled: use a larger study or more shards" >&2
+    exit 1
+fi
 done_points=$(wc -l < "shards-$victim/points.jsonl")
 echo "cancelled task $victim with $done_points points of its shard done"
 wait_for "$array"

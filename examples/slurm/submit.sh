@@ -1,8 +1,9 @@
 #!/bin/bash
 # Submits a study as a job array of N shards and a merge that runs when every shard is done.
 #
-#   examples/slurm/submit.sh STUDY PREFIX N [sbatch options for the array, e.g. --cpus-per-task=4]
+#   examples/slurm/submit.sh STUDY PREFIX N [sbatch options, e.g. --partition=p --cpus-per-task=4]
 #
+# The sbatch options go to the array's tasks and to the merge alike.
 # Prints the array's and the merge's job ids. A cancelled or failed task leaves the merge's
 # dependency unsatisfiable: `--kill-on-invalid-dep=yes` cancels the merge then, and
 # resubmit.sh reruns the unfinished shards and a new merge.
@@ -15,6 +16,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 study=$1 prefix=$2 n=$3
 shift 3
 array=$(sbatch --parsable --array="1-$n" "$@" "$here/sweep-array.sbatch" "$study" "$prefix" "$n")
-merge=$(sbatch --parsable --dependency="afterok:$array" --kill-on-invalid-dep=yes \
+merge=$(sbatch --parsable --dependency="afterok:$array" --kill-on-invalid-dep=yes "$@" \
     "$here/merge.sbatch" "$prefix" "$n")
 echo "array $array merge $merge"

@@ -106,7 +106,9 @@ def _as_text(kind: str, value: Mapping[str, Any]) -> str:
         raise TypeError(f"{type(o).__name__} {o!r} is not a number, string, list or dict")
 
     try:
-        return json.dumps(value, default=plain, allow_nan=True)
+        # Not ASCII-escaped: YAML refuses the surrogate pairs JSON escapes emoji into; no NaN,
+        # which YAML would read as text.
+        return json.dumps(value, default=plain, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise Error(f"<{kind} dict>: {e}") from None
 
@@ -374,6 +376,8 @@ def sweep_rows(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
 
 def _label(text: str) -> Union[int, float, str]:
     """An axis label as a CSV reader types it: an integer, a float, else the text."""
+    if "_" in text:  # Python reads 1_000 as a number; a CSV reader does not
+        return text
     for kind in (int, float):
         try:
             return kind(text)
@@ -400,5 +404,6 @@ def run(*args: Union[str, "os.PathLike[str]"], **files: Mapping[str, Any]) -> An
         if not isinstance(value, Mapping):
             raise Error(f"{name} = {value!r}: expected a dict (a file's fields)")
         line.files.append((f"<{name} dict>", _as_text(name, value)))
-    _, answer = _stackflow.run(line.args + ["--json"], line.files)
+    json_flag = [] if "--json" in line.args else ["--json"]
+    _, answer = _stackflow.run(line.args + json_flag, line.files)
     return answer

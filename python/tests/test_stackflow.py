@@ -234,6 +234,16 @@ def test_a_study_dict_equals_its_file(tmp_path):
     assert from_dict == from_file
 
 
+def test_text_beyond_ascii_in_a_dict_reads_as_in_a_file(tmp_path):
+    w = yaml_file("workloads/gpt-1.7b.yaml")
+    w["name"] = "gpt-1.7b \N{ROCKET} \u00e9t\u00e9"
+    p = stackflow.predict(w)
+    path = tmp_path / "w.yaml"
+    path.write_text(json.dumps(w, ensure_ascii=False), encoding="utf-8")
+    assert p == stackflow.predict(path)
+    assert p["workload"] == w["name"]
+
+
 def test_numpy_numbers_in_a_dict_are_numbers():
     numpy = pytest.importorskip("numpy")
     w = yaml_file("workloads/gemm-8192.yaml")
@@ -375,3 +385,12 @@ def test_threads_get_the_same_answers():
 def test_docstring_examples_run():
     result = doctest.testmod(stackflow, extraglobs={"stackflow": stackflow})
     assert result.attempted >= 10 and result.failed == 0, result
+
+
+def test_optimize_with_a_template_dict_writes_its_budget(tmp_path):
+    t = yaml_file("templates/deepflow-node.yaml")
+    r = stackflow.optimize(template=t, strategy="CR-16-d32", restarts=1, steps=2,
+                           out=tmp_path / "o")
+    assert r["best_time_per_iteration_s"] > 0
+    budget = tmp_path / "o" / "budget.yaml"
+    assert stackflow.generate(budget)["peak_flops_per_s"] > 0

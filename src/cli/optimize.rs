@@ -260,11 +260,17 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             .collect(),
     };
     if let Some(dir) = &args.out {
-        // Where the design's files were read from: --budget from disk, else the system's.
+        // Where the design's files were read from: --budget from disk, else the system's;
+        // a --template or --tech override from disk whatever the budget's source.
         let source = if args.budget.is_some() {
             Source::Disk
         } else {
             system.source()
+        };
+        let from = |given: &Option<PathBuf>| given.as_ref().map_or(source, |_| Source::Disk);
+        let sources = Sources {
+            template: from(&args.template),
+            tech: from(&args.tech),
         };
         write_outputs(
             dir,
@@ -273,7 +279,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             &report,
             &result,
             co.as_ref(),
-            source,
+            sources,
         )?;
     }
     let outcome = if report.feasible {
@@ -660,14 +666,14 @@ fn write_outputs(
     report: &Report,
     result: &BudgetResult,
     co: Option<&CoOptimization>,
-    source: Source,
+    sources: Sources,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let write = |name: &str, bytes: &[u8]| -> anyhow::Result<()> {
         let path = dir.join(name);
         write_atomic(&path, bytes).with_context(|| format!("writing {}", path.display()))
     };
-    let budget = budget_file(dir, problem, (design, source))?;
+    let budget = budget_file(dir, problem, (design, sources))?;
     write(
         "budget.yaml",
         format!(
@@ -724,11 +730,18 @@ fn write_outputs(
     Ok(())
 }
 
+/// Where a design's template and technology file were read from.
+#[derive(Debug, Clone, Copy)]
+struct Sources {
+    template: Source,
+    tech: Source,
+}
+
 /// The optimized budget as a budget file `generate` and `predict` accept.
 fn budget_file(
     dir: &Path,
     problem: &BudgetProblem,
-    (design, source): (&Design, Source),
+    (design, sources): (&Design, Sources),
 ) -> anyhow::Result<BudgetFile> {
     let mut area = BTreeMap::new();
     let mut power = BTreeMap::new();
@@ -749,8 +762,8 @@ fn budget_file(
             "{} with its shares reallocated by stackflow optimize",
             design.budget_name
         )),
-        template: portable(dir, source, &design.template_file, "template")?,
-        technology: portable(dir, source, &design.tech_file, "technology")?,
+        template: portable(dir, sources.template, &design.template_file, "template")?,
+        technology: portable(dir, sources.tech, &design.tech_file, "technology")?,
         area: AreaBudgetRaw {
             node_mm2: design.node_area_mm2,
             chip_mm2: design.chip_area_mm2,
@@ -784,6 +797,8 @@ fn portable(dir: &Path, source: Source, file: &str, kind: &str) -> anyhow::Resul
     let placed: Vec<PathBuf> = files
         .iter()
         .map(|f| match source {
+            // A file held in memory (the Python package's dict) lies in the working folder.
+            Source::Disk if !f.exists() && crate::config::is_file(f) => Ok(std::path::absolute(f)?),
             Source::Disk => {
                 std::fs::canonicalize(f).with_context(|| format!("{}: cannot resolve", f.display()))
             }

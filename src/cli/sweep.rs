@@ -123,7 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     if !args.json {
         println!("{preamble}");
     }
-    evaluate_points(&study, &todo, &journal, args.jobs)?;
+    evaluate_points(&study, &todo, &journal, args.jobs, args.json)?;
     let results: Vec<PointResult> = read_journal(&journal)?
         .into_values()
         .filter(|p| p.index % n == k - 1)
@@ -200,17 +200,36 @@ impl Manifest {
         })
     }
 
-    /// Reads the manifest of sweep folder `dir`.
-    fn read(dir: &Path) -> anyhow::Result<Manifest> {
+    /// Reads the manifest of sweep folder `dir`, checked against the study's `points`.
+    fn read(dir: &Path, points: usize) -> anyhow::Result<Manifest> {
         let path = dir.join(MANIFEST);
         let text = std::fs::read_to_string(&path).with_context(|| {
             format!(
-                "reading {} (a folder of a sweep by an earlier stackflow has none: run the sweep \
-                 again)",
+                "reading {} (a sweep folder has one from its start; one by an earlier \
+                 stackflow has none: run the sweep again)",
                 path.display()
             )
         })?;
-        serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))
+        let m: Manifest =
+            serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+        let [k, n] = m.shard;
+        let file = path.display();
+        ensure!(
+            m.version == 1,
+            "{file}: version = {}: expected 1",
+            m.version
+        );
+        ensure!(
+            n >= 1 && (1..=n).contains(&k),
+            "{file}: shard = [{k}, {n}]: expected [K, N] with 1 <= K <= N"
+        );
+        ensure!(
+            m.points == points,
+            "{file}: points = {}: expected {points}, the points of the study beside it \
+             (study.yaml)",
+            m.points
+        );
+        Ok(m)
     }
 
     fn write(&self, dir: &Path) -> anyhow::Result<()> {
@@ -298,7 +317,7 @@ fn prepare_out(
         );
     }
     if journal.exists() || out.join(MANIFEST).exists() {
-        let before = Manifest::read(out)?;
+        let before = Manifest::read(out, study.len())?;
         ensure!(
             before.shard == manifest.shard,
             "{} holds shard {}/{} of the study, not {}/{}; use its --shard or another --out",
@@ -327,8 +346,13 @@ fn evaluate_points(
     todo: &[usize],
     journal: &Path,
     jobs: Option<usize>,
+    quiet: bool,
 ) -> anyhow::Result<()> {
-    let bar = ProgressBar::new(todo.len() as u64);
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(todo.len() as u64)
+    };
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} points {elapsed}/{duration}")
             .expect("static template"),
@@ -381,48 +405,67 @@ pub fn merge(dirs: &[PathBuf], out: &Path, allow_partial: bool, json: bool) -> a
         "{} folders: merge joins at most {MAX_MERGED_FOLDERS}",
         dirs.len()
     );
-    let first = dirs[0].join("study.yaml");
-    let text = std::fs::read_to_string(&first).with_context(|| {
-        format!(
-            "reading {} (is {} a sweep folder?)",
-            first.display(),
-            dirs[0].display()
-        )
-    })?;
-    let expected = Manifest::read(&dirs[0])?;
+    // Each folder once, however it is spelled.
+    let mut seen = Vec::new();
+    let mut folders = Vec::new();
+    for d in dirs {
+        let key = std::fs::canonicalize(d).unwrap_or_else(|_| d.clone());
+        if !seen.contains(&key) {
+            seen.push(key);
+            folders.push(d.as_path());
+        }
+    }
+    // A folder whose sweep never started (no study.yaml or sweep.json yet) is a gap.
+    let mut gaps = Vec::new();
+    let mut read = Vec::new();
+    for d in &folders {
+        match read_folder(d) {
+            Ok(r) => read.push((*d, r)),
+            Err(e) if allow_partial => {
+                gaps.push(format!("{}: {}", d.display(), super::describe(&e)))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let Some((first_dir, (text, outline, expected))) = read.first().cloned() else {
+        bail!("no folder given holds a sweep:\n  {}", gaps.join("\n  "));
+    };
     let n = expected.shard[1];
+    if n > 1 {
+        let target = std::fs::canonicalize(out).unwrap_or_else(|_| out.to_path_buf());
+        ensure!(
+            !seen.contains(&target),
+            "--out {}: a shard folder; merge into a folder of its own",
+            out.display()
+        );
+    }
     let mut all: BTreeMap<usize, PointResult> = BTreeMap::new();
     let mut held: BTreeMap<usize, &Path> = BTreeMap::new();
-    let mut gaps = Vec::new();
-    for d in dirs {
-        let t = std::fs::read_to_string(d.join("study.yaml"))
-            .with_context(|| format!("reading {}", d.join("study.yaml").display()))?;
+    for (d, (t, _, m)) in &read {
         ensure!(
-            t == text,
+            *t == text,
             "{} holds another study than {}",
             d.display(),
-            dirs[0].display()
+            first_dir.display()
         );
-        let m = Manifest::read(d)?;
         let [k, this_n] = m.shard;
         ensure!(
-            this_n == n && m.points == expected.points,
+            this_n == n,
             "{} holds shard {k}/{this_n} and {} holds shard {}/{n}: the shards of one run share N",
             d.display(),
-            dirs[0].display(),
+            first_dir.display(),
             expected.shard[0]
         );
-        let changed = expected.changed_inputs(&m);
+        let changed = expected.changed_inputs(m);
         ensure!(
             changed.is_empty(),
             "{} ran on other base files than {}:\n  {}",
             d.display(),
-            dirs[0].display(),
+            first_dir.display(),
             changed.join("\n  ")
         );
         if let Some(other) = held.insert(k, d) {
-            ensure!(
-                other == d.as_path(),
+            bail!(
                 "{} and {} both hold shard {k}/{n}",
                 other.display(),
                 d.display()
@@ -454,14 +497,6 @@ pub fn merge(dirs: &[PathBuf], out: &Path, allow_partial: bool, json: bool) -> a
     for k in (1..=n).filter(|k| !held.contains_key(k)) {
         gaps.push(format!("shard {k}/{n}: no folder given holds it"));
     }
-    let outline = Outline::parse(&first.display().to_string(), text.clone())?;
-    ensure!(
-        outline.len() == expected.points,
-        "{}: the study has {} points, its sweep.json says {}",
-        first.display(),
-        outline.len(),
-        expected.points
-    );
     let missing = expected.points - all.len();
     if !gaps.is_empty() && !allow_partial {
         bail!(
@@ -484,7 +519,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, allow_partial: bool, json: bool) -> a
     if json {
         let mut value = serde_json::to_value(results_file(&outline, &results))?;
         value["out"] = out.display().to_string().into();
-        value["merged_folders"] = dirs.len().into();
+        value["merged_folders"] = read.len().into();
         value["missing_points"] = missing.into();
         value["counts"] = serde_json::to_value(Counts::of(&results))?;
         super::print_json(&value)?;
@@ -492,7 +527,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, allow_partial: bool, json: bool) -> a
     }
     println!(
         "merged {} folders: {} of {} points{}, results in {}",
-        dirs.len(),
+        read.len(),
         results.len(),
         outline.len(),
         if missing > 0 {
@@ -503,6 +538,21 @@ pub fn merge(dirs: &[PathBuf], out: &Path, allow_partial: bool, json: bool) -> a
         out.display()
     );
     Ok(())
+}
+
+/// A sweep folder's study text, its outline and its manifest (checked against the study).
+fn read_folder(dir: &Path) -> anyhow::Result<(String, Outline, Manifest)> {
+    let path = dir.join("study.yaml");
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "reading {} (is {} a sweep folder?)",
+            path.display(),
+            dir.display()
+        )
+    })?;
+    let outline = Outline::parse(&path.display().to_string(), text.clone())?;
+    let manifest = Manifest::read(dir, outline.len())?;
+    Ok((text, outline, manifest))
 }
 
 /// The most folders one `merge` joins.

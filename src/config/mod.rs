@@ -28,6 +28,10 @@ pub const VERSION: u32 = 1;
 /// The most parsed texts [`parse_yaml`] keeps; when full it forgets them all.
 pub const MAX_PARSED: usize = 256;
 
+/// The longest text [`parse_yaml`] keeps (the shipped files are under 20 KiB): at most
+/// [`MAX_PARSED`] x 256 KiB = 64 MiB kept.
+pub const MAX_PARSED_TEXT_BYTES: usize = 256 << 10;
+
 /// Parsed texts, by the type they were parsed into and the text's hash: the text itself, to
 /// tell texts of one hash apart, and its value.
 type Parsed = FxHashMap<(TypeId, u64), (String, Box<dyn Any + Send + Sync>)>;
@@ -57,6 +61,9 @@ where
         return Ok(value);
     }
     let value: T = parse_yaml_text(file, text)?;
+    if text.len() > MAX_PARSED_TEXT_BYTES {
+        return Ok(value);
+    }
     let mut parsed = PARSED.lock().unwrap_or_else(PoisonError::into_inner);
     let parsed = parsed.get_or_insert_with(FxHashMap::default);
     if parsed.len() >= MAX_PARSED {

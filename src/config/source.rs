@@ -390,8 +390,15 @@ pub fn normalize(path: &Path) -> PathBuf {
     for part in path.components() {
         match part {
             Component::CurDir => {}
+            // `..` leaves a folder named before it; with none left (a relative path that
+            // starts above the working folder) it stays.
             Component::ParentDir => {
-                out.pop();
+                let leaves = matches!(out.components().next_back(), Some(Component::Normal(_)));
+                if leaves {
+                    out.pop();
+                } else if !matches!(out.components().next_back(), Some(Component::RootDir)) {
+                    out.push("..");
+                }
             }
             other => out.push(other.as_os_str()),
         }
@@ -424,6 +431,18 @@ mod tests {
         }
         assert!(!is_file(&name));
         assert!(Source::Disk.read(&name).is_err());
+    }
+
+    #[test]
+    fn normalize_keeps_a_leading_parent() {
+        let n = |p: &str| normalize(Path::new(p));
+        assert_eq!(
+            n("../s/../templates/x.yaml"),
+            PathBuf::from("../templates/x.yaml")
+        );
+        assert_eq!(n("a/./b/../c"), PathBuf::from("a/c"));
+        assert_eq!(n("../../x"), PathBuf::from("../../x"));
+        assert_eq!(n("/a/../../x"), PathBuf::from("/x"));
     }
 
     #[test]
