@@ -1177,7 +1177,9 @@ fn serving_splits_weights_and_kv_cache_over_tensor_parallel_devices() {
     let replicas = serve("d8");
     assert!(tp.feasible && replicas.feasible);
     // Decode at batch 1 reads every weight once per token: 8-way tensor parallelism reads
-    // an eighth per device, plus a small all-reduce per layer over NVLink.
+    // an eighth per device (8.75 GB of FP8 weights, 3.3 ms at the capped 2.68 TB/s), plus two
+    // small all-reduces per layer over NVLink, each at least the fabric's 10 us floor
+    // (Calculon's NVLink latency): 160 of them, 1.6 ms, so the speed-up is about 5x, not 8x.
     let speedup = replicas.time_per_output_token_s / tp.time_per_output_token_s;
     println!(
         "LLaMA-2-70B decode on 8 H100: t8 {:.2} ms/token, 8 replicas {:.2} ms/token ({speedup:.1}x); \
@@ -1187,10 +1189,15 @@ fn serving_splits_weights_and_kv_cache_over_tensor_parallel_devices() {
         tp.time_to_first_token_s * 1e3,
         replicas.time_to_first_token_s * 1e3
     );
-    assert!((6.0..=8.0).contains(&speedup), "{speedup}");
+    assert!((4.5..=6.0).contains(&speedup), "{speedup}");
+    let floors = 2.0 * t.layers as f64 * net.fabrics[0].collective_latency_s;
+    assert!(floors > 1e-3, "{floors}");
     assert!(
-        tp.decode_communication_s > 0.0
-            && tp.decode_communication_s < 0.1 * tp.time_per_output_token_s
+        tp.decode_communication_s >= floors
+            && tp.decode_communication_s < 0.5 * tp.time_per_output_token_s,
+        "{} s of {} s",
+        tp.decode_communication_s,
+        tp.time_per_output_token_s
     );
     assert_close(
         "weights per device",
@@ -1805,11 +1812,7 @@ fn a_collective_pays_its_outermost_fabrics_fixed_cost_once() {
     }
     let text = std::fs::read_to_string(root().join("templates/dgx-a100.yaml"))
         .unwrap()
-        .replacen(
-            "  - name: infiniband\n",
-            "  - name: infiniband\n    collective_latency_us: -20\n",
-            1,
-        );
+        .replacen("collective_latency_us: 20 ", "collective_latency_us: -20 ", 1);
     assert!(text.contains("collective_latency_us: -20"));
     let err = refused_system("negative-latency", &text);
     assert!(
