@@ -145,6 +145,15 @@ enum Run {
     },
     /// Measured GEMM ceilings (`file`).
     Gemm { file: String },
+    /// Published serving measurements (`file`, the serving family): each row's model and
+    /// system named through `models` and `systems` (file references), each within
+    /// `tolerance`.
+    Serving {
+        file: String,
+        models: std::collections::BTreeMap<String, String>,
+        systems: std::collections::BTreeMap<String, String>,
+        tolerance: f64,
+    },
 }
 
 /// One replayed measurement.
@@ -304,6 +313,9 @@ struct Point {
     within: bool,
     /// Appended to the case's name (which row or configuration).
     suffix: String,
+    /// A known disagreement of this point alone (a row of a family file): reported, not
+    /// counted.
+    known_gap: Option<String>,
 }
 
 impl Point {
@@ -318,6 +330,7 @@ impl Point {
             tolerance,
             within,
             suffix: String::new(),
+            known_gap: None,
         }
     }
 
@@ -370,6 +383,7 @@ impl Ctx {
                     tolerance: format!("{tolerance_points:.0} points"),
                     within: e.abs() <= *tolerance_points,
                     suffix: String::new(),
+                    known_gap: None,
                 })
             }
             Run::Speedup {
@@ -390,6 +404,7 @@ impl Ctx {
                     tolerance: format!("[{low}, {high}]"),
                     within: (*low..=*high).contains(&x),
                     suffix: String::new(),
+                    known_gap: None,
                 })
             }
             Run::TokensPerSPerDevice {
@@ -463,7 +478,99 @@ impl Ctx {
                 one(Point::relative(*measured, x, "x", *tolerance).named(format!(" {dims:?}")))
             }
             Run::Gemm { file } => Ok((self.gemms(file)?, None)),
+            Run::Serving {
+                file,
+                models,
+                systems,
+                tolerance,
+            } => Ok((self.serving(file, models, systems, *tolerance)?, None)),
         }
+    }
+
+    /// The serving family: each row's static batch served on part of a node or a whole one
+    /// with tensor parallelism over its devices, judged on its metric.
+    fn serving(
+        &self,
+        file: &str,
+        models: &std::collections::BTreeMap<String, String>,
+        systems: &std::collections::BTreeMap<String, String>,
+        tolerance: f64,
+    ) -> Result<Vec<Point>, ModelError> {
+        let path = self.path(file);
+        let name = path.display().to_string();
+        let rows: ServingRows = parse_yaml(&name, &self.source.read(&path)?)?;
+        let mut points = Vec::new();
+        for (i, r) in rows.rows.iter().enumerate() {
+            let at = |field: &str| format!("rows[{i}] ({}).{field}", r.id);
+            let lookup =
+                |table: &std::collections::BTreeMap<String, String>, field: &str, key: &str| {
+                    table.get(key).cloned().ok_or_else(|| {
+                        ConfigError::invalid(
+                            &name,
+                            at(field),
+                            key,
+                            format!(
+                                "one of the {field}s the case names ({})",
+                                table.keys().cloned().collect::<Vec<_>>().join(", ")
+                            ),
+                        )
+                    })
+                };
+            let model = self.path(&lookup(models, "model", &r.model)?);
+            let model_file = model.display().to_string();
+            let mut text = self.source.read(&model)?;
+            text = crate::config::edit_yaml(
+                &model_file,
+                &text,
+                "precision",
+                &serde_json::Value::from(r.precision.clone()),
+            )?;
+            text = crate::config::edit_yaml(
+                &model_file,
+                &text,
+                "inference",
+                &serde_json::json!({
+                    "batch": r.batch,
+                    "prompt_tokens": r.prompt,
+                    "output_tokens": r.output,
+                }),
+            )?;
+            let workload = Workload::from_yaml(&model_file, &text)?;
+            let Some((t, spec)) = workload.serving() else {
+                return Err(
+                    ConfigError::invalid(&name, at("model"), &r.model, "a transformer").into(),
+                );
+            };
+            let system = self.system(&lookup(systems, "system", &r.system)?)?;
+            let arch = system.accelerator()?;
+            let net = system.network(&arch, r.devices)?;
+            let strategy = Strategy {
+                tensor: r.devices,
+                ..Strategy::default()
+            };
+            let p = crate::distributed::predict_inference(t, spec, &arch, &net, &strategy)?;
+            let (value, unit) = match r.metric {
+                ServingMetric::TtftMs => (p.time_to_first_token_s * 1e3, "ms"),
+                ServingMetric::TokensPerSPerGpu => {
+                    let steps = r.output.saturating_sub(1) as f64;
+                    let call = p.time_to_first_token_s + steps * p.time_per_output_token_s;
+                    (
+                        (r.batch * r.output) as f64 / call / r.devices as f64,
+                        "tokens/s/GPU",
+                    )
+                }
+            };
+            let mut point = Point::relative(r.measured, value, unit, tolerance);
+            let mut suffix = format!(" {}: {}", r.id, r.source);
+            if !p.feasible {
+                // The engine ran it: a model that says it cannot is wrong about it.
+                point.within = false;
+                suffix.push_str(" [predicted infeasible]");
+            }
+            point.known_gap = r.known_gap.clone();
+            points.push(point.named(suffix));
+        }
+        Ok(points)
     }
 
     /// Narayanan et al. Table 1: every row's TFLOP/s per GPU.
@@ -521,6 +628,7 @@ impl Ctx {
                 tolerance: format!("{:.0}%", tolerance * 100.0),
                 within: e.abs() <= tolerance * 100.0,
                 suffix: format!(" {}B ({})", r.params_b, p.strategy),
+                known_gap: None,
             });
         }
         let within = points.iter().filter(|p| p.within).count();
@@ -559,6 +667,7 @@ impl Ctx {
                 tolerance: "30%, best first".into(),
                 within: e.abs() <= 30.0 && ratio > 1.0,
                 suffix: format!(": {}", case.name),
+                known_gap: None,
             });
         }
         Ok(points)
@@ -619,7 +728,7 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
                 error: p.error,
                 tolerance: p.tolerance,
                 within: p.within,
-                known_gap: c.known_gap.clone(),
+                known_gap: p.known_gap.clone().or_else(|| c.known_gap.clone()),
                 calibrates: c.calibrates.clone(),
             });
         }
@@ -651,6 +760,44 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
         groups,
         passed,
     })
+}
+
+/// validation/serving.yaml.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServingRows {
+    rows: Vec<ServingRow>,
+}
+
+/// One published serving measurement: a static batch of `batch` sequences of `prompt`
+/// tokens producing `output` tokens each.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServingRow {
+    id: String,
+    model: String,
+    system: String,
+    devices: u64,
+    precision: String,
+    batch: u64,
+    prompt: u64,
+    output: u64,
+    metric: ServingMetric,
+    measured: f64,
+    /// The table and row it comes from, with the engine's settings.
+    source: String,
+    /// Why the model disagrees, with numbers (added after the comparison; the row stays).
+    #[serde(default)]
+    known_gap: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ServingMetric {
+    /// The prefill of the batch, ms.
+    TtftMs,
+    /// batch x output / (TTFT + (output - 1) x TPOT) / devices.
+    TokensPerSPerGpu,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -1812,7 +1812,11 @@ fn a_collective_pays_its_outermost_fabrics_fixed_cost_once() {
     }
     let text = std::fs::read_to_string(root().join("templates/dgx-a100.yaml"))
         .unwrap()
-        .replacen("collective_latency_us: 20 ", "collective_latency_us: -20 ", 1);
+        .replacen(
+            "collective_latency_us: 20 ",
+            "collective_latency_us: -20 ",
+            1,
+        );
     assert!(text.contains("collective_latency_us: -20"));
     let err = refused_system("negative-latency", &text);
     assert!(

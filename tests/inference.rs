@@ -95,3 +95,135 @@ fn inference_reports_and_bad_requests() {
     assert_eq!(code, 2);
     assert!(err.contains("inference.batch"), "{err}");
 }
+
+/// Issue 28: Llama-2-70B bf16 decode on 4 H100s (t4) at batch 32 with 4,096 tokens of
+/// context. Grouped-query attention reads each key/value head's cache once: a device's
+/// attention DRAM bytes are its share of the KV cache (2 of the 8 KV heads), not 8 times it;
+/// and the step is the bytes a device streams (its weight shard and KV share) at the capped
+/// HBM bandwidth, plus the latency floors of its kernels (one captured graph) and of its
+/// collectives.
+#[test]
+fn gqa_decode_reads_each_kv_head_once_and_streams_at_the_capped_bandwidth() {
+    use stackflow::distributed::{device_kernels, predict_inference};
+    use stackflow::parallel::Strategy;
+    use stackflow::workload::inference::{decode_graph, kv_cache_bytes};
+    let text = std::fs::read_to_string(root().join("workloads/llama2-70b-decode.yaml"))
+        .unwrap()
+        .replace("precision: fp8", "precision: bf16  #")
+        .replace("sequence: 4096", "sequence: 8192  #")
+        .replace(
+            "inference: {batch: 1, prompt_tokens: 2048, output_tokens: 256}",
+            "inference: {batch: 32, prompt_tokens: 4096, output_tokens: 1}",
+        );
+    let w = Workload::from_yaml("llama2-70b-bf16.yaml", &text).unwrap();
+    let (t, spec) = w.serving().unwrap();
+    assert_eq!((spec.batch, spec.prompt_tokens), (32, 4096));
+    let system =
+        stackflow::network::System::load(Source::Disk, &root().join("templates/dgx-h100.yaml"))
+            .unwrap();
+    let arch = system.accelerator().unwrap();
+    let net = system.network(&arch, 4).unwrap();
+    let s = Strategy {
+        tensor: 4,
+        ..Strategy::default()
+    };
+    let context = 4096;
+    let graph = decode_graph(t, spec, context);
+    let mut evaluator = Evaluator::new(&arch);
+    let dram = evaluator.machine.levels.len() - 1;
+    let attention: f64 = device_kernels(&graph, &s, 0)
+        .iter()
+        .filter(|(k, _)| k.class == KernelClass::Attention)
+        .map(|(k, n)| evaluator.kernel_ref(k).level_bytes[dram] * *n as f64)
+        .sum();
+    let kv_share = kv_cache_bytes(t, 32, context) / 4.0;
+    assert!(
+        (attention / kv_share - 1.0).abs() < 0.05,
+        "attention reads {attention:.4e} B per device, its KV share is {kv_share:.4e} B"
+    );
+    let p = predict_inference(t, spec, &arch, &net, &s).unwrap();
+    assert!(p.feasible, "{:?}", p.violations);
+    // The floors: one launch of the captured step, and a fixed cost per all-reduce (two per
+    // layer, after the row-parallel attention output and MLP down projection).
+    let capped = arch.memory_bandwidth_bytes_per_s * arch.caps.memory_utilization.unwrap_or(1.0);
+    let latency = net.fabrics[0].collective_latency_s;
+    assert!(
+        latency > 0.0,
+        "the NVLink fabric carries a collective latency floor"
+    );
+    let collectives = 2.0 * t.layers as f64;
+    let streamed = (p.weights_bytes + kv_share) / capped;
+    let expected = streamed + evaluator.machine.kernel_launch_s + collectives * latency;
+    let step = p.time_per_output_token_s;
+    assert!(
+        (step / expected - 1.0).abs() < 0.10,
+        "step {step:.4e} s against {expected:.4e} s (streaming {streamed:.4e} s)"
+    );
+}
+
+/// One device, one answer: a served model through `--budget` and through a one-device part
+/// of a DGX H100 (its NVSwitch lets 1, 2 or 4 of 8 GPUs serve alone) agree; 3 is refused.
+#[test]
+fn one_device_is_one_answer_and_part_of_a_node_serves() {
+    let w = "workloads/llama2-7b-serve.yaml";
+    let json = |args: &[&str]| -> serde_json::Value {
+        let (code, out, err) = stackflow(args);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str(&out).unwrap()
+    };
+    let alone = json(&[
+        "predict",
+        "--workload",
+        w,
+        "--budget",
+        "budgets/h100.yaml",
+        "--json",
+    ]);
+    let system = ["--system", "templates/dgx-h100.yaml"];
+    let one = json(
+        &[
+            &["predict", "--workload", w],
+            &system[..],
+            &["--devices", "1", "--strategy", "t1", "--json"],
+        ]
+        .concat(),
+    );
+    for key in ["time_to_first_token_s", "time_per_output_token_s"] {
+        let (a, b) = (alone[key].as_f64().unwrap(), one[key].as_f64().unwrap());
+        assert!(
+            (a / b - 1.0).abs() < 0.01,
+            "{key}: {a} through --budget, {b} on one device"
+        );
+    }
+    let two = json(
+        &[
+            &["predict", "--workload", w],
+            &system[..],
+            &["--devices", "2", "--strategy", "t2", "--json"],
+        ]
+        .concat(),
+    );
+    let four = json(
+        &[
+            &["predict", "--workload", w],
+            &system[..],
+            &["--devices", "4", "--strategy", "t4", "--json"],
+        ]
+        .concat(),
+    );
+    let tpot = |v: &serde_json::Value| v["time_per_output_token_s"].as_f64().unwrap();
+    assert!(tpot(&four) < tpot(&two) && tpot(&two) < tpot(&one));
+    let (code, _, err) = stackflow(
+        &[
+            &["predict", "--workload", w],
+            &system[..],
+            &["--devices", "3", "--strategy", "t3"],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("templates/dgx-h100.yaml: devices = 3: a positive multiple of the 8 devices per node, or part of one node: 1, 2, 4 of its devices"),
+        "{err}"
+    );
+}

@@ -84,7 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             &workload,
             &arch,
             &network,
-            system.devices_per_node(),
+            system.node_size(network.devices),
             &s,
             &mut Workspace::new(&arch),
         )?;
@@ -563,7 +563,7 @@ pub fn load_strategy(
                 let file = path.display().to_string();
                 Strategy::from_yaml(&file, &Source::Disk.read(path)?)?
             } else if text.trim_start().starts_with('(') {
-                Strategy::from_madmax(text, system.devices_per_node(), devices)?
+                Strategy::from_madmax(text, system.node_size(devices), devices)?
             } else {
                 Strategy::parse(text)?
             }

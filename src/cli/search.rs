@@ -123,7 +123,7 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
             )
         })?,
     };
-    let space = search::enumerate_from(&workload, devices, system.devices_per_node(), &base)
+    let space = search::enumerate_from(&workload, devices, system.node_size(devices), &base)
         .map_err(|e| anyhow::anyhow!("--devices {devices}: {e}"))?;
     let settings = search::Settings {
         top: a.top as usize,
@@ -154,7 +154,7 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
     );
     let per_layer_type = a.per_layer_type.then(|| {
         let starts = crate::opt::search::layered::starts(&r);
-        search_layered(&workload, &arch, &net, system.devices_per_node(), &starts)
+        search_layered(&workload, &arch, &net, system.node_size(devices), &starts)
     });
     let wall_s = start.elapsed().as_secs_f64();
     bar.finish_and_clear();

@@ -153,6 +153,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../validation/megatron.yaml"),
     ),
     (
+        "validation/serving.yaml",
+        include_str!("../../validation/serving.yaml"),
+    ),
+    (
         "validation/tpu-v4-table3.yaml",
         include_str!("../../validation/tpu-v4-table3.yaml"),
     ),
@@ -199,6 +203,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
     (
         "workloads/llama2-70b-decode.yaml",
         include_str!("../../workloads/llama2-70b-decode.yaml"),
+    ),
+    (
+        "workloads/llama2-7b-serve.yaml",
+        include_str!("../../workloads/llama2-7b-serve.yaml"),
     ),
     (
         "workloads/llama2-70b.yaml",

@@ -670,6 +670,48 @@ pub(super) fn stages_work(
 /// One stage's work for one micro-batch: every kernel it runs, split by `s` and timed by
 /// `evaluator`; `f_tok` is a micro-batch's share of the batch; with `sparse_cores` the
 /// table lookups run on embedding engines beside the dense step.
+/// `kernel` (run `count` times on the stage) as one device runs it under `s`: its tokens
+/// scaled by `f_tok`, split over the context ranks and the model-parallel axes; with its
+/// count on the device and the blocking collectives it waits on.
+fn on_device(
+    kernel: &Kernel,
+    count: u64,
+    s: &Strategy,
+    f_tok: f64,
+    kv_bytes: f64,
+    parallel_blocks: bool,
+) -> (Kernel, u64, Vec<Need>) {
+    let mut k = kernel.unnamed();
+    scale_tokens(&mut k, f_tok);
+    if s.context > 1 {
+        split_context(&mut k, s.context, kv_bytes);
+    }
+    let (needs, fewer) = split_kernel(&mut k, s, parallel_blocks);
+    (k, count / fewer.max(1), needs)
+}
+
+/// The kernels one device of pipeline stage `stage` runs for one micro-batch of `graph`
+/// under `s` (no context parallelism), with their counts: what [`stage_work`] prices, for
+/// tests and tools that look at a device's traffic. The optimizer's update is left out.
+pub fn device_kernels(graph: &Graph, s: &Strategy, stage: u64) -> Vec<(Kernel, u64)> {
+    let w = stage_weights(graph, s, stage);
+    let trained = trained_layers(graph, stage_span(graph, s, stage));
+    let span = (s.pipeline, stage, w.layers);
+    let parallel_blocks = graph.parallel_blocks && graph.part_of.is_none();
+    graph
+        .kernels
+        .iter()
+        .filter(|k| k.phase != Phase::Update)
+        .filter_map(|kernel| {
+            let count = instances(kernel, graph, span, trained);
+            (count > 0).then(|| {
+                let (k, count, _) = on_device(kernel, count, s, 1.0, 0.0, parallel_blocks);
+                (k, count)
+            })
+        })
+        .collect()
+}
+
 pub(super) fn stage_work(
     graph: &Graph,
     s: &Strategy,
@@ -702,17 +744,11 @@ pub(super) fn stage_work(
         if count == 0 {
             continue;
         }
-        let mut k = kernel.unnamed();
-        if k.phase == Phase::Update {
-            w.add_update(&mut k, graph, s, evaluator, rates);
+        if kernel.phase == Phase::Update {
+            w.add_update(&mut kernel.unnamed(), graph, s, evaluator, rates);
             continue;
         }
-        scale_tokens(&mut k, f_tok);
-        if s.context > 1 {
-            split_context(&mut k, s.context, kv_bytes);
-        }
-        let (needs, fewer) = split_kernel(&mut k, s, parallel_blocks);
-        let count = count / fewer.max(1);
+        let (k, count, needs) = on_device(kernel, count, s, f_tok, kv_bytes, parallel_blocks);
         let t = evaluator.kernel_ref(&k);
         let mut needs = needs;
         for n in needs.iter_mut() {

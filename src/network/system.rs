@@ -482,6 +482,67 @@ impl System {
         Ok(Network::new(self.fabrics_for(arch, devices)?).with_host(self.host))
     }
 
+    /// Devices per node when `devices` are used: the node's, or `devices` when they are part
+    /// of one node ([`System::fabrics_for`]).
+    pub fn node_size(&self, devices: u64) -> u64 {
+        let node = self.devices_per_node();
+        if devices > 0 && devices < node && node % devices == 0 {
+            devices
+        } else {
+            node
+        }
+    }
+
+    /// Whether `devices` are part of one node: fewer than a node's, dividing it, on a node
+    /// whose one fabric lets any subset talk as the whole does (a switch, a fat tree or full
+    /// connection; a ring or torus of 8 has no ring of 3 or of 2 of its own links). A count
+    /// that cannot be part of the node is an error naming what can.
+    fn partial_node(&self, devices: u64) -> Result<bool, ConfigError> {
+        let node = self.devices_per_node();
+        if devices == 0 || devices >= node {
+            return Ok(false);
+        }
+        let switched = self.fabrics.len() == 2
+            && matches!(
+                self.fabrics[0].topology,
+                Topology::Switch | Topology::FatTree { .. } | Topology::FullyConnected
+            );
+        if node % devices == 0 && switched {
+            return Ok(true);
+        }
+        Err(ConfigError::invalid(
+            &self.file,
+            "devices",
+            devices,
+            format!(
+                "a positive multiple of the {node} devices per node{}",
+                self.partial_choices()
+            ),
+        ))
+    }
+
+    /// What part of a node `--devices` may take, for error messages.
+    fn partial_choices(&self) -> String {
+        let node = self.devices_per_node();
+        let switched = self.fabrics.len() == 2
+            && matches!(
+                self.fabrics[0].topology,
+                Topology::Switch | Topology::FatTree { .. } | Topology::FullyConnected
+            );
+        if !switched || node < 2 {
+            return String::new();
+        }
+        let parts: Vec<String> = (1..node)
+            .filter(|d| node % d == 0)
+            .map(|d| d.to_string())
+            .collect();
+        format!(
+            ", or part of one node: {} of its devices (its {} fabric joins any of them)",
+            parts.join(", "),
+            self.fabrics[0].name
+        )
+    }
+
     /// Whole host machines: `devices` a multiple of the devices one host carries.
     fn check_hosts(&self, devices: u64) -> Result<(), ConfigError> {
         match &self.host {
@@ -516,7 +577,9 @@ impl System {
         }
         let last = self.fabrics.len() - 1;
         let inner: u64 = self.fabrics[..last].iter().filter_map(|f| f.size).product();
+        let partial = self.partial_node(devices)?;
         let outer = match self.fabrics[last].size {
+            _ if partial => 1,
             Some(s) => {
                 if inner * s != devices {
                     return Err(ConfigError::invalid(
@@ -537,7 +600,10 @@ impl System {
                         file,
                         "devices",
                         devices,
-                        format!("a positive multiple of the {inner} devices per node"),
+                        format!(
+                            "a positive multiple of the {inner} devices per node{}",
+                            self.partial_choices()
+                        ),
                     ));
                 }
                 devices / inner
@@ -545,7 +611,10 @@ impl System {
         };
         let mut fabrics = Vec::new();
         for (i, f) in self.fabrics.iter().enumerate() {
-            let size = f.size.unwrap_or(outer);
+            let size = match (partial, i == last) {
+                (true, false) => devices,
+                _ => f.size.unwrap_or(outer),
+            };
             let (most, kind) = match f.topology {
                 Topology::FullyConnected => (MAX_FULLY_CONNECTED_MEMBERS, "a fully connected"),
                 Topology::FatTree { .. } | Topology::Switch => (MAX_DEVICES, "a switched"),

@@ -170,7 +170,7 @@ pub fn co_optimize(
     let base = problem.evaluate(&start);
     // The baseline's time, when it fits: speedups only between designs that fit.
     let baseline_s = Some(base.time_per_iteration_s).filter(|_| base.feasible);
-    let node = problem.system.devices_per_node();
+    let node = problem.system.node_size(problem.devices);
     let candidates =
         search::enumerate_from(&problem.workload, problem.devices, node, &problem.strategy)
             .map_err(too_large)?;

@@ -699,7 +699,7 @@ impl Study {
             ));
         };
         let parsed = if text.trim_start().starts_with('(') {
-            Strategy::from_madmax(&text, system.devices_per_node(), devices)
+            Strategy::from_madmax(&text, system.node_size(devices), devices)
         } else {
             Strategy::parse(&text)
         };
@@ -1071,7 +1071,7 @@ impl Study {
             }
             StudyAction::Search | StudyAction::SearchPerLayerType => {
                 let (arch, net) = problem.machine(&start)?;
-                let node = problem.system.devices_per_node();
+                let node = problem.system.node_size(devices);
                 let space =
                     search::enumerate_from(&problem.workload, devices, node, &problem.strategy)
                         .map_err(crate::opt::too_large)?;
@@ -1140,7 +1140,7 @@ impl Study {
         }
         if self.outline.action == StudyAction::SearchPerLayerType {
             let (arch, net) = problem.machine(&shares)?;
-            let node = problem.system.devices_per_node();
+            let node = problem.system.node_size(problem.devices);
             let found =
                 layered::search_layered(&problem.workload, &arch, &net, node, &layered_starts);
             // The split's gain is measured per layer type against the best uniform start

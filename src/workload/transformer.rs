@@ -61,7 +61,11 @@ impl Transformer {
             gated_ffn: self.gated_ffn,
             parallel: self.parallel_blocks,
             moe: self.moe,
-            flash: self.attention == AttentionKernel::Flash,
+            // Serving engines (TensorRT-LLM, vLLM, SGLang) run the attention fused:
+            // FlashAttention over the prompt, a FlashDecoding-style kernel per step, each
+            // reading a key/value head's cache once for the query heads that share it.
+            // `attention:` picks the training kernel.
+            flash: !training || self.attention == AttentionKernel::Flash,
         }
     }
 }
