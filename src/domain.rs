@@ -184,11 +184,22 @@ pub struct UtilizationCaps {
     pub compute_utilization: Option<f64>,
     #[serde(default)]
     pub memory_utilization: Option<f64>,
+    /// The serving engine's host work per step (scheduling, sampling, input preparation)
+    /// that the device waits on, s: added to each decode step and to the prefill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_overhead_s: Option<f64>,
 }
 
 impl UtilizationCaps {
     pub fn is_none(&self) -> bool {
-        self.compute_utilization.is_none() && self.memory_utilization.is_none()
+        self.compute_utilization.is_none()
+            && self.memory_utilization.is_none()
+            && self.step_overhead_s.is_none()
+    }
+
+    /// The engine's host work per serving step, s (0 when the template gives none).
+    pub fn step_overhead_s(&self) -> f64 {
+        self.step_overhead_s.unwrap_or(0.0)
     }
 }
 

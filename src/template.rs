@@ -118,6 +118,12 @@ impl Template {
         let stack = UtilizationCaps {
             compute_utilization: share("compute_utilization", stack.compute_utilization)?,
             memory_utilization: share("memory_utilization", stack.memory_utilization)?,
+            // A step's host work: under a second (engines publish milliseconds at most).
+            step_overhead_s: stack
+                .step_overhead_us
+                .map(|us| check.within("stack.step_overhead_us", us, 0.0, 1e6))
+                .transpose()?
+                .map(|us| us * 1e-6),
         };
         Ok(Template {
             stack,

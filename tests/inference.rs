@@ -227,3 +227,58 @@ fn one_device_is_one_answer_and_part_of_a_node_serves() {
         "{err}"
     );
 }
+
+/// A template's `stack.step_overhead_us` (a serving engine's host work per step) adds to the
+/// prefill and to every decode step, alone and in a system; a negative one is refused.
+#[test]
+fn the_engine_step_overhead_adds_to_every_step() {
+    let dir = common::Scratch::new("step-overhead");
+    let h100 = std::fs::read_to_string(root().join("templates/gpu-h100.yaml")).unwrap();
+    let anchor = "  memory_utilization: 0.80";
+    assert!(h100.contains(anchor));
+    let with = |us: &str| {
+        let text = h100.replacen(anchor, &format!("  step_overhead_us: {us}\n{anchor}"), 1);
+        dir.write(&format!("gpu-h100-{us}.yaml"), &text)
+    };
+    let template = with("500");
+    let w = "workloads/llama2-7b-serve.yaml";
+    let times = |args: &[&str]| -> (f64, f64) {
+        let (code, out, err) = stackflow(args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        (
+            v["time_to_first_token_s"].as_f64().unwrap(),
+            v["time_per_output_token_s"].as_f64().unwrap(),
+        )
+    };
+    let alone = [
+        "predict",
+        "--workload",
+        w,
+        "--budget",
+        "budgets/h100.yaml",
+        "--json",
+    ];
+    let system = [
+        "predict",
+        "--workload",
+        w,
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--devices",
+        "2",
+        "--strategy",
+        "t2",
+        "--json",
+    ];
+    for args in [&alone[..], &system[..]] {
+        let (ttft, tpot) = times(args);
+        let (ttft2, tpot2) = times(&[args, &["--template", &template]].concat());
+        assert!((ttft2 - ttft - 500e-6).abs() < 1e-9, "{ttft} -> {ttft2}");
+        assert!((tpot2 - tpot - 500e-6).abs() < 1e-9, "{tpot} -> {tpot2}");
+    }
+    let bad = with("-1");
+    let (code, _, err) = stackflow(&[&alone[..], &["--template", &bad]].concat());
+    assert_eq!(code, 2);
+    assert!(err.contains("stack.step_overhead_us = -1"), "{err}");
+}

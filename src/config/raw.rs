@@ -120,7 +120,23 @@ pub struct TemplateFile {
     /// What a software stack achieves over whole steps on this accelerator; no caps when
     /// absent.
     #[serde(default)]
-    pub stack: Option<UtilizationCaps>,
+    pub stack: Option<StackRaw>,
+}
+
+/// A template's `stack:` section: what a software stack achieves over whole steps.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackRaw {
+    /// Share of the sustained matrix rate whole steps reach.
+    #[serde(default)]
+    pub compute_utilization: Option<f64>,
+    /// Share of main memory's bandwidth whole steps reach.
+    #[serde(default)]
+    pub memory_utilization: Option<f64>,
+    /// A serving engine's host work per step the device waits on (scheduling, sampling,
+    /// input preparation), microseconds; none when absent.
+    #[serde(default)]
+    pub step_overhead_us: Option<f64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -104,6 +104,8 @@ struct Work {
     decode_stages: Vec<StageWork>,
     /// Kernel launch time of one decode step per stage (one captured graph).
     launch_s: f64,
+    /// The engine's host work per step (the template's `stack.step_overhead_us`).
+    overhead_s: f64,
 }
 
 impl Work {
@@ -134,6 +136,7 @@ impl Work {
             decode,
             decode_stages,
             launch_s,
+            overhead_s: arch.caps.step_overhead_s(),
         }
     }
 }
@@ -227,6 +230,8 @@ fn timing(map: &Mapping, work: &Work, spec: &InferenceSpec, in_flight: f64, sp: 
         latency(map, &work.prefill_stages, &work.prefill, 0.0, sp);
     let (step, step_comm, step_slowest) =
         latency(map, &work.decode_stages, &work.decode, work.launch_s, sp);
+    // The engine's host work: once per prefill and once per decode cycle.
+    let (first, step) = (first + work.overhead_s, step + work.overhead_s);
     let cycle = step.max(in_flight * step_slowest);
     let fill = first + (in_flight - 1.0) * first_slowest;
     Timing {

@@ -54,6 +54,8 @@ pub struct Machine {
     pub max_utilization: f64,
     pub throughput_by_precision: BTreeMap<Precision, f64>,
     pub kernel_launch_s: f64,
+    /// A serving engine's host work per step (the template's `stack.step_overhead_us`).
+    pub step_overhead_s: f64,
     hierarchy: Hierarchy,
     /// A pinned processor's efficiency curves (`None`: a generated design).
     pub pinned: Option<Pinned>,
@@ -75,6 +77,7 @@ impl Machine {
             max_utilization,
             throughput_by_precision,
             kernel_launch_s,
+            step_overhead_s,
             hierarchy,
             pinned,
         } = self;
@@ -99,6 +102,7 @@ impl Machine {
             peak_flops_per_s.to_bits(),
             max_utilization.to_bits(),
             kernel_launch_s.to_bits(),
+            step_overhead_s.to_bits(),
             throughput_by_precision.len() as u64,
         ]);
         for (precision, rate) in throughput_by_precision {
@@ -192,6 +196,7 @@ impl Machine {
             max_utilization: arch.achieved_utilization(),
             throughput_by_precision: core.throughput_by_precision.clone(),
             kernel_launch_s: core.kernel_launch_s,
+            step_overhead_s: arch.caps.step_overhead_s(),
             hierarchy,
             pinned: arch.pinned.clone(),
         }
@@ -734,8 +739,11 @@ impl Evaluator {
         self.machine.kernel_launch_s = launch;
         self.clear_cache();
         decode.time_per_iteration_s += launch;
-        let ttft = prefill.time_per_iteration_s;
-        let tpot = decode.time_per_iteration_s;
+        // The engine's host work per step, which the device waits on (the template's
+        // stack.step_overhead_us): once for the prefill, once per decode step.
+        let overhead = self.machine.step_overhead_s;
+        let ttft = prefill.time_per_iteration_s + overhead;
+        let tpot = decode.time_per_iteration_s + overhead;
         // The prefill yields the first output token; each further one is a decode step.
         let total = ttft + spec.output_tokens.saturating_sub(1) as f64 * tpot;
         let weights = prefill.memory.weights_bytes;
