@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::domain::{
     AttentionKernel, Dataflow, EmbeddingOptimizer, InferenceSpec, Interaction, KernelSplitKind,
-    McuShape, Optimizer, Precision, Recompute, Scope, Topology, UtilizationCaps,
+    McuShape, Optimizer, Precision, Recompute, Scope, Topology,
 };
 
 // ---------------------------------------------------------------- technology library
