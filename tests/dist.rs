@@ -2681,3 +2681,18 @@ fn ocs_slice_goodput_matches_the_papers_reading() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--pod-chips = 100"), "{err}");
 }
+
+/// Fuzz finding (execution 16894 of seed 1): a node of 2^64 - 1 devices made the refusal of
+/// `--devices 16` list every divisor of the node (a hang); it is refused at once, naming
+/// the count.
+#[test]
+fn a_huge_node_is_refused_without_listing_its_divisors() {
+    let text = std::fs::read_to_string(root().join("templates/dgx-a100.yaml"))
+        .unwrap()
+        .replacen("    size: 8 ", "    size: 18446744073709551615 ", 1);
+    assert!(text.contains("18446744073709551615"));
+    let start = std::time::Instant::now();
+    let err = refused_system("huge-node", &text);
+    assert!(err.contains("devices = 16"), "{err}");
+    assert!(start.elapsed().as_secs() < 30);
+}

@@ -529,7 +529,9 @@ impl System {
                 self.fabrics[0].topology,
                 Topology::Switch | Topology::FatTree { .. } | Topology::FullyConnected
             );
-        if !switched || node < 2 {
+        // (A node of more than 1024 devices lists no divisors: the list would be long, and a
+        // mistyped size would take that long to list.)
+        if !switched || !(2..=1024).contains(&node) {
             return String::new();
         }
         let parts: Vec<String> = (1..node)
