@@ -181,11 +181,13 @@ fn scale_stream(op: &mut Op, factor: f64) {
             write_bytes,
             flops,
             model_flops,
+            resident_bytes,
         } => {
             *read_bytes *= factor;
             *write_bytes *= factor;
             *flops *= factor;
             *model_flops *= factor;
+            *resident_bytes *= factor;
         }
         Op::Gather {
             read_bytes,
@@ -667,9 +669,6 @@ pub(super) fn stages_work(
     out
 }
 
-/// One stage's work for one micro-batch: every kernel it runs, split by `s` and timed by
-/// `evaluator`; `f_tok` is a micro-batch's share of the batch; with `sparse_cores` the
-/// table lookups run on embedding engines beside the dense step.
 /// `kernel` (run `count` times on the stage) as one device runs it under `s`: its tokens
 /// scaled by `f_tok`, split over the context ranks and the model-parallel axes; with its
 /// count on the device and the blocking collectives it waits on.
@@ -691,8 +690,10 @@ fn on_device(
 }
 
 /// The kernels one device of pipeline stage `stage` runs for one micro-batch of `graph`
-/// under `s` (no context parallelism), with their counts: what [`stage_work`] prices, for
-/// tests and tools that look at a device's traffic. The optimizer's update is left out.
+/// under `s`, with their counts: what [`stage_work`] prices, for tests and tools that look
+/// at a device's traffic. The optimizer's update is left out; so is the key and value
+/// exchange of context parallelism (a strategy with `context > 1` gives the kernels as its
+/// ranks split them). `stage` must be below `s.pipeline` (a stage of the strategy).
 pub fn device_kernels(graph: &Graph, s: &Strategy, stage: u64) -> Vec<(Kernel, u64)> {
     let w = stage_weights(graph, s, stage);
     let trained = trained_layers(graph, stage_span(graph, s, stage));
@@ -712,6 +713,9 @@ pub fn device_kernels(graph: &Graph, s: &Strategy, stage: u64) -> Vec<(Kernel, u
         .collect()
 }
 
+/// One stage's work for one micro-batch: every kernel it runs, split by `s` and timed by
+/// `evaluator`; `f_tok` is a micro-batch's share of the batch; with `sparse_cores` the
+/// table lookups run on embedding engines beside the dense step.
 pub(super) fn stage_work(
     graph: &Graph,
     s: &Strategy,

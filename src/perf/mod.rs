@@ -282,7 +282,7 @@ pub struct Evaluator {
     pub machine: Machine,
     cache: FxHashMap<GemmKey, KernelTime>,
     /// Streams and gathers by (kind, the op's three numbers' bits).
-    streams: FxHashMap<[u64; 4], KernelTime>,
+    streams: FxHashMap<[u64; 5], KernelTime>,
 }
 
 /// `arch` as `graph` runs on it: a lone kernel that does not train (a `gemm` workload, as a
@@ -362,6 +362,10 @@ impl Evaluator {
                 flops,
                 ..
             } => {
+                let resident = match kernel.op {
+                    Op::Fused { resident_bytes, .. } => resident_bytes,
+                    _ => 0.0,
+                };
                 // A stream computes at the vector rate; a fused kernel's products at the
                 // matrix rate of its precision (its key tagged by it).
                 let fused = matches!(kernel.op, Op::Fused { .. });
@@ -371,6 +375,7 @@ impl Evaluator {
                     read_bytes.to_bits(),
                     write_bytes.to_bits(),
                     flops.to_bits(),
+                    resident.to_bits(),
                 ];
                 if !self.streams.contains_key(&key) {
                     let m = &self.machine;
@@ -380,7 +385,12 @@ impl Evaluator {
                         m.vector_rate()
                     };
                     let bytes = read_bytes + write_bytes;
-                    let home = m.home(bytes);
+                    // State kept in main memory between steps is read from there.
+                    let home = if resident > 0.0 {
+                        m.levels.len() - 1
+                    } else {
+                        m.home(bytes)
+                    };
                     let efficiency = match &m.pinned {
                         Some(p) if fused => p.matrix_efficiency(kernel.math, flops),
                         Some(p) => p.vector.at(flops),
@@ -401,6 +411,7 @@ impl Evaluator {
                     read_bytes.to_bits(),
                     write_bytes.to_bits(),
                     table_bytes.to_bits(),
+                    0,
                 ];
                 if !self.streams.contains_key(&key) {
                     let home = self.machine.home(table_bytes + write_bytes);
@@ -412,7 +423,7 @@ impl Evaluator {
         }
     }
 
-    fn keep_stream(&mut self, key: [u64; 4], t: KernelTime) {
+    fn keep_stream(&mut self, key: [u64; 5], t: KernelTime) {
         if self.streams.len() >= Self::KEPT {
             self.streams.clear();
         }

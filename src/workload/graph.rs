@@ -79,6 +79,10 @@ pub enum Op {
         write_bytes: f64,
         flops: f64,
         model_flops: f64,
+        /// Of `read_bytes`, state kept in main memory between steps (a decode step's KV
+        /// cache): read from there whatever its size, never found in a cache nearer by.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        resident_bytes: f64,
     },
     /// Row gathers (or scatters) into a table of `table_bytes`.
     Gather {
@@ -86,6 +90,11 @@ pub enum Op {
         write_bytes: f64,
         table_bytes: f64,
     },
+}
+
+/// Whether a serialized byte count is zero (left out of reports).
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// How tensor parallelism splits a kernel (Megatron-LM, Shoeybi et al. 2019).
@@ -950,6 +959,13 @@ impl Builder {
                 write_bytes: a.q_bytes + stats,
                 flops: 2.0 * product,
                 model_flops: 2.0 * whole,
+                // Queries against more keys than they bring: the keys and values of earlier
+                // steps, cached in main memory (a decode step, a prompt chunk).
+                resident_bytes: if a.queries < a.keys {
+                    2.0 * a.kv_bytes
+                } else {
+                    0.0
+                },
             },
             full,
         );
@@ -971,6 +987,7 @@ impl Builder {
                 write_bytes: a.q_bytes + 2.0 * a.kv_bytes,
                 flops: 4.0 * product,
                 model_flops: 4.0 * whole,
+                resident_bytes: 0.0,
             },
         );
         self.push_backward(
@@ -983,6 +1000,7 @@ impl Builder {
                 write_bytes: 0.0,
                 flops: product,
                 model_flops: 0.0,
+                resident_bytes: 0.0,
             },
         );
     }
