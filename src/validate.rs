@@ -516,6 +516,16 @@ impl Ctx {
                         )
                     })
                 };
+            let check = crate::config::Checker { file: &name };
+            check.positive(&at("measured"), r.measured)?;
+            for (field, value) in [
+                ("devices", r.devices),
+                ("batch", r.batch),
+                ("prompt", r.prompt),
+                ("output", r.output),
+            ] {
+                check.positive_count(&at(field), value)?;
+            }
             let model = self.path(&lookup(models, "model", &r.model)?);
             let model_file = model.display().to_string();
             let mut text = self.source.read(&model)?;
@@ -555,7 +565,7 @@ impl Ctx {
                     let steps = r.output.saturating_sub(1) as f64;
                     let call = p.time_to_first_token_s + steps * p.time_per_output_token_s;
                     (
-                        (r.batch * r.output) as f64 / call / r.devices as f64,
+                        r.batch as f64 * r.output as f64 / call / r.devices as f64,
                         "tokens/s/GPU",
                     )
                 }

@@ -277,8 +277,93 @@ fn the_engine_step_overhead_adds_to_every_step() {
         assert!((ttft2 - ttft - 500e-6).abs() < 1e-9, "{ttft} -> {ttft2}");
         assert!((tpot2 - tpot - 500e-6).abs() < 1e-9, "{tpot} -> {tpot2}");
     }
+    // Two pipeline stages keep two batches in flight: each batch's prefill and decode steps
+    // carry the host work (the TTFT the first batch's once; a decode cycle at least once).
+    let piped = [
+        "predict",
+        "--workload",
+        w,
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--devices",
+        "2",
+        "--strategy",
+        "p2",
+        "--json",
+    ];
+    let (ttft, tpot) = times(&piped);
+    let (ttft2, tpot2) = times(&[&piped[..], &["--template", &template]].concat());
+    assert!((ttft2 - ttft - 500e-6).abs() < 1e-9, "{ttft} -> {ttft2}");
+    assert!(
+        tpot2 - tpot >= 500e-6 - 1e-9 && tpot2 - tpot <= 1e-3 + 1e-9,
+        "{tpot} -> {tpot2}"
+    );
     let bad = with("-1");
     let (code, _, err) = stackflow(&[&alone[..], &["--template", &bad]].concat());
     assert_eq!(code, 2);
     assert!(err.contains("stack.step_overhead_us = -1"), "{err}");
+}
+
+/// Part of a node inside an outer fabric of a fixed size: the outer fabric joins that one
+/// partial node alone (2 devices, not 2 x 4).
+#[test]
+fn part_of_a_node_in_a_sized_outer_fabric_is_that_many_devices() {
+    let text = std::fs::read_to_string(root().join("templates/dgx-h100.yaml"))
+        .unwrap()
+        .replace("../budgets/", &format!("{}/budgets/", root().display()))
+        .replacen(
+            "    lanes_per_device: 8",
+            "    size: 4\n    lanes_per_device: 8",
+            1,
+        );
+    assert!(text.contains("size: 4"));
+    let dir = common::Scratch::new("sized-outer");
+    let system = dir.write("system.yaml", &text);
+    let (code, out, err) = stackflow(&[
+        "predict",
+        "--workload",
+        "workloads/llama2-7b-serve.yaml",
+        "--system",
+        &system,
+        "--devices",
+        "2",
+        "--strategy",
+        "t2",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["devices"], 2);
+}
+
+/// A serving row of the validation family with a measured value of 0 or an output of 0 is
+/// refused naming the row and field (not divided by).
+#[test]
+fn a_bad_serving_row_is_refused_by_name() {
+    let dir = common::Scratch::new("serving-rows");
+    let r = root();
+    let cases = format!(
+        "version: 1\ncases:\n  - id: Serving\n    name: x\n    source: y\n    kind: serving\n    \
+         file: rows.yaml\n    models: {{llama2-7b: {}}}\n    systems: {{dgx-h100: {}}}\n    \
+         tolerance: 0.15\n",
+        r.join("workloads/llama2-7b-serve.yaml").display(),
+        r.join("templates/dgx-h100.yaml").display()
+    );
+    let index = dir.write("cases.yaml", &cases);
+    for (row, says) in [
+        ("measured: 0", "rows[0] (S1).measured = 0"),
+        ("output: 0, measured: 6.3", "rows[0] (S1).output = 0"),
+    ] {
+        let text =
+            format!(
+            "rows:\n  - {{id: S1, model: llama2-7b, system: dgx-h100, devices: 1, precision: fp8, \
+             batch: 1, prompt: 128, metric: ttft_ms, source: z, {}{}}}\n",
+            row,
+            if row.starts_with("measured") { ", output: 1" } else { "" }
+        );
+        dir.write("rows.yaml", &text);
+        let (code, _, err) = stackflow(&["validate", &index]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(says), "{says}: {err}");
+    }
 }

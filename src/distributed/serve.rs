@@ -230,10 +230,12 @@ fn timing(map: &Mapping, work: &Work, spec: &InferenceSpec, in_flight: f64, sp: 
         latency(map, &work.prefill_stages, &work.prefill, 0.0, sp);
     let (step, step_comm, step_slowest) =
         latency(map, &work.decode_stages, &work.decode, work.launch_s, sp);
-    // The engine's host work: once per prefill and once per decode cycle.
-    let (first, step) = (first + work.overhead_s, step + work.overhead_s);
-    let cycle = step.max(in_flight * step_slowest);
-    let fill = first + (in_flight - 1.0) * first_slowest;
+    // The engine's host work, once per step of each batch in flight: its prefill, and each
+    // decode step, whether the whole pass or the slowest stage's turns pace the cycle.
+    let o = work.overhead_s;
+    let (first, step) = (first + o, step + o);
+    let cycle = step.max(in_flight * (step_slowest + o));
+    let fill = first + (in_flight - 1.0) * (first_slowest + o);
     Timing {
         total_s: fill + spec.output_tokens.saturating_sub(1) as f64 * cycle,
         ttft_s: first,

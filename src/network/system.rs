@@ -485,12 +485,21 @@ impl System {
     /// Devices per node when `devices` are used: the node's, or `devices` when they are part
     /// of one node ([`System::fabrics_for`]).
     pub fn node_size(&self, devices: u64) -> u64 {
-        let node = self.devices_per_node();
-        if devices > 0 && devices < node && node % devices == 0 {
+        if matches!(self.partial_node(devices), Ok(true)) {
             devices
         } else {
-            node
+            self.devices_per_node()
         }
+    }
+
+    /// Whether a node is one fabric that joins any subset of its devices as it joins all of
+    /// them (a switch, a fat tree, full connection) inside one more fabric.
+    fn switched_node(&self) -> bool {
+        self.fabrics.len() == 2
+            && matches!(
+                self.fabrics[0].topology,
+                Topology::Switch | Topology::FatTree { .. } | Topology::FullyConnected
+            )
     }
 
     /// Whether `devices` are part of one node: fewer than a node's, dividing it, on a node
@@ -502,12 +511,7 @@ impl System {
         if devices == 0 || devices >= node {
             return Ok(false);
         }
-        let switched = self.fabrics.len() == 2
-            && matches!(
-                self.fabrics[0].topology,
-                Topology::Switch | Topology::FatTree { .. } | Topology::FullyConnected
-            );
-        if node % devices == 0 && switched {
+        if node % devices == 0 && self.switched_node() {
             return Ok(true);
         }
         Err(ConfigError::invalid(
@@ -524,20 +528,20 @@ impl System {
     /// What part of a node `--devices` may take, for error messages.
     fn partial_choices(&self) -> String {
         let node = self.devices_per_node();
-        let switched = self.fabrics.len() == 2
-            && matches!(
-                self.fabrics[0].topology,
-                Topology::Switch | Topology::FatTree { .. } | Topology::FullyConnected
-            );
         // (A node of more than 1024 devices lists no divisors: the list would be long, and a
         // mistyped size would take that long to list.)
-        if !switched || !(2..=1024).contains(&node) {
+        if !self.switched_node() || !(2..=1024).contains(&node) {
             return String::new();
         }
+        // Whole hosts only, where the system has hosts.
+        let per_host = self.host.as_ref().map_or(1, |h| h.devices_per_host.max(1));
         let parts: Vec<String> = (1..node)
-            .filter(|d| node % d == 0)
+            .filter(|d| node % d == 0 && d % per_host == 0)
             .map(|d| d.to_string())
             .collect();
+        if parts.is_empty() {
+            return String::new();
+        }
         format!(
             ", or part of one node: {} of its devices (its {} fabric joins any of them)",
             parts.join(", "),
@@ -615,6 +619,7 @@ impl System {
         for (i, f) in self.fabrics.iter().enumerate() {
             let size = match (partial, i == last) {
                 (true, false) => devices,
+                (true, true) => 1,
                 _ => f.size.unwrap_or(outer),
             };
             let (most, kind) = match f.topology {
