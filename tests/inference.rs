@@ -367,3 +367,113 @@ fn a_bad_serving_row_is_refused_by_name() {
         assert!(err.contains(says), "{says}: {err}");
     }
 }
+
+/// Serving under load (issue 29's core): a continuously batching engine fed Poisson
+/// arrivals. At low load a request waits for nothing: its TTFT is an idle engine's; swamped,
+/// the engine serves at the static-batch throughput of the largest batch it holds; near and
+/// past capacity the tail of the TTFT grows with the queue.
+#[test]
+fn continuous_batching_under_load() {
+    use stackflow::distributed::load::{simulate, Load};
+    use stackflow::distributed::predict_inference;
+    use stackflow::parallel::Strategy;
+    let w = Workload::load(Source::Disk, &root().join("workloads/llama2-7b-serve.yaml")).unwrap();
+    let (t, spec) = w.serving().unwrap();
+    let system =
+        stackflow::network::System::load(Source::Disk, &root().join("templates/dgx-h100.yaml"))
+            .unwrap();
+    let arch = system.accelerator().unwrap();
+    let net = system.network(&arch, 1).unwrap();
+    let s = Strategy::default();
+    let run = |rate: f64, requests: u64| {
+        let load = Load {
+            rate_per_s: rate,
+            requests,
+            max_step_tokens: 1 << 20,
+            ..Load::default()
+        };
+        simulate(t, spec, &arch, &net, &s, &load).unwrap()
+    };
+    // Low load: one request at a time, the odd one waiting for a decode step in flight.
+    let idle = run(0.01, 50);
+    assert!(
+        (idle.ttft_s.p50 / idle.idle_ttft_s - 1.0).abs() < 1e-9
+            && idle.ttft_s.p99 < 1.5 * idle.idle_ttft_s,
+        "{:?} vs {}",
+        idle.ttft_s,
+        idle.idle_ttft_s
+    );
+    // Swamped: every request arrives at once; throughput is the static batch's of the
+    // largest batch held (the cap, 256, when the cache holds it).
+    let swamped = run(1e9, 2048);
+    let b = swamped.most_running;
+    assert_eq!(b, 256, "{swamped:?}");
+    let st = predict_inference(
+        t,
+        &stackflow::workload::inference::InferenceSpec { batch: b, ..*spec },
+        &arch,
+        &net,
+        &s,
+    )
+    .unwrap();
+    let static_rate = (b * spec.output_tokens) as f64
+        / (st.time_to_first_token_s + (spec.output_tokens - 1) as f64 * st.time_per_output_token_s);
+    let ratio = swamped.output_tokens_per_s / static_rate;
+    assert!(
+        (0.9..1.1).contains(&ratio),
+        "{} vs {static_rate}: {ratio}",
+        swamped.output_tokens_per_s
+    );
+    // Near and past capacity the tail grows; past it, with the length of the run.
+    let capacity = swamped.requests_per_s;
+    let half = run(0.5 * capacity, 2000);
+    let near = run(0.95 * capacity, 2000);
+    let over = run(1.5 * capacity, 2000);
+    let longer = run(1.5 * capacity, 4000);
+    assert!(
+        near.ttft_s.p99 > 2.0 * half.ttft_s.p99,
+        "{:?} {:?}",
+        half.ttft_s,
+        near.ttft_s
+    );
+    assert!(
+        longer.ttft_s.p99 > 1.5 * over.ttft_s.p99,
+        "{:?} {:?}",
+        over.ttft_s,
+        longer.ttft_s
+    );
+    // Seeded: the same run twice is the same.
+    assert_eq!(run(0.5 * capacity, 500), run(0.5 * capacity, 500));
+}
+
+/// `serve`'s bad input: a block of 0 tokens, a rate of 0, a memory share above 1, a request
+/// that does not fit the KV cache: exit 2 naming the flag or what does not fit.
+#[test]
+fn serve_refuses_bad_input_by_name() {
+    let base = [
+        "serve",
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--devices",
+        "1",
+    ];
+    for (extra, says) in [
+        (
+            &["--rate", "10", "--block-tokens", "0"][..],
+            "--block-tokens 0",
+        ),
+        (&["--rate", "0"][..], "--rate 0"),
+        (
+            &["--rate", "10", "--memory-utilization", "1.5"][..],
+            "--memory-utilization 1.5",
+        ),
+        (
+            &["--rate", "10", "--memory-utilization", "0.15"][..],
+            "KV blocks of 16; the devices hold 0",
+        ),
+    ] {
+        let (code, _, err) = stackflow(&[&base[..], extra].concat());
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(err.contains(says), "{says}: {err}");
+    }
+}

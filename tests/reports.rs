@@ -225,6 +225,17 @@ fn every_command_prints_json() {
         vec!["intensity", "--devices", "1,4"],
         vec!["availability"],
         vec![
+            "serve",
+            "--system",
+            "templates/dgx-h100.yaml",
+            "--devices",
+            "1",
+            "--rate",
+            "10",
+            "--requests",
+            "100",
+        ],
+        vec![
             "import",
             "deepflow",
             "tests/import/deepflow/model-LSTM.yaml",

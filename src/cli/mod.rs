@@ -15,6 +15,7 @@ mod intensity;
 mod optimize;
 mod predict;
 mod search;
+mod serve;
 mod sweep;
 mod table;
 mod validate;
@@ -87,6 +88,11 @@ enum Command {
     /// time against memory per device, and the search's counts. Exits 3 when no strategy
     /// fits.
     Search(search::SearchArgs),
+    /// Serve a transformer under load: Poisson arrivals at --rate on a continuously batching
+    /// engine (prefills first, a paged KV cache, preemption by recomputation); throughput
+    /// and TTFT, TPOT and end-to-end percentiles. Chunked prefill, traces, SLO goodput,
+    /// disaggregation and a serving search are not here yet.
+    Serve(serve::Args),
     /// Reallocate area, power and perimeter budgets (DeepFlow Sec. 7) and search
     /// parallelism strategies to minimise the time per iteration of a workload on a system.
     /// With no arguments: DeepFlow Sec. 9's LSTM on 512 N7 / HBM2e / 200 GB/s nodes.
@@ -422,6 +428,7 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         }
         Command::Predict(args) => return predict_command(args),
         Command::Search(args) => return search::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Intensity(args) => intensity::run(args),
         Command::Availability {
             system,

@@ -21,7 +21,8 @@
 //!   [`crate::parallel::mapping::best_placement`] finds (orderings priced from the lowest
 //!   bound up); [`Workspace`]: kernel times and graphs kept between predictions;
 //!   [`predict::Fitted`]: a strategy's fit and memory before timing (what a search checks
-//!   first); [`serve`]: serving;
+//!   first); [`serve`]: serving a static batch; [`load`]: serving under load (requests over
+//!   time on a continuously batching engine, priced through [`serve`]);
 //! - [`host`]: embedding tables in the CPUs' DDR (Zion Sec. IV, TPU v4 Fig. 9): which
 //!   tables a system's host keeps ([`placed`]) and what the hosts spend on them per
 //!   iteration, beside the devices' step ([`HostReport`]);
@@ -35,6 +36,7 @@
 mod fit;
 pub mod host;
 pub mod layered;
+pub mod load;
 mod memory;
 pub mod pipeline;
 pub mod predict;
