@@ -442,6 +442,24 @@ fn continuous_batching_under_load() {
         over.ttft_s,
         longer.ttft_s
     );
+    // A cache too small for every admitted sequence to finish: the newest give way and are
+    // recomputed; every request still completes.
+    let tight = simulate(
+        t,
+        spec,
+        &arch,
+        &net,
+        &s,
+        &Load {
+            rate_per_s: 1e9,
+            requests: 500,
+            memory_utilization: 0.2,
+            ..Load::default()
+        },
+    )
+    .unwrap();
+    assert!(tight.preemptions > 0, "{tight:?}");
+    assert!(tight.output_tokens_per_s > 0.0 && tight.end_to_end_s.p99.is_finite());
     // Seeded: the same run twice is the same.
     assert_eq!(run(0.5 * capacity, 500), run(0.5 * capacity, 500));
 }

@@ -232,10 +232,11 @@ pub fn simulate(
             load.memory_utilization * 100.0
         )));
     }
-    // The most sequences that can run: the batch cap, and whole requests in the cache.
+    // The most sequences that can run: the batch cap, and prompts in the cache (admission
+    // looks at what a request needs now; a cache that fills as they decode preempts).
     let most = load
         .max_batch
-        .min(blocks_total / blocks_for(prompt + output).max(1))
+        .min(blocks_total / blocks_for(prompt + 1).max(1))
         .max(1);
     let mut prefill = Vec::new();
     for k in anchors(most.min((load.max_step_tokens / prompt.max(1)).max(1))) {
