@@ -495,3 +495,79 @@ fn serve_refuses_bad_input_by_name() {
         assert!(err.contains(says), "{says}: {err}");
     }
 }
+
+/// Goodput under an SLO: the highest rate whose p99 TTFT and TPOT keep their bounds; a
+/// little more breaks the binding one; bounds no rate keeps exit 3 naming the latency.
+#[test]
+fn goodput_is_the_highest_rate_within_the_slo() {
+    use stackflow::distributed::load::{Engine, Load, Slo};
+    use stackflow::parallel::Strategy;
+    let w = Workload::load(Source::Disk, &root().join("workloads/llama2-7b-serve.yaml")).unwrap();
+    let (t, spec) = w.serving().unwrap();
+    let system =
+        stackflow::network::System::load(Source::Disk, &root().join("templates/dgx-h100.yaml"))
+            .unwrap();
+    let arch = system.accelerator().unwrap();
+    let net = system.network(&arch, 1).unwrap();
+    let engine = Engine::new(t, spec, &arch, &net, &Strategy::default(), &Load::default()).unwrap();
+    let slo = Slo {
+        ttft_p99_s: 0.2,
+        tpot_p99_s: 0.02,
+    };
+    let g = engine.goodput(&slo, 1000, 0, 1).unwrap().unwrap();
+    assert!(g.at.ttft_s.p99 <= 0.2 && g.at.tpot_s.p99 <= 0.02, "{g:?}");
+    assert!(g.requests_per_s > 0.1 * g.capacity_requests_per_s);
+    assert!(g.requests_per_s < g.capacity_requests_per_s);
+    let above = engine.run(g.requests_per_s * 1.02, 1000, 0).unwrap();
+    let broken = match g.binding.as_str() {
+        "ttft" => above.ttft_s.p99 > 0.2,
+        "tpot" => above.tpot_s.p99 > 0.02,
+        other => panic!("{other}"),
+    };
+    assert!(
+        broken,
+        "{}: {:?} {:?}",
+        g.binding, above.ttft_s, above.tpot_s
+    );
+    let (code, _, err) = stackflow(&[
+        "serve",
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--devices",
+        "1",
+        "--rate",
+        "10",
+        "--requests",
+        "200",
+        "--slo-ttft-ms",
+        "1",
+        "--slo-tpot-ms",
+        "20",
+    ]);
+    assert_eq!(code, 3, "{err}");
+    let (code, out, _) = stackflow(&[
+        "serve",
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--devices",
+        "1",
+        "--rate",
+        "10",
+        "--requests",
+        "200",
+        "--slo-ttft-ms",
+        "1",
+        "--slo-tpot-ms",
+        "20",
+        "--json",
+    ]);
+    assert_eq!(code, 3);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["goodput"]["infeasible"]
+            .as_str()
+            .unwrap()
+            .contains("p99 TTFT"),
+        "{v}"
+    );
+}

@@ -428,7 +428,7 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         }
         Command::Predict(args) => return predict_command(args),
         Command::Search(args) => return search::run(args),
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => return serve::run(args),
         Command::Intensity(args) => intensity::run(args),
         Command::Availability {
             system,

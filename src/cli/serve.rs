@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::bail;
 
 use super::distributed::{load_strategy, load_system, HostFlags};
+use super::Outcome;
 use crate::config::Source;
-use crate::distributed::load::{simulate, Load, LoadReport, MAX_REQUESTS};
+use crate::distributed::load::{Engine, Goodput, Load, LoadReport, Slo, MAX_REQUESTS};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -47,6 +48,13 @@ pub struct Args {
     /// gpu_memory_utilization).
     #[arg(long, default_value_t = 0.9)]
     memory_utilization: f64,
+    /// With --slo-tpot-ms: the p99 TTFT bound, ms; the report adds the goodput (the highest
+    /// rate that keeps both bounds) and exits 3 when no rate does.
+    #[arg(long, requires = "slo_tpot_ms")]
+    slo_ttft_ms: Option<f64>,
+    /// With --slo-ttft-ms: the p99 TPOT bound, ms.
+    #[arg(long, requires = "slo_ttft_ms")]
+    slo_tpot_ms: Option<f64>,
     #[command(flatten)]
     host: HostFlags,
     /// Print JSON (a stable interface for scripts) instead of tables.
@@ -57,7 +65,7 @@ pub struct Args {
 /// The embedded workload `serve` runs without `--workload`.
 const DEFAULT_WORKLOAD: &str = "workloads/llama2-7b-serve.yaml";
 
-pub fn run(a: Args) -> anyhow::Result<()> {
+pub fn run(a: Args) -> anyhow::Result<Outcome> {
     if !(a.rate.is_finite() && a.rate > 0.0) {
         bail!("--rate {}: expected requests per second > 0", a.rate);
     }
@@ -99,12 +107,61 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         block_tokens: a.block_tokens,
         memory_utilization: a.memory_utilization,
     };
-    let report = simulate(t, spec, &arch, &net, &strategy, &load)?;
+    let engine = Engine::new(t, spec, &arch, &net, &strategy, &load)?;
+    let report = engine.run(load.rate_per_s, load.requests, load.seed)?;
+    let slo = match (a.slo_ttft_ms, a.slo_tpot_ms) {
+        (Some(ttft), Some(tpot)) => {
+            for (flag, v) in [("--slo-ttft-ms", ttft), ("--slo-tpot-ms", tpot)] {
+                if !(v.is_finite() && v > 0.0) {
+                    bail!("{flag} {v}: expected a latency bound in ms > 0");
+                }
+            }
+            Some(Slo {
+                ttft_p99_s: ttft * 1e-3,
+                tpot_p99_s: tpot * 1e-3,
+            })
+        }
+        _ => None,
+    };
+    let goodput = slo
+        .map(|slo| engine.goodput(&slo, load.requests, load.seed, devices))
+        .transpose()?;
     if a.json {
-        return super::print_json(&report);
+        let mut value = serde_json::to_value(&report)?;
+        if let Some(g) = &goodput {
+            value["goodput"] = match g {
+                Ok(g) => serde_json::to_value(g)?,
+                Err(why) => serde_json::json!({ "infeasible": why }),
+            };
+        }
+        super::print_json(&value)?;
+    } else {
+        print!("{}", render(&report, devices));
+        if let Some(g) = &goodput {
+            print!("{}", render_goodput(g));
+        }
     }
-    print!("{}", render(&report, devices));
-    Ok(())
+    Ok(match goodput {
+        Some(Err(_)) => Outcome::NothingFeasible,
+        _ => Outcome::Done,
+    })
+}
+
+fn render_goodput(g: &Result<Goodput, String>) -> String {
+    match g {
+        Ok(g) => format!(
+            "goodput           {:.3} requests/s ({:.3} per device, {:.1} output tokens/s) within \
+             p99 TTFT {:.1} ms and p99 TPOT {:.1} ms; {} binds (swamped: {:.3} requests/s)\n",
+            g.requests_per_s,
+            g.requests_per_s_per_device,
+            g.output_tokens_per_s,
+            g.slo.ttft_p99_s * 1e3,
+            g.slo.tpot_p99_s * 1e3,
+            g.binding,
+            g.capacity_requests_per_s
+        ),
+        Err(why) => format!("goodput           none: {why}\n"),
+    }
 }
 
 fn render(r: &LoadReport, devices: u64) -> String {
