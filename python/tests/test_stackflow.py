@@ -394,3 +394,11 @@ def test_optimize_with_a_template_dict_writes_its_budget(tmp_path):
     assert r["best_time_per_iteration_s"] > 0
     budget = tmp_path / "o" / "budget.yaml"
     assert stackflow.generate(budget)["peak_flops_per_s"] > 0
+
+
+def test_run_serves_under_load(cli):
+    args = ["serve", "--system", "templates/dgx-h100.yaml", "--devices", "1", "--rate", "20",
+            "--requests", "200", "--slo-ttft-ms", "200", "--slo-tpot-ms", "20"]
+    r = stackflow.run(*args)
+    assert r == cli_json(cli, *args)
+    assert r["goodput"]["requests_per_s"] > 0 and r["ttft_s"]["p99"] > 0
