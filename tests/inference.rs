@@ -377,13 +377,8 @@ fn continuous_batching_under_load() {
     use stackflow::distributed::load::{simulate, Load};
     use stackflow::distributed::predict_inference;
     use stackflow::parallel::Strategy;
-    let w = Workload::load(Source::Disk, &root().join("workloads/llama2-7b-serve.yaml")).unwrap();
+    let (w, arch, net) = llama2_7b_on_one_h100();
     let (t, spec) = w.serving().unwrap();
-    let system =
-        stackflow::network::System::load(Source::Disk, &root().join("templates/dgx-h100.yaml"))
-            .unwrap();
-    let arch = system.accelerator().unwrap();
-    let net = system.network(&arch, 1).unwrap();
     let s = Strategy::default();
     let run = |rate: f64, requests: u64| {
         let load = Load {
@@ -502,13 +497,8 @@ fn serve_refuses_bad_input_by_name() {
 fn goodput_is_the_highest_rate_within_the_slo() {
     use stackflow::distributed::load::{Engine, Load, Slo};
     use stackflow::parallel::Strategy;
-    let w = Workload::load(Source::Disk, &root().join("workloads/llama2-7b-serve.yaml")).unwrap();
+    let (w, arch, net) = llama2_7b_on_one_h100();
     let (t, spec) = w.serving().unwrap();
-    let system =
-        stackflow::network::System::load(Source::Disk, &root().join("templates/dgx-h100.yaml"))
-            .unwrap();
-    let arch = system.accelerator().unwrap();
-    let net = system.network(&arch, 1).unwrap();
     let engine = Engine::new(t, spec, &arch, &net, &Strategy::default(), &Load::default()).unwrap();
     let slo = Slo {
         ttft_p99_s: 0.2,
@@ -570,4 +560,20 @@ fn goodput_is_the_highest_rate_within_the_slo() {
             .contains("p99 TTFT"),
         "{v}"
     );
+}
+
+/// workloads/llama2-7b-serve.yaml on one H100 of a DGX H100: the workload, the accelerator
+/// and the one-device network.
+fn llama2_7b_on_one_h100() -> (
+    Workload,
+    stackflow::generator::Architecture,
+    stackflow::network::Network,
+) {
+    let w = Workload::load(Source::Disk, &root().join("workloads/llama2-7b-serve.yaml")).unwrap();
+    let system =
+        stackflow::network::System::load(Source::Disk, &root().join("templates/dgx-h100.yaml"))
+            .unwrap();
+    let arch = system.accelerator().unwrap();
+    let net = system.network(&arch, 1).unwrap();
+    (w, arch, net)
 }

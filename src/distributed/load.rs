@@ -558,9 +558,10 @@ impl Engine {
         }
         let mut hi = 1.5 * capacity;
         let (mut at, mut binding) = (low, String::from("none"));
-        match slo.kept(&self.run(hi, requests, seed)?) {
+        let high = self.run(hi, requests, seed)?;
+        match slo.kept(&high) {
             Ok(()) => {
-                at = self.run(hi, requests, seed)?;
+                at = high;
                 lo = hi;
             }
             Err((b, _)) => binding = b,

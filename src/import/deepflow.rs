@@ -1457,27 +1457,18 @@ pub fn import_model(file: &str, text: &str) -> Result<Imported, ConfigError> {
     match m.mode.as_str() {
         "GEMM" => {
             line(&mut out, 0, "kind", "gemm", "model_param.mode = GEMM");
-            line(
-                &mut out,
-                0,
-                "m",
-                &need("M", m.m)?.to_string(),
-                "model_param.M (rows of the output)",
-            );
-            line(
-                &mut out,
-                0,
-                "k",
-                &need("K", m.k)?.to_string(),
-                "model_param.K (the shared, reduced dimension)",
-            );
-            line(
-                &mut out,
-                0,
-                "n",
-                &need("N", m.n)?.to_string(),
-                "model_param.N (columns of the output)",
-            );
+            for (ours, key, value, from) in [
+                ("m", "M", m.m, "model_param.M (rows of the output)"),
+                (
+                    "k",
+                    "K",
+                    m.k,
+                    "model_param.K (the shared, reduced dimension)",
+                ),
+                ("n", "N", m.n, "model_param.N (columns of the output)"),
+            ] {
+                line(&mut out, 0, ours, &need(key, value)?.to_string(), from);
+            }
             line(
                 &mut out,
                 0,
@@ -1489,48 +1480,36 @@ pub fn import_model(file: &str, text: &str) -> Result<Imported, ConfigError> {
         "LSTM" => {
             line(&mut out, 0, "kind", "lstm_lm", "model_param.mode = LSTM");
             line(&mut out, 0, "name", &stem, "");
-            line(
-                &mut out,
-                0,
-                "hidden",
-                &need("layer_size", m.layer_size)?.to_string(),
-                "model_param.layer_size",
-            );
-            line(
-                &mut out,
-                0,
-                "batch",
-                &need("batch_size", m.batch_size)?.to_string(),
-                "model_param.batch_size",
-            );
-            line(
-                &mut out,
-                0,
-                "vocab",
-                &need("vocab_size", m.vocab_size)?.to_string(),
-                "model_param.vocab_size (embedding and softmax width: layer_size)",
-            );
-            line(
-                &mut out,
-                0,
-                "layers",
-                &need("num_layers", m.num_layers)?.to_string(),
-                "model_param.num_layers",
-            );
-            line(
-                &mut out,
-                0,
-                "sequence",
-                &need("seq_len", m.seq_len)?.to_string(),
-                "model_param.seq_len",
-            );
-            line(
-                &mut out,
-                0,
-                "gates",
-                &need("num_gates", m.num_gates)?.to_string(),
-                "model_param.num_gates",
-            );
+            for (ours, key, value, from) in [
+                (
+                    "hidden",
+                    "layer_size",
+                    m.layer_size,
+                    "model_param.layer_size",
+                ),
+                (
+                    "batch",
+                    "batch_size",
+                    m.batch_size,
+                    "model_param.batch_size",
+                ),
+                (
+                    "vocab",
+                    "vocab_size",
+                    m.vocab_size,
+                    "model_param.vocab_size (embedding and softmax width: layer_size)",
+                ),
+                (
+                    "layers",
+                    "num_layers",
+                    m.num_layers,
+                    "model_param.num_layers",
+                ),
+                ("sequence", "seq_len", m.seq_len, "model_param.seq_len"),
+                ("gates", "num_gates", m.num_gates, "model_param.num_gates"),
+            ] {
+                line(&mut out, 0, ours, &need(key, value)?.to_string(), from);
+            }
             line(
                 &mut out,
                 0,
