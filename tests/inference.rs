@@ -495,20 +495,37 @@ fn serve_refuses_bad_input_by_name() {
 /// little more breaks the binding one; bounds no rate keeps exit 3 naming the latency.
 #[test]
 fn goodput_is_the_highest_rate_within_the_slo() {
-    use stackflow::distributed::load::{Engine, Load, Slo};
+    use stackflow::distributed::load::{Arrivals, Deployment, Engine, Load, Slo};
     use stackflow::parallel::Strategy;
     let (w, arch, net) = llama2_7b_on_one_h100();
     let (t, spec) = w.serving().unwrap();
-    let engine = Engine::new(t, spec, &arch, &net, &Strategy::default(), &Load::default()).unwrap();
+    let engine = Deployment::Colocated(
+        Engine::new(
+            t,
+            spec.into(),
+            &arch,
+            &net,
+            &Strategy::default(),
+            &Load::default(),
+        )
+        .unwrap(),
+    );
+    let arrivals = Arrivals::Poisson {
+        prompt_tokens: spec.prompt_tokens,
+        output_tokens: spec.output_tokens,
+        seed: 0,
+    };
     let slo = Slo {
         ttft_p99_s: 0.2,
         tpot_p99_s: 0.02,
     };
-    let g = engine.goodput(&slo, 1000, 0, 1).unwrap().unwrap();
+    let g = engine.goodput(&arrivals, &slo, 1000).unwrap().unwrap();
     assert!(g.at.ttft_s.p99 <= 0.2 && g.at.tpot_s.p99 <= 0.02, "{g:?}");
     assert!(g.requests_per_s > 0.1 * g.capacity_requests_per_s);
     assert!(g.requests_per_s < g.capacity_requests_per_s);
-    let above = engine.run(g.requests_per_s * 1.02, 1000, 0).unwrap();
+    let above = engine
+        .run_at(&arrivals, g.requests_per_s * 1.02, 1000)
+        .unwrap();
     let broken = match g.binding.as_str() {
         "ttft" => above.ttft_s.p99 > 0.2,
         "tpot" => above.tpot_s.p99 > 0.02,

@@ -133,6 +133,18 @@ enum Command {
         /// nothing (DeepFlow's optimizer as published).
         #[arg(long, default_value = "transfer", value_parser = crate::opt::budget::Finish::NAMES)]
         finish: String,
+        /// A served transformer (a workload with `inference:`): the p99 TTFT bound, ms, with
+        /// --slo-tpot-ms. The budget is then judged by goodput per device within the SLO
+        /// (the engine's fluid steady state; the report adds the simulated goodput before
+        /// and after) under the fixed strategy (default: a replica per device).
+        #[arg(long, requires = "slo_tpot_ms")]
+        slo_ttft_ms: Option<f64>,
+        /// With --slo-ttft-ms: the p99 TPOT bound, ms.
+        #[arg(long, requires = "slo_ttft_ms")]
+        slo_tpot_ms: Option<f64>,
+        /// A served transformer: the engine's batch cap per replica (vLLM's max_num_seqs).
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65536))]
+        max_batch: u64,
         /// Directory for budget.yaml, report.json, trace.csv and convergence.svg.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -401,10 +413,15 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
             steps,
             seed,
             finish,
+            slo_ttft_ms,
+            slo_tpot_ms,
+            max_batch,
             out,
             json,
         } => {
             return optimize::run(optimize::Args {
+                slo_ms: slo_ttft_ms.zip(slo_tpot_ms),
+                max_batch,
                 workload,
                 system,
                 budget,

@@ -10,10 +10,11 @@ use super::Outcome;
 use crate::config::raw::{AreaBudgetRaw, BudgetFile, PerimeterBudgetRaw, PowerBudgetRaw};
 use crate::config::{normalize, to_yaml, write_atomic, Source};
 use crate::design::{Design, DesignFiles};
+use crate::distributed::load::{Arrivals, Deployment, Engine, Goodput, Lengths, Load, Slo};
 use crate::generator::Architecture;
 use crate::network::System;
 use crate::opt::budget::{self, BudgetResult, Sensitivity, Settings, TracePoint};
-use crate::opt::problem::{feasible_set, with_shares, BoundsFile, Evaluation};
+use crate::opt::problem::{feasible_set, with_shares, BoundsFile, Evaluation, ServingGoal};
 use crate::opt::{co_optimize, BudgetProblem, CoOptimization, Resource};
 use crate::parallel::Strategy;
 use crate::tech::TechLibrary;
@@ -41,6 +42,9 @@ pub struct Args {
     pub search_strategy: bool,
     pub bounds: Option<PathBuf>,
     pub settings: Settings,
+    /// A served transformer's SLO: p99 TTFT and TPOT bounds, ms.
+    pub slo_ms: Option<(f64, f64)>,
+    pub max_batch: u64,
     pub out: Option<PathBuf>,
     pub json: bool,
 }
@@ -83,6 +87,50 @@ struct Report<'a> {
     binding: Vec<Resource>,
     co_optimization: Option<&'a CoOptimization>,
     restarts: Vec<(usize, u64, f64)>,
+    /// A served transformer: goodput within the SLO before and after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    serving: Option<ServingReport>,
+}
+
+/// A serving optimization's goodput per device before and after: the fluid steady state the
+/// optimizer maximised, and the simulated goodput (Poisson arrivals, 1,000 requests, seed
+/// 0) that checks it.
+#[derive(Serialize)]
+struct ServingReport {
+    slo: Slo,
+    initial_fluid_requests_per_s_per_device: f64,
+    best_fluid_requests_per_s_per_device: f64,
+    initial_simulated: Option<Goodput>,
+    best_simulated: Option<Goodput>,
+    /// Why the simulation finds no goodput, when so.
+    simulated_note: Vec<String>,
+}
+
+/// The simulated goodput of the problem's strategy on `arch` (Poisson, 1,000 requests, seed 0).
+fn simulated_goodput(
+    problem: &BudgetProblem,
+    arch: &Architecture,
+    goal: &ServingGoal,
+) -> Result<Goodput, String> {
+    let (t, spec) = problem.workload.serving().ok_or("not served")?;
+    let net = problem.network(arch).map_err(|e| e.to_string())?;
+    let engine = Engine::new(
+        t,
+        Lengths::from(spec),
+        arch,
+        &net,
+        &problem.strategy,
+        &goal.policy,
+    )
+    .map_err(|e| e.to_string())?;
+    let arrivals = Arrivals::Poisson {
+        prompt_tokens: spec.prompt_tokens,
+        output_tokens: spec.output_tokens,
+        seed: 0,
+    };
+    Deployment::Colocated(engine)
+        .goodput(&arrivals, &goal.slo, 1000)
+        .map_err(|e| e.to_string())?
 }
 
 /// The feasible baseline a speedup is quoted against.
@@ -199,15 +247,26 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let bounds = load_bounds(&args)?;
     let layout = crate::opt::problem::layout(&design);
     let set = feasible_set(&layout, bounds.as_ref().map(|(f, b)| (f.as_str(), b)))?;
-    let search = args.search_strategy || args.strategy.is_none();
-    let baseline = baseline_strategy(&args, search, &system, &design, &workload, &wfile, devices)?;
+    let goal = serving_goal(&args, &workload, &wfile)?;
+    let search = goal.is_none() && (args.search_strategy || args.strategy.is_none());
+    let baseline = match (&goal, &args.strategy) {
+        (Some(_), None) => Strategy {
+            data: devices,
+            ..Strategy::default()
+        },
+        _ => baseline_strategy(&args, search, &system, &design, &workload, &wfile, devices)?,
+    };
+    let cannot = || {
+        format!(
+            "the strategy {baseline} cannot run {} on {devices} devices",
+            wfile.display()
+        )
+    };
     let mut problem = BudgetProblem::new(system.clone(), design, devices, workload, baseline, set)
-        .with_context(|| {
-            format!(
-                "the strategy {baseline} cannot run {} on {devices} devices",
-                wfile.display()
-            )
-        })?;
+        .with_context(cannot)?;
+    if let Some(goal) = goal {
+        problem = problem.with_serving(goal).with_context(cannot)?;
+    }
     let initial = problem.initial();
     let initial_eval = problem.evaluate(&initial);
     let (result, co) = optimize_problem(&mut problem, &args, search)?;
@@ -217,6 +276,28 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let shares = share_reports(&problem, &initial, &result.best, &best_design);
     let (budget_use, binding) = budget_use(&best.architecture);
     let reference = reference(&initial_eval, &baseline, co.as_ref());
+    let serving = goal.map(|goal| {
+        let initial_sim = simulated_goodput(&problem, &initial_eval.architecture, &goal);
+        let best_sim = simulated_goodput(&problem, &best.architecture, &goal);
+        let per_device = |e: &Evaluation| {
+            if e.time_per_iteration_s.is_finite() {
+                1.0 / e.time_per_iteration_s
+            } else {
+                0.0
+            }
+        };
+        ServingReport {
+            slo: goal.slo,
+            initial_fluid_requests_per_s_per_device: per_device(&initial_eval),
+            best_fluid_requests_per_s_per_device: per_device(&best),
+            simulated_note: [("initial", &initial_sim), ("best", &best_sim)]
+                .iter()
+                .filter_map(|(which, g)| g.as_ref().err().map(|e| format!("{which}: {e}")))
+                .collect(),
+            initial_simulated: initial_sim.ok(),
+            best_simulated: best_sim.ok(),
+        }
+    });
     let headline = headline(
         &initial_eval,
         &baseline,
@@ -224,6 +305,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         (&problem.strategy, search),
         reference.as_ref(),
     );
+    let headline = match &serving {
+        Some(sv) if best.feasible => serving_headline(sv, &problem.strategy),
+        _ => headline,
+    };
     let speedup = reference
         .as_ref()
         .filter(|_| best.feasible)
@@ -258,6 +343,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             .iter()
             .map(|r| (r.restart, r.steps, r.objective.exp()))
             .collect(),
+        serving,
     };
     if let Some(dir) = &args.out {
         // Where the design's files were read from: --budget from disk, else the system's;
@@ -304,6 +390,72 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     print!("{rest}");
     print_footer(&args, report.feasible);
     Ok(outcome)
+}
+
+/// A serving optimization's first line: goodput per device before and after, fluid and
+/// simulated.
+fn serving_headline(sv: &ServingReport, strategy: &Strategy) -> String {
+    let sim = |g: &Option<Goodput>| {
+        g.as_ref().map_or("none".to_string(), |g| {
+            format!("{:.3}", g.requests_per_s_per_device)
+        })
+    };
+    format!(
+        "goodput / device  {:.3} -> {:.3} requests/s ({:.2}x) within p99 TTFT {:.0} ms and TPOT \
+         {:.1} ms (fluid steady state; simulated {} -> {}); strategy {strategy}",
+        sv.initial_fluid_requests_per_s_per_device,
+        sv.best_fluid_requests_per_s_per_device,
+        sv.best_fluid_requests_per_s_per_device / sv.initial_fluid_requests_per_s_per_device,
+        sv.slo.ttft_p99_s * 1e3,
+        sv.slo.tpot_p99_s * 1e3,
+        sim(&sv.initial_simulated),
+        sim(&sv.best_simulated),
+    )
+}
+
+/// The serving goal of a served transformer (its SLO required), none for anything else (an
+/// SLO given for it is refused).
+fn serving_goal(
+    args: &Args,
+    workload: &Workload,
+    file: &Path,
+) -> anyhow::Result<Option<ServingGoal>> {
+    match (workload.serving(), args.slo_ms) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => anyhow::bail!(
+            "--slo-ttft-ms/--slo-tpot-ms: {} is not served (no `inference:`); an SLO judges a \
+             served transformer",
+            file.display()
+        ),
+        (Some(_), None) => anyhow::bail!(
+            "{}: a served transformer is optimized for goodput within an SLO: give \
+             --slo-ttft-ms and --slo-tpot-ms",
+            file.display()
+        ),
+        (Some(_), Some((ttft, tpot))) => {
+            for (flag, v) in [("--slo-ttft-ms", ttft), ("--slo-tpot-ms", tpot)] {
+                if !(v.is_finite() && v > 0.0) {
+                    anyhow::bail!("{flag} {v}: expected a latency bound in ms > 0");
+                }
+            }
+            if args.search_strategy {
+                anyhow::bail!(
+                    "--search-strategy: a served transformer's budget is optimized under a fixed \
+                     strategy; `stackflow search` finds its deployment"
+                );
+            }
+            Ok(Some(ServingGoal {
+                slo: Slo {
+                    ttft_p99_s: ttft * 1e-3,
+                    tpot_p99_s: tpot * 1e-3,
+                },
+                policy: Load {
+                    max_batch: args.max_batch,
+                    ..Load::default()
+                },
+            }))
+        }
+    }
 }
 
 /// The strategy to start from: `--strategy`, else (searching) the search's baseline.
@@ -494,6 +646,13 @@ fn render_report(
         render_co_optimization(&mut s, co);
     }
     render_budget_split(&mut s, r);
+    if r.serving.is_some() {
+        let _ = writeln!(
+            s,
+            "\n(serving: \"time\" below is device-seconds per request within the SLO, the \
+             inverse of goodput per device)"
+        );
+    }
     render_sensitivities(&mut s, r.sensitivities);
     let _ = writeln!(
         s,

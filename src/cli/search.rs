@@ -9,6 +9,7 @@ use std::time::Instant;
 use crate::config::{write_atomic, Source};
 use crate::distributed::LayeredPrediction;
 use crate::opt::search::layered::{search_layered, LayeredResult};
+use crate::opt::search::serving::{search_serving, ServingResult, ServingSettings};
 use crate::opt::search::{self, Candidate, SearchResult};
 use crate::opt::Progress;
 use crate::workload::Workload;
@@ -60,6 +61,14 @@ pub struct SearchArgs {
     /// Write the top N and the Pareto front to this CSV file.
     #[arg(long)]
     csv: Option<PathBuf>,
+    /// A serving workload only: leave prefill/decode disaggregation out of the search.
+    #[arg(long)]
+    no_disaggregate: bool,
+    /// A serving workload (one with `inference:`): the arrivals, the engine's policy (the
+    /// search varies the batch cap up to --max-batch and tries chunked prefill) and the SLO
+    /// it ranks deployments by, goodput per device.
+    #[command(flatten)]
+    engine: super::serve::EngineFlags,
     /// Print JSON (a stable interface for scripts) instead of tables.
     #[arg(long)]
     json: bool,
@@ -91,10 +100,7 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
     };
     let workload = Workload::load(source, &workload_file)?;
     if workload.serving().is_some() {
-        bail!(
-            "{}: a serving workload (inference:); search trains a workload, predict serves it",
-            workload_file.display()
-        );
+        return run_serving(&a, &workload, &workload_file);
     }
     let system = load_system(&a.system, a.slice.as_deref(), &a.host)?;
     let arch = crate::perf::as_run(&system.accelerator()?, &workload.graph());
@@ -198,6 +204,153 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
     } else {
         Outcome::NothingFeasible
     })
+}
+
+/// The serving search ([`crate::opt::search::serving`]) of a served transformer.
+fn run_serving(a: &SearchArgs, workload: &Workload, file: &Path) -> anyhow::Result<Outcome> {
+    let (t, spec) = workload.serving().expect("a serving workload");
+    let setup = a.engine.setup(spec)?;
+    let Some(slo) = setup.slo else {
+        bail!(
+            "{}: a serving workload is searched by goodput within an SLO: give --slo-ttft-ms and \
+             --slo-tpot-ms",
+            file.display()
+        );
+    };
+    if a.slice.is_some() || a.base.is_some() || a.per_layer_type || a.csv.is_some() {
+        bail!("--slice, --base, --per-layer-type and --csv search training strategies; a serving search takes none");
+    }
+    let system = load_system(&a.system, None, &a.host)?;
+    let arch = system.accelerator()?;
+    super::check_precision(file, workload, &arch)?;
+    let devices = a.devices.unwrap_or_else(|| system.default_devices());
+    let settings = ServingSettings {
+        slo,
+        requests: a.engine.requests,
+        top: a.top as usize,
+        disaggregate: !a.no_disaggregate,
+        chunked: true,
+    };
+    let start = Instant::now();
+    let r = search_serving(
+        t,
+        &setup.arrivals,
+        &system,
+        &arch,
+        devices,
+        &setup.policy,
+        &settings,
+    )?;
+    let wall_s = start.elapsed().as_secs_f64();
+    if a.json {
+        let mut value = serde_json::to_value(&r)?;
+        value["workload"] = workload.name().into();
+        value["system"] = system.name.clone().into();
+        value["devices"] = devices.into();
+        value["arrivals"] = setup.arrivals.name().into();
+        super::print_json(&value)?;
+    } else {
+        print!(
+            "{}",
+            render_serving(&r, &workload.name(), &system.name, devices, &slo, wall_s)
+        );
+    }
+    Ok(if r.best.is_some() {
+        Outcome::Done
+    } else {
+        Outcome::NothingFeasible
+    })
+}
+
+fn render_serving(
+    r: &ServingResult,
+    workload: &str,
+    system: &str,
+    devices: u64,
+    slo: &crate::distributed::load::Slo,
+    wall_s: f64,
+) -> String {
+    let mut s = String::new();
+    let within = format!(
+        "p99 TTFT <= {:.0} ms, p99 TPOT <= {:.1} ms",
+        slo.ttft_p99_s * 1e3,
+        slo.tpot_p99_s * 1e3
+    );
+    match &r.best_layout {
+        Some(b) => {
+            let _ = writeln!(
+                s,
+                "{workload} on {devices} x {system}: best {} (batch cap {}{}) serves {:.3} requests/s \
+                 ({:.3} per device, {:.0} output tokens/s) within {within}; {} binds",
+                b.layout,
+                b.max_batch,
+                if b.chunked_prefill { ", chunked prefill" } else { "" },
+                b.goodput_requests_per_s,
+                b.goodput_requests_per_s_per_device,
+                b.output_tokens_per_s,
+                b.binding
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "{workload} on {devices} x {system}: NOTHING KEEPS THE SLO (exit code 3) {within}: {}",
+                r.infeasible.clone().unwrap_or_default()
+            );
+        }
+    }
+    let rows: Vec<Vec<String>> = r
+        .top
+        .iter()
+        .map(|c| {
+            vec![
+                c.layout.clone(),
+                c.max_batch.to_string(),
+                if c.chunked_prefill { "yes" } else { "no" }.into(),
+                format!("{:.3}", c.goodput_requests_per_s),
+                format!("{:.3}", c.goodput_requests_per_s_per_device),
+                format!("{:.3}", c.capacity_requests_per_s),
+                format!("{:.1}", c.ttft_p99_s * 1e3),
+                format!("{:.2}", c.tpot_p99_s * 1e3),
+                c.binding.clone(),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        let _ = writeln!(s, "\nTop {} by goodput per device:", rows.len());
+        s.push_str(&aligned(
+            &[
+                "deployment",
+                "batch cap",
+                "chunked",
+                "goodput req/s",
+                "per device",
+                "swamped req/s",
+                "p99 TTFT ms",
+                "p99 TPOT ms",
+                "binds",
+            ],
+            &rows,
+            &[false, true, false, true, true, true, true, true, false],
+        ));
+    }
+    let _ = writeln!(
+        s,
+        "\nSearched {} deployments ({} splits, {} cannot serve{}): {} searched for goodput, {} \
+         pruned by capacity, {} keep the SLO at no rate; {:.2} s.",
+        r.deployments,
+        r.splits,
+        r.splits_unfit,
+        r.unfit_example
+            .as_ref()
+            .map(|e| format!(", e.g. {e}"))
+            .unwrap_or_default(),
+        r.searched,
+        r.pruned_by_capacity,
+        r.slo_unmet,
+        wall_s
+    );
+    s
 }
 
 /// The first line: the best strategy and its speedup over the base when the base fits, or

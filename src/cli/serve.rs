@@ -3,12 +3,16 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 
 use super::distributed::{load_strategy, load_system, HostFlags};
 use super::Outcome;
 use crate::config::Source;
-use crate::distributed::load::{Engine, Goodput, Load, LoadReport, Slo, MAX_REQUESTS};
+use crate::distributed::load::{
+    Arrivals, Deployment, Engine, Goodput, Load, LoadReport, Slo, Trace, MAX_REQUESTS,
+};
+use crate::opt::search::serving::{pool_engine, transfer_link};
+use crate::workload::inference::InferenceSpec;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -19,27 +23,60 @@ pub struct Args {
     /// The system serving it.
     #[arg(long)]
     system: PathBuf,
-    /// Devices (default: the system's); part of a node where its fabric allows.
+    /// Devices (default: the system's, or the pools' with --prefill and --decode); part of a
+    /// node where its fabric allows.
     #[arg(long)]
     devices: Option<u64>,
-    /// One replica's split (t and p; d replicas share the arrivals). Default: data
+    /// One replica's split (t and p; d replicas share the arrivals in turn). Default: data
     /// parallelism over the devices (a replica per device).
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_hyphen_values = true, conflicts_with_all = ["prefill", "decode"])]
     strategy: Option<String>,
-    /// Mean arrival rate, requests per second (Poisson).
+    /// Disaggregated serving: the prefill pool's replica split and count (t, p and d, e.g.
+    /// t2-d2); with --decode.
+    #[arg(long, requires = "decode", allow_hyphen_values = true)]
+    prefill: Option<String>,
+    /// The decode pool's replica split and count; with --prefill.
+    #[arg(long, requires = "prefill", allow_hyphen_values = true)]
+    decode: Option<String>,
+    /// Mean arrival rate, requests per second (Poisson; with --trace, the trace replayed at
+    /// this rate). Required without --trace.
     #[arg(long)]
-    rate: f64,
-    /// Requests simulated.
+    rate: Option<f64>,
+    /// A closed loop of this many clients instead of arrivals at a rate: each sends its next
+    /// request when its last completes (AIPerf's and genai-perf's concurrency mode); the
+    /// workload's lengths, --requests in all.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=65536),
+          conflicts_with_all = ["rate", "trace", "slo_ttft_ms", "prefill"])]
+    concurrency: Option<u64>,
+    #[command(flatten)]
+    engine: EngineFlags,
+    #[command(flatten)]
+    host: HostFlags,
+    /// Print JSON (a stable interface for scripts) instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The arrivals, the engine's policy and the SLO: `serve`'s and a serving `search`'s.
+#[derive(clap::Args, Debug)]
+pub struct EngineFlags {
+    /// Arrivals from a CSV file (arrival_s,prompt_tokens,output_tokens, or the Azure LLM
+    /// inference trace's TIMESTAMP,ContextTokens,GeneratedTokens) instead of Poisson
+    /// arrivals of the workload's lengths.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Requests simulated (Poisson arrivals; a trace runs all its rows).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=MAX_REQUESTS))]
-    requests: u64,
+    pub requests: u64,
     /// Seed of the arrivals.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Most sequences running at once (vLLM's max_num_seqs).
+    /// Most sequences running at once per replica (vLLM's max_num_seqs).
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65536))]
     max_batch: u64,
-    /// Most prompt tokens one prefill step takes (vLLM's max_num_batched_tokens).
-    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Most tokens one step takes (vLLM's max_num_batched_tokens): prompt tokens, and with
+    /// --chunked-prefill decoding sequences too.
+    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
     max_step_tokens: u64,
     /// Tokens per KV-cache block.
     #[arg(long, default_value_t = 16)]
@@ -48,86 +85,187 @@ pub struct Args {
     /// gpu_memory_utilization).
     #[arg(long, default_value_t = 0.9)]
     memory_utilization: f64,
-    /// With --slo-tpot-ms: the p99 TTFT bound, ms; the report adds the goodput (the highest
-    /// rate that keeps both bounds) and exits 3 when no rate does.
+    /// Mix prompt chunks into decode steps up to --max-step-tokens (Sarathi-Serve, vLLM V1).
+    #[arg(long)]
+    chunked_prefill: bool,
+    /// Admit a request only when the KV cache holds all of it, prompt and output
+    /// (TensorRT-LLM's GUARANTEED_NO_EVICT): no preemption. Default: admit on the prompt and
+    /// preempt the newest when the cache fills (vLLM).
+    #[arg(long)]
+    no_evict: bool,
+    /// With --slo-tpot-ms: the p99 TTFT bound, ms. `serve` adds the goodput (the highest
+    /// rate that keeps both bounds); a serving `search` ranks deployments by it. No rate
+    /// keeping them exits 3.
     #[arg(long, requires = "slo_tpot_ms")]
     slo_ttft_ms: Option<f64>,
     /// With --slo-ttft-ms: the p99 TPOT bound, ms.
     #[arg(long, requires = "slo_ttft_ms")]
     slo_tpot_ms: Option<f64>,
-    #[command(flatten)]
-    host: HostFlags,
-    /// Print JSON (a stable interface for scripts) instead of tables.
-    #[arg(long)]
-    json: bool,
+}
+
+/// What [`EngineFlags`] say, checked.
+pub struct EngineSetup {
+    pub arrivals: Arrivals,
+    pub policy: Load,
+    pub slo: Option<Slo>,
+}
+
+impl EngineFlags {
+    /// Checks the flags and reads the trace; `spec` gives Poisson arrivals their lengths.
+    pub fn setup(&self, spec: &InferenceSpec) -> anyhow::Result<EngineSetup> {
+        if self.block_tokens == 0 || self.block_tokens > 1 << 20 {
+            bail!(
+                "--block-tokens {}: expected tokens per KV-cache block from 1 to 1048576",
+                self.block_tokens
+            );
+        }
+        if !(self.memory_utilization > 0.0 && self.memory_utilization <= 1.0) {
+            bail!(
+                "--memory-utilization {}: expected a share of device memory in (0, 1]",
+                self.memory_utilization
+            );
+        }
+        let slo = match (self.slo_ttft_ms, self.slo_tpot_ms) {
+            (Some(ttft), Some(tpot)) => {
+                for (flag, v) in [("--slo-ttft-ms", ttft), ("--slo-tpot-ms", tpot)] {
+                    if !(v.is_finite() && v > 0.0) {
+                        bail!("{flag} {v}: expected a latency bound in ms > 0");
+                    }
+                }
+                Some(Slo {
+                    ttft_p99_s: ttft * 1e-3,
+                    tpot_p99_s: tpot * 1e-3,
+                })
+            }
+            _ => None,
+        };
+        let arrivals = match &self.trace {
+            Some(path) => Arrivals::Trace(Trace::load(Source::Disk, path)?),
+            None => Arrivals::Poisson {
+                prompt_tokens: spec.prompt_tokens,
+                output_tokens: spec.output_tokens,
+                seed: self.seed,
+            },
+        };
+        let policy = Load {
+            rate_per_s: 1.0,
+            requests: self.requests,
+            seed: self.seed,
+            max_batch: self.max_batch,
+            max_step_tokens: self.max_step_tokens,
+            block_tokens: self.block_tokens,
+            memory_utilization: self.memory_utilization,
+            chunked_prefill: self.chunked_prefill,
+            no_evict: self.no_evict,
+        };
+        Ok(EngineSetup {
+            arrivals,
+            policy,
+            slo,
+        })
+    }
 }
 
 /// The embedded workload `serve` runs without `--workload`.
 const DEFAULT_WORKLOAD: &str = "workloads/llama2-7b-serve.yaml";
 
-pub fn run(a: Args) -> anyhow::Result<Outcome> {
-    if !(a.rate.is_finite() && a.rate > 0.0) {
-        bail!("--rate {}: expected requests per second > 0", a.rate);
-    }
-    if a.block_tokens == 0 || a.block_tokens > 1 << 20 {
-        bail!(
-            "--block-tokens {}: expected tokens per KV-cache block from 1 to 1048576",
-            a.block_tokens
-        );
-    }
-    if !(a.memory_utilization > 0.0 && a.memory_utilization <= 1.0) {
-        bail!(
-            "--memory-utilization {}: expected a share of device memory in (0, 1]",
-            a.memory_utilization
-        );
-    }
-    let (source, file) = match &a.workload {
-        Some(p) => (Source::Disk, p.clone()),
+/// The served transformer of `--workload` (default [`DEFAULT_WORKLOAD`]) and its file.
+pub fn load_served(
+    workload: Option<&Path>,
+) -> anyhow::Result<(crate::workload::Workload, PathBuf)> {
+    let (source, file) = match workload {
+        Some(p) => (Source::Disk, p.to_path_buf()),
         None => (Source::Embedded, PathBuf::from(DEFAULT_WORKLOAD)),
     };
     let workload = crate::workload::Workload::load(source, &file)?;
-    let Some((t, spec)) = workload.serving() else {
+    if workload.serving().is_none() {
         bail!(
             "{}: a served transformer (a transformer with `inference:`) is what `serve` runs",
             file.display()
         );
+    }
+    Ok((workload, file))
+}
+
+pub fn run(a: Args) -> anyhow::Result<Outcome> {
+    if let Some(rate) = a.rate {
+        if !(rate.is_finite() && rate > 0.0) {
+            bail!("--rate {rate}: expected requests per second > 0");
+        }
+    }
+    let (workload, file) = load_served(a.workload.as_deref())?;
+    let (t, spec) = workload.serving().expect("checked by load_served");
+    let mut setup = a.engine.setup(spec)?;
+    if let Some(clients) = a.concurrency {
+        setup.arrivals = Arrivals::Closed {
+            clients,
+            prompt_tokens: spec.prompt_tokens,
+            output_tokens: spec.output_tokens,
+        };
+    }
+    let rate = match (a.rate, &setup.arrivals) {
+        (Some(r), _) => r,
+        (None, Arrivals::Closed { .. }) => f64::INFINITY,
+        (None, Arrivals::Trace(trace)) if trace.rate_per_s().is_finite() => trace.rate_per_s(),
+        (None, Arrivals::Trace(trace)) => bail!(
+            "{}: every request arrives at once; give --rate to spread them",
+            trace.file
+        ),
+        (None, Arrivals::Poisson { .. }) => {
+            bail!("--rate: required without --trace or --concurrency")
+        }
     };
     let system = load_system(&a.system, None, &a.host)?;
     let arch = system.accelerator()?;
     super::check_precision(Path::new(&file), &workload, &arch)?;
-    let devices = a.devices.unwrap_or_else(|| system.default_devices());
-    let net = system.network(&arch, devices)?;
-    let strategy = load_strategy(a.strategy.as_deref(), &system, devices)?;
-    let load = Load {
-        rate_per_s: a.rate,
-        requests: a.requests,
-        seed: a.seed,
-        max_batch: a.max_batch,
-        max_step_tokens: a.max_step_tokens,
-        block_tokens: a.block_tokens,
-        memory_utilization: a.memory_utilization,
-    };
-    let engine = Engine::new(t, spec, &arch, &net, &strategy, &load)?;
-    let report = engine.run(load.rate_per_s, load.requests, load.seed)?;
-    let slo = match (a.slo_ttft_ms, a.slo_tpot_ms) {
-        (Some(ttft), Some(tpot)) => {
-            for (flag, v) in [("--slo-ttft-ms", ttft), ("--slo-tpot-ms", tpot)] {
-                if !(v.is_finite() && v > 0.0) {
-                    bail!("{flag} {v}: expected a latency bound in ms > 0");
+    let lengths = setup.arrivals.lengths();
+    let (deployment, devices) = match (&a.prefill, &a.decode) {
+        (Some(p), Some(d)) => {
+            let pool = |flag: &str, text: &str| -> anyhow::Result<(Engine, u64)> {
+                let s = load_strategy(Some(text), &system, 1)
+                    .with_context(|| format!("--{flag} {text}"))?;
+                let devices = s.tensor * s.pipeline * s.context.max(1) * s.data;
+                let e = pool_engine(t, lengths, &system, &arch, &s, &setup.policy)
+                    .map_err(|e| anyhow::anyhow!("--{flag} {text}: {e}"))?;
+                Ok((e, devices))
+            };
+            let (prefill, np) = pool("prefill", p)?;
+            let (decode, nd) = pool("decode", d)?;
+            let devices = np + nd;
+            if let Some(n) = a.devices {
+                if n != devices {
+                    bail!("--devices {n}: the pools use {np} + {nd} = {devices}");
                 }
             }
-            Some(Slo {
-                ttft_p99_s: ttft * 1e-3,
-                tpot_p99_s: tpot * 1e-3,
-            })
+            let transfer = transfer_link(&system, &arch, devices)?;
+            (
+                Deployment::Disaggregated {
+                    prefill,
+                    decode: Box::new(decode),
+                    transfer,
+                },
+                devices,
+            )
         }
-        _ => None,
+        _ => {
+            let devices = a.devices.unwrap_or_else(|| system.default_devices());
+            let net = system.network(&arch, devices)?;
+            let strategy = load_strategy(a.strategy.as_deref(), &system, devices)?;
+            let engine = Engine::new(t, lengths, &arch, &net, &strategy, &setup.policy)?;
+            (Deployment::Colocated(engine), devices)
+        }
     };
-    let goodput = slo
-        .map(|slo| engine.goodput(&slo, load.requests, load.seed, devices))
+    let report = deployment.run_at(&setup.arrivals, rate, a.engine.requests)?;
+    let goodput = setup
+        .slo
+        .map(|slo| deployment.goodput(&setup.arrivals, &slo, a.engine.requests))
         .transpose()?;
     if a.json {
         let mut value = serde_json::to_value(&report)?;
+        value["devices"] = devices.into();
+        value["kv_transfer_s_mean_prompt"] = deployment
+            .transfer_s(report.mean_prompt_tokens.round() as u64)
+            .into();
         if let Some(g) = &goodput {
             value["goodput"] = match g {
                 Ok(g) => serde_json::to_value(g)?,
@@ -136,7 +274,7 @@ pub fn run(a: Args) -> anyhow::Result<Outcome> {
         }
         super::print_json(&value)?;
     } else {
-        print!("{}", render(&report, devices));
+        print!("{}", render(&report, &deployment, devices));
         if let Some(g) = &goodput {
             print!("{}", render_goodput(g));
         }
@@ -164,7 +302,7 @@ fn render_goodput(g: &Result<Goodput, String>) -> String {
     }
 }
 
-fn render(r: &LoadReport, devices: u64) -> String {
+fn render(r: &LoadReport, d: &Deployment, devices: u64) -> String {
     let ms = |p: &crate::distributed::load::Percentiles| {
         format!(
             "p50 {:.2}  p90 {:.2}  p99 {:.2}  mean {:.2} ms",
@@ -174,22 +312,40 @@ fn render(r: &LoadReport, devices: u64) -> String {
             p.mean * 1e3
         )
     };
+    let transfer = match d {
+        Deployment::Colocated(_) => String::new(),
+        Deployment::Disaggregated { .. } => format!(
+            "KV transfer       {:.2} ms for a prompt of {:.0} tokens (prefill pool to decode pool)\n",
+            d.transfer_s(r.mean_prompt_tokens.round() as u64) * 1e3,
+            r.mean_prompt_tokens
+        ),
+    };
     format!(
-        "workload          {} ({} prompt, {} output tokens) under {} on {devices} devices\n\
-         arrivals          {} requests at {:.3}/s (Poisson, seed {})\n\
+        "workload          {} ({:.0} prompt, {:.0} output tokens on average) under {} on {devices} devices\n\
+         arrivals          {} requests{} ({}){}\n\
          throughput        {:.1} output tokens/s, {:.3} requests/s\n\
          TTFT              {}\n\
          TPOT              {}\n\
          end to end        {}\n\
          idle TTFT         {:.2} ms (one request alone)\n\
-         engine            KV cache {} tokens, at most {} running, {} preemptions, {} steps\n",
+         engine            KV cache {} tokens per replica, at most {} running, {} preemptions, {} steps\n\
+         {transfer}",
         r.workload,
-        r.prompt_tokens,
-        r.output_tokens,
-        r.strategy,
+        r.mean_prompt_tokens,
+        r.mean_output_tokens,
+        r.layout,
         r.load.requests,
-        r.load.rate_per_s,
-        r.load.seed,
+        if r.load.rate_per_s > 0.0 {
+            format!(" at {:.3}/s", r.load.rate_per_s)
+        } else {
+            String::new()
+        },
+        r.arrivals,
+        if r.load.chunked_prefill {
+            ", chunked prefill"
+        } else {
+            ""
+        },
         r.output_tokens_per_s,
         r.requests_per_s,
         ms(&r.ttft_s),

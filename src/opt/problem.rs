@@ -16,6 +16,7 @@ use super::simplex::{SimplexGroup, Simplices};
 use super::PerThread;
 use crate::config::{parse_yaml, Checker, ConfigError};
 use crate::design::Design;
+use crate::distributed::load::{Engine, Lengths, Load, Slo};
 use crate::distributed::{predict, predict_with, DistPrediction, Plan, Workspace};
 use crate::domain::Component;
 use crate::error::ModelError;
@@ -355,6 +356,19 @@ pub struct BudgetProblem {
     by_inputs: Objectives,
     /// What-if multipliers on every generated machine (identity unless a study asks).
     scaling: Scaling,
+    /// A served transformer's goal: its "time" is device-seconds per request within the SLO.
+    serving: Option<ServingGoal>,
+}
+
+/// What a budget serving a transformer is judged by: goodput per device within an SLO, in
+/// the fluid steady state of a continuously batching engine ([`Engine::steady_goodput`];
+/// smooth in the shares, where a simulated goodput is a staircase). The problem's "time" is
+/// its inverse, device-seconds per request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServingGoal {
+    pub slo: Slo,
+    /// The engine's batch cap, block size and memory share.
+    pub policy: Load,
 }
 
 /// Objectives by strategy and a bit-for-bit key, shared by the threads; bounded.
@@ -399,7 +413,9 @@ impl BudgetProblem {
         let arch = generate(&design);
         let base_network = system.network(&arch, devices)?;
         strategy.check_devices(devices)?;
-        predict(&workload, &arch, &base_network, &strategy)?;
+        if workload.serving().is_none() {
+            predict(&workload, &arch, &base_network, &strategy)?;
+        }
         Ok(BudgetProblem {
             system,
             design,
@@ -415,7 +431,76 @@ impl BudgetProblem {
             objectives: Objectives::default(),
             by_inputs: Objectives::default(),
             scaling: Scaling::default(),
+            serving: None,
         })
+    }
+
+    /// The problem of a served transformer judged by `goal`: errors when its strategy cannot
+    /// serve it on the base design (the weights do not fit, or the split does not divide).
+    pub fn with_serving(mut self, goal: ServingGoal) -> Result<BudgetProblem, ModelError> {
+        let Some((t, spec)) = self.workload.serving() else {
+            return Err(ModelError::Fit(crate::distributed::FitError {
+                strategy: self.strategy.to_string(),
+                workload: self.workload.name(),
+                message: "not a served workload (no `inference:`): a serving goal needs one".into(),
+            }));
+        };
+        let arch = self.generate(&self.design);
+        Engine::new(
+            t,
+            Lengths::from(spec),
+            &arch,
+            &self.base_network,
+            &self.strategy,
+            &goal.policy,
+        )?;
+        self.serving = Some(goal);
+        Ok(self)
+    }
+
+    /// The serving goal, if the problem has one.
+    pub fn serving(&self) -> Option<&ServingGoal> {
+        self.serving.as_ref()
+    }
+
+    /// Device-seconds per request within the serving goal on `arch` and `net`, and what
+    /// stops it (the design's own violations; an engine that cannot serve; an SLO that one
+    /// sequence breaks).
+    fn serve_time(
+        &self,
+        goal: &ServingGoal,
+        arch: &Architecture,
+        net: &Network,
+        strategy: &Strategy,
+    ) -> (f64, Vec<Violation>) {
+        let Some((t, spec)) = self.workload.serving() else {
+            return (
+                f64::INFINITY,
+                vec![Violation::CannotRun {
+                    reason: "not a served workload".into(),
+                }],
+            );
+        };
+        let mut violations = arch.violations.clone();
+        let engine = match Engine::new(t, Lengths::from(spec), arch, net, strategy, &goal.policy) {
+            Ok(e) => e,
+            Err(e) => {
+                violations.push(Violation::CannotRun {
+                    reason: e.to_string(),
+                });
+                return (f64::INFINITY, violations);
+            }
+        };
+        match engine.steady_goodput(&goal.slo, spec.prompt_tokens, spec.output_tokens) {
+            Ok(s) if s.requests_per_s > 0.0 => (self.devices as f64 / s.requests_per_s, violations),
+            Ok(_) => (f64::INFINITY, violations),
+            Err(why) => {
+                violations.push(Violation::CannotRun {
+                    reason: format!("the SLO cannot be kept: {why}"),
+                });
+                (f64::INFINITY, violations)
+            }
+        }
     }
 
     /// The problem with every machine it generates scaled (MAD Max Fig. 14's what-ifs):
@@ -498,6 +583,25 @@ impl BudgetProblem {
     /// Evaluates any variant of the problem's design (other totals, other shares).
     pub fn evaluate_design(&self, design: &Design, strategy: &Strategy) -> Evaluation {
         let arch = self.generate(design);
+        if let Some(goal) = &self.serving {
+            let (time, violations) = match self.network(&arch) {
+                Ok(net) => self.serve_time(goal, &arch, &net, strategy),
+                Err(e) => (
+                    f64::INFINITY,
+                    vec![Violation::CannotRun {
+                        reason: e.to_string(),
+                    }],
+                ),
+            };
+            return Evaluation {
+                time_per_iteration_s: time,
+                objective: objective_of(time, &violations),
+                feasible: violations.is_empty() && time.is_finite(),
+                violations,
+                architecture: arch,
+                prediction: None,
+            };
+        }
         let prediction = self
             .network(&arch)
             .map_err(|e| e.to_string())
@@ -568,6 +672,14 @@ impl BudgetProblem {
             return known;
         }
         let net = self.base_network.rebuilt(fabrics);
+        if let Some(goal) = &self.serving {
+            let (time, violations) = self.serve_time(goal, &arch, &net, strategy);
+            let objective = objective_of(time, &violations);
+            if let Some(k) = inputs {
+                self.by_inputs.insert(k, objective);
+            }
+            return objective;
+        }
         let mut ws = self.workspace(&arch, machine);
         let objective = match Plan::with(&self.workload, &arch, &net, strategy, &mut ws) {
             Ok(plan) => objective_of(plan.best_time_s(&net), plan.violations()),

@@ -26,6 +26,7 @@
 //! the same inputs give the same counts and the same answer on any number of threads.
 
 pub mod layered;
+pub mod serving;
 pub mod space;
 
 use rustc_hash::FxHashMap;
