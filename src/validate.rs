@@ -154,6 +154,30 @@ enum Run {
         systems: std::collections::BTreeMap<String, String>,
         tolerance: f64,
     },
+    /// Published serving measurements under load (`file`, a closed loop of clients per
+    /// row): `model` at `precision` on `devices` of `system` with tensor parallelism over
+    /// them and `engine`'s policy; each row's throughput, request latency, TTFT and ITL
+    /// within `tolerance`.
+    ServingLoad {
+        file: String,
+        model: String,
+        system: String,
+        devices: u64,
+        precision: String,
+        engine: EngineRaw,
+        tolerance: f64,
+    },
+}
+
+/// An engine's policy in a validation case.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EngineRaw {
+    max_batch: u64,
+    max_step_tokens: u64,
+    chunked_prefill: bool,
+    no_evict: bool,
+    memory_utilization: f64,
 }
 
 /// One replayed measurement.
@@ -484,7 +508,152 @@ impl Ctx {
                 systems,
                 tolerance,
             } => Ok((self.serving(file, models, systems, *tolerance)?, None)),
+            Run::ServingLoad {
+                file,
+                model,
+                system,
+                devices,
+                precision,
+                engine,
+                tolerance,
+            } => Ok((
+                self.serving_load(file, model, system, *devices, precision, engine, *tolerance)?,
+                None,
+            )),
         }
+    }
+
+    /// The serving-under-load family: each row's closed loop of clients simulated on one
+    /// replica (tensor parallelism over `devices`) and judged on its throughput, request
+    /// latency (TTFT + (output - 1) x ITL), TTFT and ITL, the model's medians against the
+    /// published averages.
+    #[allow(clippy::too_many_arguments)]
+    fn serving_load(
+        &self,
+        file: &str,
+        model: &str,
+        system: &str,
+        devices: u64,
+        precision: &str,
+        engine: &EngineRaw,
+        tolerance: f64,
+    ) -> Result<Vec<Point>, ModelError> {
+        use crate::distributed::load::{Arrivals, Deployment, Engine, Load, MAX_REQUESTS};
+        let path = self.path(file);
+        let name = path.display().to_string();
+        let rows: ServingLoadRows = parse_yaml(&name, &self.source.read(&path)?)?;
+        let model = self.path(model);
+        let model_file = model.display().to_string();
+        let system = self.system(system)?;
+        let arch = system.accelerator()?;
+        let net = system.network(&arch, devices)?;
+        let strategy = Strategy {
+            tensor: devices,
+            ..Strategy::default()
+        };
+        let policy = Load {
+            max_batch: engine.max_batch,
+            max_step_tokens: engine.max_step_tokens,
+            chunked_prefill: engine.chunked_prefill,
+            no_evict: engine.no_evict,
+            memory_utilization: engine.memory_utilization,
+            ..Load::default()
+        };
+        let mut points = Vec::new();
+        for (i, r) in rows.rows.iter().enumerate() {
+            let at = |field: &str| format!("rows[{i}] ({}).{field}", r.id);
+            let check = crate::config::Checker { file: &name };
+            for (field, value) in [
+                ("ttft_ms", r.ttft_ms),
+                ("itl_ms", r.itl_ms),
+                ("tokens_per_s", r.tokens_per_s),
+            ] {
+                check.positive(&at(field), value)?;
+            }
+            for (field, value) in [
+                ("prompt", r.prompt),
+                ("output", r.output),
+                ("concurrency", r.concurrency),
+            ] {
+                check.positive_count(&at(field), value)?;
+            }
+            check.count_in(&at("requests"), r.requests, MAX_REQUESTS)?;
+            if r.requests < 2 * r.concurrency + 2 {
+                return Err(ConfigError::invalid(
+                    &name,
+                    at("requests"),
+                    r.requests,
+                    format!(
+                        "at least twice the concurrency plus 2 ({}): the steady state is \
+                         measured on the requests sent on a completion",
+                        2 * r.concurrency + 2
+                    ),
+                )
+                .into());
+            }
+            let mut text = self.source.read(&model)?;
+            text = crate::config::edit_yaml(
+                &model_file,
+                &text,
+                "precision",
+                &serde_json::Value::from(precision),
+            )?;
+            text = crate::config::edit_yaml(
+                &model_file,
+                &text,
+                "inference",
+                &serde_json::json!({
+                    "batch": 1,
+                    "prompt_tokens": r.prompt,
+                    "output_tokens": r.output,
+                }),
+            )?;
+            let workload = Workload::from_yaml(&model_file, &text)?;
+            let Some((t, spec)) = workload.serving() else {
+                return Err(ConfigError::invalid(&model_file, "kind", "?", "a transformer").into());
+            };
+            let arrivals = Arrivals::Closed {
+                clients: r.concurrency,
+                prompt_tokens: r.prompt,
+                output_tokens: r.output,
+            };
+            let deployment = Deployment::Colocated(Engine::new(
+                t,
+                spec.into(),
+                &arch,
+                &net,
+                &strategy,
+                &policy,
+            )?);
+            let run = deployment.run_at(&arrivals, 0.0, r.requests)?;
+            let steps = r.output.saturating_sub(1) as f64;
+            let e2e_measured = r.ttft_ms + steps * r.itl_ms;
+            for (metric, measured, predicted, unit) in [
+                (
+                    "throughput",
+                    r.tokens_per_s,
+                    run.output_tokens_per_s,
+                    "tokens/s",
+                ),
+                (
+                    "request latency",
+                    e2e_measured,
+                    run.end_to_end_s.p50 * 1e3,
+                    "ms",
+                ),
+                ("TTFT", r.ttft_ms, run.ttft_s.p50 * 1e3, "ms"),
+                ("ITL", r.itl_ms, run.tpot_s.p50 * 1e3, "ms"),
+            ] {
+                let mut point = Point::relative(measured, predicted, unit, tolerance);
+                point.known_gap = r
+                    .known_gap
+                    .iter()
+                    .find(|g| g.metric == metric)
+                    .map(|g| g.why.clone());
+                points.push(point.named(format!(" {} {metric}: {}", r.id, r.source)));
+            }
+        }
+        Ok(points)
     }
 
     /// The serving family: each row's static batch served on part of a node or a whole one
@@ -799,6 +968,40 @@ struct ServingRow {
     /// Why the model disagrees, with numbers (added after the comparison; the row stays).
     #[serde(default)]
     known_gap: Option<String>,
+}
+
+/// validation/serving-load.yaml.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServingLoadRows {
+    rows: Vec<ServingLoadRow>,
+}
+
+/// One published measurement under load: `concurrency` clients in a closed loop.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServingLoadRow {
+    id: String,
+    prompt: u64,
+    output: u64,
+    concurrency: u64,
+    /// Requests simulated.
+    requests: u64,
+    ttft_ms: f64,
+    itl_ms: f64,
+    tokens_per_s: f64,
+    source: String,
+    /// Per metric ("throughput", "request latency", "TTFT", "ITL"): why the model disagrees
+    /// (added after the comparison; the row stays).
+    #[serde(default)]
+    known_gap: Vec<MetricGap>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetricGap {
+    metric: String,
+    why: String,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]

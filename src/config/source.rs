@@ -157,6 +157,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../validation/serving.yaml"),
     ),
     (
+        "validation/serving-load.yaml",
+        include_str!("../../validation/serving-load.yaml"),
+    ),
+    (
         "validation/tpu-v4-table3.yaml",
         include_str!("../../validation/tpu-v4-table3.yaml"),
     ),
