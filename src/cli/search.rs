@@ -230,6 +230,7 @@ fn run_serving(a: &SearchArgs, workload: &Workload, file: &Path) -> anyhow::Resu
         top: a.top as usize,
         disaggregate: !a.no_disaggregate,
         chunked: true,
+        prune: !a.exhaustive,
     };
     let start = Instant::now();
     let r = search_serving(

@@ -209,6 +209,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../workloads/llama2-70b-decode.yaml"),
     ),
     (
+        "workloads/llama2-70b-serve.yaml",
+        include_str!("../../workloads/llama2-70b-serve.yaml"),
+    ),
+    (
         "workloads/llama2-7b-serve.yaml",
         include_str!("../../workloads/llama2-7b-serve.yaml"),
     ),

@@ -45,6 +45,8 @@ pub struct ServingSettings {
     pub disaggregate: bool,
     /// Try chunked prefill (colocated deployments).
     pub chunked: bool,
+    /// Prune by capacity (the same top N either way; off to test it).
+    pub prune: bool,
 }
 
 /// One deployment's goodput.
@@ -273,7 +275,7 @@ pub fn search_serving(
         let todo: Vec<usize> = chunk
             .iter()
             .copied()
-            .filter(|&i| 1.5 * per_device(i) > bar)
+            .filter(|&i| !settings.prune || 1.5 * per_device(i) > bar)
             .collect();
         pruned += chunk.len() - todo.len();
         let results: Vec<Searched> = todo

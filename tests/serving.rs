@@ -1,0 +1,496 @@
+//! Serving under load beyond its core (issue 29): arrivals from traces, a closed loop of
+//! clients, chunked prefill, prefill/decode disaggregation, the serving search and a budget
+//! optimized for serving.
+
+mod common;
+
+use common::{root, stackflow, Scratch};
+use serde_json::Value;
+use stackflow::config::Source;
+use stackflow::distributed::load::{Arrivals, Deployment, Engine, Load, Slo};
+use stackflow::parallel::Strategy;
+use stackflow::workload::Workload;
+
+fn json(args: &[&str]) -> Value {
+    let (code, out, err) = stackflow(&[args, &["--json"]].concat());
+    assert_eq!(code, 0, "{args:?}: {err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+fn f(v: &Value, path: &[&str]) -> f64 {
+    let mut x = v;
+    for p in path {
+        x = &x[*p];
+    }
+    x.as_f64().unwrap_or_else(|| panic!("{path:?} in {v}"))
+}
+
+const ONE_H100: [&str; 5] = [
+    "serve",
+    "--system",
+    "templates/dgx-h100.yaml",
+    "--devices",
+    "1",
+];
+
+/// A trace of mixed lengths is served request by request: every row completes, the mean
+/// lengths are the trace's, and replaying it at twice its rate loads the engine more. A
+/// trace with a negative, unsorted or non-numeric field, or without the columns, exits 2
+/// naming the file, the line and the field.
+#[test]
+fn a_trace_is_served_and_bad_traces_are_refused_by_line() {
+    let dir = Scratch::new("serving-trace");
+    let mut text = String::from("arrival_s,prompt_tokens,output_tokens\n");
+    for i in 0..200u64 {
+        text += &format!(
+            "{},{},{}\n",
+            i as f64 * 0.02,
+            64 + (i * 37) % 900,
+            16 + (i * 11) % 240
+        );
+    }
+    let trace = dir.write("trace.csv", &text);
+    let args = [&ONE_H100[..], &["--trace", &trace]].concat();
+    let own = json(&args);
+    assert_eq!(own["load"]["requests"], 200);
+    let prompts: f64 = (0..200u64)
+        .map(|i| (64 + (i * 37) % 900) as f64)
+        .sum::<f64>()
+        / 200.0;
+    assert!((f(&own, &["mean_prompt_tokens"]) - prompts).abs() < 1e-9);
+    assert!((f(&own, &["load", "rate_per_s"]) - 199.0 / 3.98).abs() < 1e-6);
+    assert!(own["arrivals"].as_str().unwrap().starts_with("trace "));
+    let faster = json(&[&args[..], &["--rate", "200"]].concat());
+    assert!(f(&faster, &["ttft_s", "p99"]) > f(&own, &["ttft_s", "p99"]));
+    assert!(f(&faster, &["requests_per_s"]) > f(&own, &["requests_per_s"]));
+    // The Azure trace's columns are read as they are published.
+    let azure = dir.write(
+        "azure.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n\
+         2023-11-16 18:15:50.9951690,396,109\n2023-11-16 18:15:51.2043000,879,4\n",
+    );
+    let a = json(&[&ONE_H100[..], &["--trace", &azure]].concat());
+    assert_eq!(a["load"]["requests"], 3);
+    for (body, says) in [
+        (
+            "arrival_s,prompt_tokens,output_tokens\n0,10,5\n-1,10,5\n",
+            "line 3: arrival_s = -1: an arrival time in seconds >= 0",
+        ),
+        (
+            "arrival_s,prompt_tokens,output_tokens\n2,10,5\n1,10,5\n",
+            "line 3: arrival_s = 1: arrivals in order",
+        ),
+        (
+            "arrival_s,prompt_tokens,output_tokens\n0,0,5\n",
+            "line 2: prompt_tokens = 0",
+        ),
+        (
+            "arrival_s,prompt_tokens,output_tokens\n0,10,many\n",
+            "line 2: output_tokens = many",
+        ),
+        (
+            "when,prompt,output\n0,10,5\n",
+            "header = when,prompt,output",
+        ),
+    ] {
+        let bad = dir.write("bad.csv", body);
+        let (code, _, err) = stackflow(&[&ONE_H100[..], &["--trace", &bad]].concat());
+        assert_eq!(code, 2, "{body}: {err}");
+        assert!(err.contains(&format!("{bad}: {says}")), "{says}: {err}");
+    }
+}
+
+/// A closed loop of clients: one client sees an idle engine (its TTFT the lone prefill, its
+/// ITL a one-sequence decode step); many more clients than the cache holds saturate it at
+/// the batch it holds: throughput flat, the queue (TTFT) growing with the clients.
+#[test]
+fn a_closed_loop_saturates_at_the_batch_the_cache_holds() {
+    let w = "workloads/llama2-7b-serve.yaml";
+    let run = |clients: u64, extra: &[&str]| {
+        let c = clients.to_string();
+        let n = (clients * 10).max(40).to_string();
+        json(
+            &[
+                &ONE_H100[..],
+                &["--workload", w, "--concurrency", &c, "--requests", &n],
+                extra,
+            ]
+            .concat(),
+        )
+    };
+    let one = run(1, &[]);
+    assert!((f(&one, &["ttft_s", "p50"]) / f(&one, &["idle_ttft_s"]) - 1.0).abs() < 1e-9);
+    assert!(one["arrivals"]
+        .as_str()
+        .unwrap()
+        .contains("1 clients in a closed loop"));
+    // The cap of 32 running: 64 and 128 clients are served alike, the extra ones queue.
+    let cap = ["--max-batch", "32"];
+    let (c64, c128) = (run(64, &cap), run(128, &cap));
+    assert_eq!(c64["most_running"], 32);
+    let ratio = f(&c128, &["output_tokens_per_s"]) / f(&c64, &["output_tokens_per_s"]);
+    assert!((0.97..1.03).contains(&ratio), "{ratio}");
+    let queue = f(&c128, &["ttft_s", "p50"]) / f(&c64, &["ttft_s", "p50"]);
+    assert!(queue > 2.0, "{queue}");
+    let ratio = f(&run(16, &cap), &["output_tokens_per_s"]) / f(&c64, &["output_tokens_per_s"]);
+    assert!(
+        ratio < 0.8,
+        "below the cap the engine is not saturated: {ratio}"
+    );
+    // A closed loop takes no rate and no disaggregation.
+    let (code, _, err) =
+        stackflow(&[&ONE_H100[..], &["--concurrency", "4", "--rate", "2"]].concat());
+    assert_eq!(code, 2, "{err}");
+}
+
+/// Chunked prefill (Sarathi-Serve) keeps decodes going behind long prompts: under the same
+/// Poisson load of 2048-token prompts the p99 TPOT falls, the TTFT at light load stays the
+/// lone prefill's.
+#[test]
+fn chunked_prefill_keeps_decodes_going_behind_long_prompts() {
+    let dir = Scratch::new("serving-chunked");
+    let text = std::fs::read_to_string(root().join("workloads/llama2-7b-serve.yaml"))
+        .unwrap()
+        .replace(
+            "prompt_tokens: 128, output_tokens: 128",
+            "prompt_tokens: 2048, output_tokens: 128",
+        );
+    let w = dir.write("long.yaml", &text);
+    let at = |rate: &str, chunked: bool| {
+        let mut args = vec![
+            "--workload",
+            w.as_str(),
+            "--rate",
+            rate,
+            "--requests",
+            "600",
+        ];
+        if chunked {
+            args.extend(["--chunked-prefill", "--max-step-tokens", "512"]);
+        }
+        json(&[&ONE_H100[..], &args].concat())
+    };
+    let (whole, chunked) = (at("6", false), at("6", true));
+    assert!(
+        f(&chunked, &["tpot_s", "p99"]) < 0.8 * f(&whole, &["tpot_s", "p99"]),
+        "{} vs {}",
+        chunked["tpot_s"],
+        whole["tpot_s"]
+    );
+    assert_eq!(chunked["load"]["chunked_prefill"], true);
+    let light = at("0.05", true);
+    assert!(f(&light, &["ttft_s", "p50"]) < 1.3 * f(&light, &["idle_ttft_s"]));
+}
+
+/// Prefill/decode disaggregation (DistServe): a decode pool never stalls behind a prefill,
+/// so its TPOT is a decode step's, its tail as tight as its median, while colocated
+/// replicas' tails carry prefills; the cache crosses NVLink in about its size over a port's
+/// bandwidth. Llama-2-70B on 8 H100s at 10 requests/s: prefill t2 x2 + decode t4 against
+/// t4 x2.
+#[test]
+fn disaggregation_spares_decodes_the_prefills_and_ships_the_cache() {
+    let base = [
+        "serve",
+        "--workload",
+        "workloads/llama2-70b-serve.yaml",
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--rate",
+        "10",
+        "--requests",
+        "600",
+    ];
+    let pd = json(&[&base[..], &["--prefill", "t2-d2", "--decode", "t4"]].concat());
+    let colocated = json(&[&base[..], &["--strategy", "t4-d2"]].concat());
+    assert_eq!(pd["devices"], 8);
+    assert_eq!(pd["layout"], "prefill t2-d1-p1 x2 + decode t4-d1-p1 x1");
+    assert!(
+        f(&pd, &["tpot_s", "p99"]) < 0.7 * f(&colocated, &["tpot_s", "p99"]),
+        "{} vs {}",
+        pd["tpot_s"],
+        colocated["tpot_s"]
+    );
+    assert!(f(&pd, &["tpot_s", "p99"]) < 1.1 * f(&pd, &["tpot_s", "p50"]));
+    assert!(f(&colocated, &["tpot_s", "p99"]) > 1.1 * f(&colocated, &["tpot_s", "p50"]));
+    // A prefill device's half of a 1024-token prompt's cache (2 x 80 layers x 8 heads x 128
+    // x 2 bytes per token, over 2 devices) over one NVLink port (450 GB/s at 0.65) and its
+    // 10 us floor.
+    let bytes = 2.0 * 80.0 * 8.0 * 128.0 * 2.0 * 1024.0 / 2.0;
+    let expect = bytes / (450e9 * 0.65) + 10e-6;
+    let shipped = f(&pd, &["kv_transfer_s_mean_prompt"]);
+    assert!(
+        (shipped / expect - 1.0).abs() < 0.02,
+        "{shipped} vs {expect}"
+    );
+    // Pools whose devices disagree with --devices are refused by name.
+    let (code, _, err) = stackflow(
+        &[
+            &base[..],
+            &["--prefill", "t2", "--decode", "t4", "--devices", "8"],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--devices 8: the pools use 2 + 4 = 6"),
+        "{err}"
+    );
+}
+
+/// Issue 29's search: Llama-2-70B on 8 H100s within p99 TTFT <= 1 s and TPOT <= 50 ms. The
+/// best deployment keeps the SLO at its goodput, nothing listed beats it, and pruning by
+/// capacity gives the same top 10 as searching every deployment.
+#[test]
+fn the_serving_search_is_exact_under_its_pruning() {
+    use stackflow::opt::search::serving::{search_serving, ServingSettings};
+    let w = Workload::load(
+        Source::Disk,
+        &root().join("workloads/llama2-70b-serve.yaml"),
+    )
+    .unwrap();
+    let (t, spec) = w.serving().unwrap();
+    let system =
+        stackflow::network::System::load(Source::Disk, &root().join("templates/dgx-h100.yaml"))
+            .unwrap();
+    let arch = system.accelerator().unwrap();
+    let arrivals = Arrivals::Poisson {
+        prompt_tokens: spec.prompt_tokens,
+        output_tokens: spec.output_tokens,
+        seed: 0,
+    };
+    let settings = ServingSettings {
+        slo: Slo {
+            ttft_p99_s: 1.0,
+            tpot_p99_s: 0.05,
+        },
+        requests: 400,
+        top: 10,
+        disaggregate: true,
+        chunked: true,
+        prune: true,
+    };
+    let pruned =
+        search_serving(t, &arrivals, &system, &arch, 8, &Load::default(), &settings).unwrap();
+    let all = search_serving(
+        t,
+        &arrivals,
+        &system,
+        &arch,
+        8,
+        &Load::default(),
+        &ServingSettings {
+            prune: false,
+            ..settings.clone()
+        },
+    )
+    .unwrap();
+    assert_eq!(pruned.top, all.top);
+    assert!(pruned.pruned_by_capacity > 0 && all.pruned_by_capacity == 0);
+    assert_eq!(pruned.searched + pruned.pruned_by_capacity, all.searched);
+    let best = pruned.best.as_ref().unwrap();
+    assert!(
+        best.at.ttft_s.p99 <= 1.0 && best.at.tpot_s.p99 <= 0.05,
+        "{best:?}"
+    );
+    assert_eq!(best.at.layout, pruned.top[0].layout);
+    for c in &pruned.top {
+        assert!(c.goodput_requests_per_s_per_device <= best.requests_per_s_per_device);
+        assert_eq!(c.devices, 8);
+    }
+    // One 80 GB device cannot hold 140 GB of weights: that split is reported, not searched.
+    assert!(pruned.splits_unfit >= 1, "{:?}", pruned.unfit_example);
+    // Both kinds of deployment were searched.
+    assert!(pruned.deployments > 100);
+}
+
+/// The command: its answer, and a served model without an SLO refused by name.
+#[test]
+fn search_serves_by_goodput_and_wants_an_slo() {
+    let base = [
+        "search",
+        "--workload",
+        "workloads/llama2-70b-serve.yaml",
+        "--system",
+        "templates/dgx-h100.yaml",
+    ];
+    let v = json(
+        &[
+            &base[..],
+            &[
+                "--slo-ttft-ms",
+                "1000",
+                "--slo-tpot-ms",
+                "50",
+                "--requests",
+                "300",
+            ],
+        ]
+        .concat(),
+    );
+    assert!(f(&v, &["best", "requests_per_s_per_device"]) > 0.0, "{v}");
+    assert_eq!(v["devices"], 8);
+    let (code, _, err) = stackflow(&base);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("give --slo-ttft-ms and --slo-tpot-ms"),
+        "{err}"
+    );
+    // An SLO no deployment keeps: exit 3 naming the latency.
+    let (code, out, _) = stackflow(
+        &[
+            &base[..],
+            &[
+                "--slo-ttft-ms",
+                "1",
+                "--slo-tpot-ms",
+                "50",
+                "--requests",
+                "100",
+                "--no-disaggregate",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 3);
+    assert!(
+        out.contains("NOTHING KEEPS THE SLO") && out.contains("TTFT"),
+        "{out}"
+    );
+}
+
+/// `optimize` with a serving goal moves the budget where the traffic needs it: decode-heavy
+/// requests (128 in, 1024 out) buy memory bandwidth (the DRAM's power share grows), prefill-only
+/// requests (2048 in, 1 out) buy compute (it shrinks, the cores' grows); the simulated
+/// goodput confirms each gain the fluid model promised.
+#[test]
+fn optimize_for_serving_buys_bandwidth_for_decode_and_compute_for_prefill() {
+    let dir = Scratch::new("serving-optimize");
+    let text = std::fs::read_to_string(root().join("workloads/llama2-7b-serve.yaml")).unwrap();
+    let share = |v: &Value, resource: &str, component: &str, which: &str| {
+        v["shares"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["resource"] == resource && s["component"] == component)
+            .map(|s| s[which].as_f64().unwrap())
+            .unwrap()
+    };
+    let mut dram = Vec::new();
+    for (name, lengths) in [
+        ("decode.yaml", "prompt_tokens: 128, output_tokens: 1024"),
+        ("prefill.yaml", "prompt_tokens: 2048, output_tokens: 1"),
+    ] {
+        let w = dir.write(
+            name,
+            &text.replace("prompt_tokens: 128, output_tokens: 128", lengths),
+        );
+        let v = json(&[
+            "optimize",
+            "--workload",
+            &w,
+            "--system",
+            "templates/dgx-h100.yaml",
+            "--devices",
+            "1",
+            "--slo-ttft-ms",
+            "1000",
+            "--slo-tpot-ms",
+            "100",
+            "--restarts",
+            "2",
+            "--steps",
+            "25",
+        ]);
+        let s = &v["serving"];
+        assert!(
+            f(s, &["best_fluid_requests_per_s_per_device"])
+                > 1.1 * f(s, &["initial_fluid_requests_per_s_per_device"]),
+            "{s}"
+        );
+        assert!(
+            f(s, &["best_simulated", "requests_per_s_per_device"])
+                > 1.05 * f(s, &["initial_simulated", "requests_per_s_per_device"]),
+            "{s}"
+        );
+        dram.push((
+            share(&v, "power", "dram", "initial"),
+            share(&v, "power", "dram", "best"),
+            share(&v, "power", "core", "best") - share(&v, "power", "core", "initial"),
+        ));
+    }
+    let (decode, prefill) = (dram[0], dram[1]);
+    assert!(
+        decode.1 > 1.5 * decode.0,
+        "decode-heavy: DRAM power share {decode:?}"
+    );
+    assert!(
+        prefill.1 < decode.0,
+        "prefill-only: DRAM power share {prefill:?}"
+    );
+    assert!(
+        prefill.2 > 0.0,
+        "prefill-only: the cores' power share grows {prefill:?}"
+    );
+    // A served model needs an SLO; a trained one takes none.
+    let (code, _, err) = stackflow(&[
+        "optimize",
+        "--workload",
+        "workloads/llama2-7b-serve.yaml",
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--devices",
+        "1",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("give --slo-ttft-ms and --slo-tpot-ms"),
+        "{err}"
+    );
+    let (code, _, err) = stackflow(&["optimize", "--slo-ttft-ms", "100", "--slo-tpot-ms", "10"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("is not served"), "{err}");
+}
+
+/// The fluid steady state the optimizer maximises is near the simulated goodput on a plain
+/// case (Llama-2-7B, 128 in and out, one H100): within 15%.
+#[test]
+fn the_fluid_goodput_is_near_the_simulated_one() {
+    let w = Workload::load(Source::Disk, &root().join("workloads/llama2-7b-serve.yaml")).unwrap();
+    let (t, spec) = w.serving().unwrap();
+    let system =
+        stackflow::network::System::load(Source::Disk, &root().join("templates/dgx-h100.yaml"))
+            .unwrap();
+    let arch = system.accelerator().unwrap();
+    let net = system.network(&arch, 1).unwrap();
+    let engine = Engine::new(
+        t,
+        spec.into(),
+        &arch,
+        &net,
+        &Strategy::default(),
+        &Load::default(),
+    )
+    .unwrap();
+    let slo = Slo {
+        ttft_p99_s: 1.0,
+        tpot_p99_s: 0.03,
+    };
+    let fluid = engine
+        .steady_goodput(&slo, spec.prompt_tokens, spec.output_tokens)
+        .unwrap();
+    let arrivals = Arrivals::Poisson {
+        prompt_tokens: spec.prompt_tokens,
+        output_tokens: spec.output_tokens,
+        seed: 0,
+    };
+    let sim = Deployment::Colocated(engine)
+        .goodput(&arrivals, &slo, 2000)
+        .unwrap()
+        .unwrap();
+    let ratio = fluid.requests_per_s / sim.requests_per_s;
+    assert!(
+        (0.85..1.15).contains(&ratio),
+        "fluid {fluid:?} vs simulated {}",
+        sim.requests_per_s
+    );
+}
