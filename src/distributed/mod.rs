@@ -22,7 +22,10 @@
 //!   bound up); [`Workspace`]: kernel times and graphs kept between predictions;
 //!   [`predict::Fitted`]: a strategy's fit and memory before timing (what a search checks
 //!   first); [`serve`]: serving a static batch; [`load`]: serving under load (requests over
-//!   time on a continuously batching engine, priced through [`serve`]);
+//!   time from a rate, a trace or a closed loop of clients on continuously batching engines,
+//!   chunked prefill, paged KV cache, prefill/decode pools, goodput within an SLO and its
+//!   fluid steady state, priced through [`serve`]); a new engine policy (a swap policy, a
+//!   scheduler) belongs in `load.rs`'s replica loop;
 //! - [`host`]: embedding tables in the CPUs' DDR (Zion Sec. IV, TPU v4 Fig. 9): which
 //!   tables a system's host keeps ([`placed`]) and what the hosts spend on them per
 //!   iteration, beside the devices' step ([`HostReport`]);

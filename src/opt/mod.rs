@@ -2,11 +2,14 @@
 //! gradient solver, strategy search, co-optimization and sensitivities.
 //!
 //! Owns: [`problem`] (the design's shares as parameters, the objective: log of the iteration
-//! time plus a smooth penalty on the typed out-of-memory excess, Sec. 7), [`simplex`] (the
+//! time plus a smooth penalty on the typed out-of-memory excess, Sec. 7; for a served
+//! transformer with a [`problem::ServingGoal`], log of device-seconds per request within an
+//! SLO), [`simplex`] (the
 //! exact Euclidean projection onto the capped simplices of area, power and perimeter),
 //! [`solver`] (projected gradient as an `argmin` solver, Sec. 7.2), [`transfer`] (the
 //! compass search over pairwise transfers that finishes each restart on the objective's
-//! staircase), [`budget`] (restarts, sensitivities), [`search`] (strategy enumeration and search, Sec. 9.2), and
+//! staircase), [`budget`] (restarts, sensitivities), [`search`] (strategy enumeration and search, Sec. 9.2; `search::serving`, the serving
+//! deployment search), and
 //! [`co_optimize`] (Fig. 10). Progress reaches the caller through [`Progress`]; errors are
 //! [`crate::error::ModelError`]. Imports the model stages, nothing downstream.
 //!

@@ -20,6 +20,8 @@
 //!    front); placements are bounded the same way (`Plan::best_mapping`).
 //!
 //! [`layered`] then gives each layer type its own split, from the best uniform strategies.
+//! [`serving`] searches a served transformer's deployments (splits, replicas, batch caps,
+//! chunked prefill, prefill/decode pools) by goodput per device within an SLO.
 //!
 //! The user's base strategy is always priced and wins ties, so a feasible base is never
 //! beaten by a slower result. Chunks are fixed and the incumbent moves only between them:
