@@ -211,6 +211,18 @@ def search(
     exhaustive: bool = False,
     per_layer_type: bool = False,
     csv: Optional[Union[str, "os.PathLike[str]"]] = None,
+    slo_ttft_ms: Optional[float] = None,
+    slo_tpot_ms: Optional[float] = None,
+    no_disaggregate: bool = False,
+    trace: Optional[Union[str, "os.PathLike[str]"]] = None,
+    requests: Optional[int] = None,
+    seed: Optional[int] = None,
+    max_batch: Optional[int] = None,
+    max_step_tokens: Optional[int] = None,
+    block_tokens: Optional[int] = None,
+    memory_utilization: Optional[float] = None,
+    chunked_prefill: bool = False,
+    no_evict: bool = False,
 ) -> Dict[str, Any]:
     """Search parallelism strategies for a workload on a system (``stackflow search``).
 
@@ -222,10 +234,21 @@ def search(
     against memory per device, and the search's counts (its ``wall_s`` is the search's own
     time). When nothing fits, the report says so (the command exits 3; this returns it).
 
+    A served transformer (``inference:``) with ``slo_ttft_ms`` and ``slo_tpot_ms`` is searched
+    for the deployment with the most goodput per device (replica splits, batch caps up to
+    ``max_batch``, chunked prefill, prefill/decode pools unless ``no_disaggregate``) under
+    Poisson arrivals (``requests``, ``seed``) or a ``trace``; the engine's other settings as
+    ``serve`` takes them. Its report: ``best`` (the goodput and the run there), ``top`` and
+    the counts.
+
     >>> r = stackflow.search("workloads/llama2-70b.yaml", system="templates/dgx-a100.yaml",
     ...                      devices=64, top=3)
     >>> len(r["top"])
     3
+    >>> s = stackflow.search("workloads/llama2-70b-serve.yaml", system="templates/dgx-h100.yaml",
+    ...                      slo_ttft_ms=1000, slo_tpot_ms=50, requests=100, top=1)
+    >>> s["best"]["requests_per_s_per_device"] > 0
+    True
     """
     line = _CommandLine("search")
     line.file("--workload", "workload", workload)
@@ -239,6 +262,18 @@ def search(
     line.switch("--exhaustive", exhaustive)
     line.switch("--per-layer-type", per_layer_type)
     line.value("--csv", os.fspath(csv) if csv is not None else None)
+    line.value("--slo-ttft-ms", slo_ttft_ms)
+    line.value("--slo-tpot-ms", slo_tpot_ms)
+    line.switch("--no-disaggregate", no_disaggregate)
+    line.value("--trace", os.fspath(trace) if trace is not None else None)
+    line.value("--requests", requests)
+    line.value("--seed", seed)
+    line.value("--max-batch", max_batch)
+    line.value("--max-step-tokens", max_step_tokens)
+    line.value("--block-tokens", block_tokens)
+    line.value("--memory-utilization", memory_utilization)
+    line.switch("--chunked-prefill", chunked_prefill)
+    line.switch("--no-evict", no_evict)
     return line.run()
 
 
@@ -257,6 +292,9 @@ def optimize(
     steps: Optional[int] = None,
     seed: Optional[int] = None,
     finish: Optional[str] = None,
+    slo_ttft_ms: Optional[float] = None,
+    slo_tpot_ms: Optional[float] = None,
+    max_batch: Optional[int] = None,
     out: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Dict[str, Any]:
     """Reallocate area, power and perimeter budgets and search strategies (``stackflow optimize``).
@@ -268,7 +306,8 @@ def optimize(
     ``search_strategy``; ``bounds`` caps each component's share. ``out`` also writes
     budget.yaml, report.json, trace.csv and convergence.svg there. Returns ``optimize --json``'s
     report (as report.json holds it); when nothing is feasible it says so (exit 3 on the
-    command line).
+    command line). A served transformer needs ``slo_ttft_ms`` and ``slo_tpot_ms``: its budget
+    is optimized for goodput per device within them (the report's ``serving``).
 
     >>> r = stackflow.optimize(strategy="CR-16-d32", restarts=2, steps=20)
     >>> r["best_time_per_iteration_s"] < r["initial_time_per_iteration_s"]
@@ -288,6 +327,9 @@ def optimize(
     line.value("--steps", steps)
     line.value("--seed", seed)
     line.value("--finish", finish)
+    line.value("--slo-ttft-ms", slo_ttft_ms)
+    line.value("--slo-tpot-ms", slo_tpot_ms)
+    line.value("--max-batch", max_batch)
     line.value("--out", os.fspath(out) if out is not None else None)
     return line.run()
 

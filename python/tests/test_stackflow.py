@@ -402,3 +402,27 @@ def test_run_serves_under_load(cli):
     r = stackflow.run(*args)
     assert r == cli_json(cli, *args)
     assert r["goodput"]["requests_per_s"] > 0 and r["ttft_s"]["p99"] > 0
+
+
+def test_search_finds_a_serving_deployment(cli):
+    # A served model with an SLO: the serving search, as `stackflow search` prints it.
+    kwargs = dict(workload="workloads/llama2-70b-serve.yaml", system="templates/dgx-h100.yaml",
+                  slo_ttft_ms=1000, slo_tpot_ms=50, requests=100, top=2, no_disaggregate=True)
+    r = stackflow.search(**kwargs)
+    args = ["search", "--workload", kwargs["workload"], "--system", kwargs["system"],
+            "--slo-ttft-ms", "1000", "--slo-tpot-ms", "50", "--requests", "100", "--top", "2",
+            "--no-disaggregate"]
+    assert r == cli_json(cli, *args)
+    assert r["best"]["requests_per_s_per_device"] > 0 and len(r["top"]) == 2
+
+
+def test_serve_replays_a_trace_and_refuses_a_bad_one(cli, tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,20\n0.1,300,40\n0.3,50,10\n")
+    args = ["serve", "--system", "templates/dgx-h100.yaml", "--devices", "1", "--trace", str(trace)]
+    r = stackflow.run(*args)
+    assert r == cli_json(cli, *args)
+    assert r["load"]["requests"] == 3 and r["mean_prompt_tokens"] == 150
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n1,100,20\n0.5,300,40\n")
+    with pytest.raises(stackflow.Error, match="line 3: arrival_s = 0.5"):
+        stackflow.run(*args)
