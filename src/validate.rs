@@ -539,6 +539,7 @@ impl Ctx {
         tolerance: f64,
     ) -> Result<Vec<Point>, ModelError> {
         use crate::distributed::load::{Arrivals, Deployment, Engine, Load, MAX_REQUESTS};
+        const METRICS: [&str; 4] = ["throughput", "request latency", "TTFT", "ITL"];
         let path = self.path(file);
         let name = path.display().to_string();
         let rows: ServingLoadRows = parse_yaml(&name, &self.source.read(&path)?)?;
@@ -551,6 +552,22 @@ impl Ctx {
             tensor: devices,
             ..Strategy::default()
         };
+        {
+            let check = crate::config::Checker {
+                file: &self.base.display().to_string(),
+            };
+            check.count_in("engine.max_batch", engine.max_batch, 65536)?;
+            check.positive_count("engine.max_batch", engine.max_batch)?;
+            check.positive_count("engine.max_step_tokens", engine.max_step_tokens)?;
+            check.positive("engine.memory_utilization", engine.memory_utilization)?;
+            check.within(
+                "engine.memory_utilization",
+                engine.memory_utilization,
+                0.0,
+                1.0,
+            )?;
+            check.positive_count("devices", devices)?;
+        }
         let policy = Load {
             max_batch: engine.max_batch,
             max_step_tokens: engine.max_step_tokens,
@@ -590,6 +607,17 @@ impl Ctx {
                     ),
                 )
                 .into());
+            }
+            for (k, g) in r.known_gap.iter().enumerate() {
+                if !METRICS.contains(&g.metric.as_str()) {
+                    return Err(ConfigError::invalid(
+                        &name,
+                        at(&format!("known_gap[{k}].metric")),
+                        &g.metric,
+                        format!("one of {}", METRICS.join(", ")),
+                    )
+                    .into());
+                }
             }
             let mut text = self.source.read(&model)?;
             text = crate::config::edit_yaml(

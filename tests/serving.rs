@@ -494,3 +494,85 @@ fn the_fluid_goodput_is_near_the_simulated_one() {
         sim.requests_per_s
     );
 }
+
+/// Edges a review found: a cache too small for a chunked engine's admissions preempts and
+/// completes (it never holds more blocks than it has); a prompt in 32 chunks of 64 tokens
+/// is not taken for a stalled engine; a closed loop needs a client per replica; a trace whose
+/// requests all arrive at once cannot be replayed at a rate; engine flags on a trained
+/// workload are refused.
+#[test]
+fn serving_edges_complete_or_are_refused_by_name() {
+    let tight = json(
+        &[
+            &ONE_H100[..],
+            &[
+                "--chunked-prefill",
+                "--memory-utilization",
+                "0.2",
+                "--rate",
+                "1000",
+                "--requests",
+                "500",
+            ],
+        ]
+        .concat(),
+    );
+    assert!(tight["preemptions"].as_u64().unwrap() > 0, "{tight}");
+    assert!(f(&tight, &["end_to_end_s", "p99"]).is_finite());
+    let dir = Scratch::new("serving-edges");
+    let text = std::fs::read_to_string(root().join("workloads/llama2-7b-serve.yaml"))
+        .unwrap()
+        .replace(
+            "prompt_tokens: 128, output_tokens: 128",
+            "prompt_tokens: 2048, output_tokens: 1",
+        );
+    let w = dir.write("prompts.yaml", &text);
+    let chunks = json(
+        &[
+            &ONE_H100[..],
+            &[
+                "--workload",
+                &w,
+                "--chunked-prefill",
+                "--max-step-tokens",
+                "64",
+                "--rate",
+                "1000",
+                "--requests",
+                "300",
+            ],
+        ]
+        .concat(),
+    );
+    assert!(chunks["steps"].as_u64().unwrap() >= 300 * 32, "{chunks}");
+    let (code, _, err) = stackflow(&[
+        "serve",
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--concurrency",
+        "4",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("a closed loop of 4 clients on 8 replicas"),
+        "{err}"
+    );
+    let once = dir.write(
+        "once.csv",
+        "arrival_s,prompt_tokens,output_tokens\n0,10,5\n0,10,5\n",
+    );
+    let (code, _, err) = stackflow(&[&ONE_H100[..], &["--trace", &once, "--rate", "5"]].concat());
+    assert_eq!(code, 2);
+    assert!(
+        err.contains(&format!("{once}: every request arrives at the same time")),
+        "{err}"
+    );
+    let (code, _, err) = stackflow(&[
+        "search",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--chunked-prefill",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("this one trains"), "{err}");
+}

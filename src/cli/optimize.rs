@@ -400,12 +400,19 @@ fn serving_headline(sv: &ServingReport, strategy: &Strategy) -> String {
             format!("{:.3}", g.requests_per_s_per_device)
         })
     };
+    let gain = if sv.initial_fluid_requests_per_s_per_device > 0.0 {
+        format!(
+            "{:.2}x",
+            sv.best_fluid_requests_per_s_per_device / sv.initial_fluid_requests_per_s_per_device
+        )
+    } else {
+        "the given budget keeps no load within the SLO".into()
+    };
     format!(
-        "goodput / device  {:.3} -> {:.3} requests/s ({:.2}x) within p99 TTFT {:.0} ms and TPOT \
+        "goodput / device  {:.3} -> {:.3} requests/s ({gain}) within p99 TTFT {:.0} ms and TPOT \
          {:.1} ms (fluid steady state; simulated {} -> {}); strategy {strategy}",
         sv.initial_fluid_requests_per_s_per_device,
         sv.best_fluid_requests_per_s_per_device,
-        sv.best_fluid_requests_per_s_per_device / sv.initial_fluid_requests_per_s_per_device,
         sv.slo.ttft_p99_s * 1e3,
         sv.slo.tpot_p99_s * 1e3,
         sim(&sv.initial_simulated),

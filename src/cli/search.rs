@@ -102,6 +102,20 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
     if workload.serving().is_some() {
         return run_serving(&a, &workload, &workload_file);
     }
+    let e = &a.engine;
+    if e.slo_ttft_ms.is_some()
+        || e.trace.is_some()
+        || e.chunked_prefill
+        || e.no_evict
+        || a.no_disaggregate
+    {
+        bail!(
+            "{}: --slo-ttft-ms, --slo-tpot-ms, --trace, --chunked-prefill, --no-evict and \
+             --no-disaggregate search a served transformer (a workload with `inference:`); this \
+             one trains",
+            workload_file.display()
+        );
+    }
     let system = load_system(&a.system, a.slice.as_deref(), &a.host)?;
     let arch = crate::perf::as_run(&system.accelerator()?, &workload.graph());
     let devices = a.devices.unwrap_or_else(|| system.default_devices());
@@ -338,7 +352,7 @@ fn render_serving(
     let _ = writeln!(
         s,
         "\nSearched {} deployments ({} splits, {} cannot serve{}): {} searched for goodput, {} \
-         pruned by capacity, {} keep the SLO at no rate; {:.2} s.",
+         pruned by capacity, {} keep the SLO at no rate, {} failed to simulate; {:.2} s.",
         r.deployments,
         r.splits,
         r.splits_unfit,
@@ -349,6 +363,7 @@ fn render_serving(
         r.searched,
         r.pruned_by_capacity,
         r.slo_unmet,
+        r.failed,
         wall_s
     );
     s

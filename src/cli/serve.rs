@@ -64,7 +64,7 @@ pub struct EngineFlags {
     /// inference trace's TIMESTAMP,ContextTokens,GeneratedTokens) instead of Poisson
     /// arrivals of the workload's lengths.
     #[arg(long)]
-    trace: Option<PathBuf>,
+    pub trace: Option<PathBuf>,
     /// Requests simulated (Poisson arrivals; a trace runs all its rows).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=MAX_REQUESTS))]
     pub requests: u64,
@@ -87,17 +87,17 @@ pub struct EngineFlags {
     memory_utilization: f64,
     /// Mix prompt chunks into decode steps up to --max-step-tokens (Sarathi-Serve, vLLM V1).
     #[arg(long)]
-    chunked_prefill: bool,
+    pub chunked_prefill: bool,
     /// Admit a request only when the KV cache holds all of it, prompt and output
     /// (TensorRT-LLM's GUARANTEED_NO_EVICT): no preemption. Default: admit on the prompt and
     /// preempt the newest when the cache fills (vLLM).
     #[arg(long)]
-    no_evict: bool,
+    pub no_evict: bool,
     /// With --slo-tpot-ms: the p99 TTFT bound, ms. `serve` adds the goodput (the highest
     /// rate that keeps both bounds); a serving `search` ranks deployments by it. No rate
     /// keeping them exits 3.
     #[arg(long, requires = "slo_tpot_ms")]
-    slo_ttft_ms: Option<f64>,
+    pub slo_ttft_ms: Option<f64>,
     /// With --slo-ttft-ms: the p99 TPOT bound, ms.
     #[arg(long, requires = "slo_ttft_ms")]
     slo_tpot_ms: Option<f64>,
@@ -140,7 +140,17 @@ impl EngineFlags {
             _ => None,
         };
         let arrivals = match &self.trace {
-            Some(path) => Arrivals::Trace(Trace::load(Source::Disk, path)?),
+            Some(path) => {
+                let trace = Trace::load(Source::Disk, path)?;
+                if !trace.rate_per_s().is_finite() {
+                    bail!(
+                        "{}: every request arrives at the same time; a trace is replayed at \
+                         rates by scaling its gaps, so it needs two different arrival times",
+                        path.display()
+                    );
+                }
+                Arrivals::Trace(trace)
+            }
             None => Arrivals::Poisson {
                 prompt_tokens: spec.prompt_tokens,
                 output_tokens: spec.output_tokens,
@@ -206,11 +216,7 @@ pub fn run(a: Args) -> anyhow::Result<Outcome> {
     let rate = match (a.rate, &setup.arrivals) {
         (Some(r), _) => r,
         (None, Arrivals::Closed { .. }) => f64::INFINITY,
-        (None, Arrivals::Trace(trace)) if trace.rate_per_s().is_finite() => trace.rate_per_s(),
-        (None, Arrivals::Trace(trace)) => bail!(
-            "{}: every request arrives at once; give --rate to spread them",
-            trace.file
-        ),
+        (None, Arrivals::Trace(trace)) => trace.rate_per_s(),
         (None, Arrivals::Poisson { .. }) => {
             bail!("--rate: required without --trace or --concurrency")
         }

@@ -104,7 +104,22 @@ fn timestamp_s(text: &str) -> Option<f64> {
     let (date, time) = text.trim().split_once([' ', 'T'])?;
     let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
     let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let days_in_month = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if !(1..=12).contains(&m) || !(1..=days_in_month[(m - 1) as usize]).contains(&day) {
         return None;
     }
     let mut t = time.trim_end_matches('Z').splitn(3, ':');
@@ -162,11 +177,12 @@ impl Trace {
         let stamped = header[at] == "TIMESTAMP";
         let mut requests = Vec::new();
         let mut origin = None;
-        for (i, row) in reader.records().enumerate() {
-            let line = i + 2;
+        for row in reader.records() {
             let row = row.map_err(|e| {
-                ConfigError::invalid(file, format!("line {line}"), "?", e.to_string())
+                let line = e.position().map_or(0, |p| p.line());
+                ConfigError::invalid(file, format!("line {line}"), "a row", e.to_string())
             })?;
+            let line = row.position().map_or(0, |p| p.line());
             if requests.len() as u64 >= MAX_REQUESTS {
                 return Err(ConfigError::invalid(
                     file,
@@ -853,7 +869,17 @@ impl Engine {
                 slo.ttft_p99_s * 1e3
             ));
         }
-        let most = self.most as f64;
+        // The batch the cache holds as sequences grow: half their output on average (all of
+        // it reserved without eviction).
+        let held = if self.policy.no_evict {
+            p + r + 1.0
+        } else {
+            p + r / 2.0 + 1.0
+        };
+        let blocks_each = (held / self.policy.block_tokens as f64).ceil().max(1.0);
+        let most = (self.most as f64)
+            .min(self.blocks_total as f64 / blocks_each)
+            .max(1.0);
         let top = at(most);
         if keeps(&top) {
             return Ok(top);
@@ -888,6 +914,18 @@ impl Engine {
         // a simulation without jitter).
         let staggered: Vec<Request>;
         let reqs = if reqs.iter().any(|r| r.arrival_s.is_infinite()) {
+            // Each replica's clients stay with it: every replica needs one.
+            let clients = reqs.iter().filter(|r| r.arrival_s.is_finite()).count();
+            if clients < d {
+                return Err(FitError {
+                    strategy: self.strategy.clone(),
+                    workload: self.workload.clone(),
+                    message: format!(
+                        "a closed loop of {clients} clients on {d} replicas: each replica needs \
+                         a client of its own (at least {d})"
+                    ),
+                });
+            }
             let first: Vec<usize> = (0..reqs.len())
                 .filter(|&i| reqs[i].arrival_s.is_finite())
                 .collect();
@@ -972,8 +1010,13 @@ impl Engine {
         let mut waiting: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
         let mut running: Vec<usize> = Vec::new();
         let (mut next, mut now, mut used, mut finished) = (0usize, 0.0f64, 0u64, 0usize);
-        // Every request is prefilled once and decoded output - 1 times, plus recomputations.
-        let tokens: u64 = seqs.iter().map(|q| q.output + 2).sum();
+        // Every request is prefilled (in chunks of at most a step's tokens) and decoded
+        // output - 1 times, plus recomputations.
+        let budget = load.max_step_tokens.max(1);
+        let tokens: u64 = seqs
+            .iter()
+            .map(|q| q.output + 2 + (q.prompt + q.output).div_ceil(budget))
+            .sum();
         let step_cap = tokens.saturating_mul(4).saturating_add(1000);
         let mut steps = 0u64;
         let finish = |q: &mut Seq, now: f64, used: &mut u64, out: &mut Served| {
@@ -1062,7 +1105,12 @@ impl Engine {
             // at least one, whatever its length), keeping vLLM's watermark of 1% of the
             // blocks free while others run.
             let watermark = blocks_total / 100;
-            let mut free = blocks_total - used;
+            // The decodes of this step (chunked) take their next blocks first.
+            let decode_need: u64 = decodes
+                .iter()
+                .map(|&r| blocks_for(seqs[r].computed + 2).saturating_sub(seqs[r].blocks))
+                .sum();
+            let mut free = (blocks_total - used).saturating_sub(decode_need);
             while let (0, Some(&r)) = (preempted, waiting.front()) {
                 let q = &seqs[r];
                 // Without eviction, the whole request's blocks up front.
@@ -1176,7 +1224,8 @@ impl Engine {
                 }
             }
             let before = running.len();
-            running.retain(|&r| !out.done[seqs[r].index].is_finite());
+            running.retain(|&r| out.done[seqs[r].index].is_nan());
+            debug_assert!(used <= blocks_total, "{used} of {blocks_total} blocks");
             for _ in running.len()..before {
                 if unsent < seqs.len() {
                     seqs[unsent].arrival = now;
@@ -1370,14 +1419,16 @@ impl Deployment {
         let sent = |f: fn(f64, f64) -> f64, from: f64| {
             measured.iter().map(|&i| out.arrival[i]).fold(from, f)
         };
-        let requests_per_s = if m < n {
-            (m - 1) as f64
-                / (sent(f64::max, 0.0) - sent(f64::min, f64::INFINITY)).max(f64::MIN_POSITIVE)
+        let window = sent(f64::max, 0.0) - sent(f64::min, f64::INFINITY);
+        let requests_per_s = if m < n && window > 0.0 {
+            (m - 1) as f64 / window
         } else {
+            // From the first request sent to the last completion (a closed loop whose
+            // measured requests were all sent at once: theirs).
             let first = sent(f64::min, f64::INFINITY);
             let first = if first.is_finite() { first } else { 0.0 };
-            let last = out.done.iter().copied().fold(0.0, f64::max);
-            n as f64 / (last - first).max(f64::MIN_POSITIVE)
+            let last = measured.iter().map(|&i| out.done[i]).fold(0.0, f64::max);
+            m as f64 / (last - first).max(f64::MIN_POSITIVE)
         };
         let mut ttft: Vec<f64> = measured
             .iter()
@@ -1607,6 +1658,8 @@ mod tests {
         assert!((c - d - 2.0 * 86_400.0).abs() < 1e-6, "2024 is a leap year");
         assert_eq!(timestamp_s("1970-01-01 00:00:00"), Some(0.0));
         assert_eq!(timestamp_s("2023-13-01 00:00:00"), None);
+        assert_eq!(timestamp_s("2023-02-29 00:00:00"), None);
+        assert!(timestamp_s("2024-02-29 00:00:00").is_some());
         assert_eq!(timestamp_s("yesterday"), None);
     }
 

@@ -84,6 +84,9 @@ pub struct ServingResult {
     pub searched: usize,
     pub pruned_by_capacity: usize,
     pub slo_unmet: usize,
+    /// Deployments whose simulation failed (their swamped run, or a run of the goodput
+    /// search: an engine that stalls), left out.
+    pub failed: usize,
     /// When none keeps the SLO: why the one with the most capacity does not.
     pub infeasible: Option<String>,
 }
@@ -264,7 +267,7 @@ pub fn search_serving(
     order.sort_by(|&a, &b| per_device(b).total_cmp(&per_device(a)).then(a.cmp(&b)));
     let top_n = settings.top.max(1);
     let mut found: Vec<(usize, Goodput)> = Vec::new();
-    let (mut searched, mut pruned, mut unmet) = (0usize, 0usize, 0usize);
+    let (mut searched, mut pruned, mut unmet, mut failed) = (0usize, 0usize, 0usize, 0usize);
     let mut infeasible = None;
     for chunk in order.chunks(CHUNK) {
         let bar = if found.len() >= top_n {
@@ -275,7 +278,7 @@ pub fn search_serving(
         let todo: Vec<usize> = chunk
             .iter()
             .copied()
-            .filter(|&i| !settings.prune || 1.5 * per_device(i) > bar)
+            .filter(|&i| !settings.prune || 1.5 * per_device(i) >= bar * (1.0 - 1e-12))
             .collect();
         pruned += chunk.len() - todo.len();
         let results: Vec<Searched> = todo
@@ -304,7 +307,7 @@ pub fn search_serving(
                         format!("{}: {why}", options[i].deployment.layout())
                     });
                 }
-                Err(_) => {}
+                Err(_) => failed += 1,
             }
         }
         found.sort_by(|a, b| {
@@ -356,5 +359,6 @@ pub fn search_serving(
         searched,
         pruned_by_capacity: pruned,
         slo_unmet: unmet,
+        failed: failed + capacity.iter().filter(|c| c.is_none()).count(),
     })
 }
