@@ -790,6 +790,24 @@ pub fn render_inference(p: &DistInference) -> String {
         seconds(p.time_per_output_token_s),
         seconds(p.decode_communication_s)
     );
+    if let Some(sp) = &p.speculative {
+        let _ = writeln!(
+            s,
+            "speculative       draft {} proposes {} tokens, each accepted at {}: {:.3} tokens \
+             per verification; a step is {} x {} drafting + {} verifying against {} plain: \
+             {:.2}x (at most {:.3}x)",
+            sp.draft,
+            sp.tokens,
+            sp.acceptance,
+            sp.expected_tokens,
+            sp.tokens,
+            seconds(sp.draft_step_s),
+            seconds(sp.verify_step_s),
+            seconds(sp.target_step_s),
+            sp.speedup,
+            sp.expected_tokens
+        );
+    }
     let _ = writeln!(
         s,
         "throughput        {} over all replicas ({})",

@@ -88,10 +88,10 @@ enum Command {
     /// time against memory per device, and the search's counts. Exits 3 when no strategy
     /// fits.
     Search(search::SearchArgs),
-    /// Serve a transformer under load: Poisson arrivals at --rate on a continuously batching
-    /// engine (prefills first, a paged KV cache, preemption by recomputation); throughput
-    /// and TTFT, TPOT and end-to-end percentiles. Chunked prefill, traces, SLO goodput,
-    /// disaggregation and a serving search are not here yet.
+    /// Serve a transformer under load: Poisson arrivals at --rate, a trace or a closed loop
+    /// of clients on continuously batching engines (a paged KV cache, preemption by
+    /// recomputation, chunked prefill, prefill/decode pools); throughput and TTFT, TPOT and
+    /// end-to-end percentiles, and the goodput within an SLO.
     Serve(serve::Args),
     /// Reallocate area, power and perimeter budgets (DeepFlow Sec. 7) and search
     /// parallelism strategies to minimise the time per iteration of a workload on a system.

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::domain::{
-    AttentionKernel, Dataflow, EmbeddingOptimizer, InferenceSpec, Interaction, KernelSplitKind,
-    McuShape, Optimizer, Precision, Recompute, Scope, Topology,
+    AttentionKernel, Dataflow, EmbeddingOptimizer, Interaction, KernelSplitKind, McuShape,
+    Optimizer, Precision, Recompute, Scope, Topology,
 };
 
 // ---------------------------------------------------------------- technology library
@@ -365,9 +365,9 @@ pub struct TransformerRaw {
     pub dropout: Option<f64>,
     #[serde(default)]
     pub optimizer: Optimizer,
-    /// Serve instead of train: `{batch, prompt_tokens, output_tokens}`.
+    /// Serve instead of train: `{batch, prompt_tokens, output_tokens, speculative?}`.
     #[serde(default)]
-    pub inference: Option<InferenceSpec>,
+    pub inference: Option<InferenceRaw>,
     /// Mixture of experts: the feed-forward of every layer is `experts` experts, each token
     /// routed to `top_k` of them (GShard, Switch Transformer).
     #[serde(default)]
@@ -848,4 +848,41 @@ pub enum StudyPlotKind {
     /// `y`, a colour per series, and each series' front: the points no other of the series
     /// beats on both (MAD Max Fig. 11).
     Pareto,
+}
+
+/// A served transformer's `inference:` block.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferenceRaw {
+    pub batch: u64,
+    pub prompt_tokens: u64,
+    pub output_tokens: u64,
+    /// Speculative decoding with a draft model.
+    #[serde(default)]
+    pub speculative: Option<SpeculativeRaw>,
+}
+
+/// `inference.speculative`: a draft model proposes `tokens` tokens per step, the served
+/// model verifies them in one pass, each accepted with probability `acceptance`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpeculativeRaw {
+    pub draft: DraftRaw,
+    pub tokens: u64,
+    pub acceptance: f64,
+}
+
+/// A draft model's shape; its vocabulary, precision and feed-forward kind are the served
+/// model's (a draft shares its tokenizer).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DraftRaw {
+    #[serde(default)]
+    pub name: Option<String>,
+    pub hidden: u64,
+    pub layers: u64,
+    pub heads: u64,
+    #[serde(default)]
+    pub kv_heads: Option<u64>,
+    pub ffn_hidden: u64,
 }

@@ -24,7 +24,7 @@ use crate::parallel::Strategy;
 use crate::perf::{EnergyRates, Evaluator};
 use crate::violation::Violation;
 use crate::workload::inference::{
-    decode_graph, kv_cache_bytes, mean_context, prefill_graph, InferenceSpec,
+    decode_graph, kv_cache_bytes, mean_context, prefill_graph, verify_graph, InferenceSpec,
 };
 use crate::workload::{Graph, Transformer};
 
@@ -61,8 +61,29 @@ pub struct DistInference {
     pub kv_cache_bytes: f64,
     pub memory_per_device_bytes: f64,
     pub memory_capacity_bytes: f64,
+    /// With speculative decoding: what a step costs and yields.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<SpeculativeReport>,
     pub feasible: bool,
     pub violations: Vec<Violation>,
+}
+
+/// Speculative decoding's step: `tokens` draft steps and one verification yield
+/// `expected_tokens` tokens on average, so a token takes `(tokens x draft_step_s +
+/// verify_step_s) / expected_tokens` against the served model's own decode step; the
+/// speed-up is their ratio, at most `expected_tokens` (the acceptance bound).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SpeculativeReport {
+    pub draft: String,
+    pub tokens: u64,
+    pub acceptance: f64,
+    pub expected_tokens: f64,
+    /// One draft decode step, one verification of `tokens + 1` positions, and the served
+    /// model's plain decode step (each with the engine's host work per step).
+    pub draft_step_s: f64,
+    pub verify_step_s: f64,
+    pub target_step_s: f64,
+    pub speedup: f64,
 }
 
 /// Refuses what serving does not split: RC/CR, ZeRO, interleaving, experts, uneven stages.
@@ -93,6 +114,13 @@ fn check(w: &Transformer, s: &Strategy, devices: u64) -> Result<(), FitError> {
             w.layers, s.pipeline
         )));
     }
+    if w.speculative.is_some() && s.pipeline > 1 {
+        return Err(fail(
+            "speculative decoding is priced on replicas without pipeline stages (p = 1): a \
+             draft and a verification alternate on the same devices"
+                .into(),
+        ));
+    }
     Ok(())
 }
 
@@ -106,6 +134,18 @@ struct Work {
     launch_s: f64,
     /// The engine's host work per step (the template's `stack.step_overhead_us`).
     overhead_s: f64,
+    /// Speculative decoding: the draft's own work and the verification step.
+    speculative: Option<Box<SpecWork>>,
+}
+
+struct SpecWork {
+    draft: Work,
+    verify: Graph,
+    verify_stages: Vec<StageWork>,
+    tokens: u64,
+    acceptance: f64,
+    expected_tokens: f64,
+    name: String,
 }
 
 impl Work {
@@ -130,6 +170,19 @@ impl Work {
         let mut evaluator = Evaluator::new(arch);
         evaluator.machine.kernel_launch_s = 0.0;
         let decode_stages = stages(&decode, &mut evaluator);
+        let speculative = w.speculative.as_ref().map(|sp| {
+            let verify = verify_graph(w, spec, mean_context(spec), sp.tokens);
+            let verify_stages = stages(&verify, &mut evaluator);
+            Box::new(SpecWork {
+                draft: Work::new(&sp.draft, spec, arch, s, rates),
+                verify,
+                verify_stages,
+                tokens: sp.tokens,
+                acceptance: sp.acceptance,
+                expected_tokens: sp.expected_tokens(),
+                name: sp.draft.name.clone(),
+            })
+        });
         Work {
             prefill,
             prefill_stages,
@@ -137,6 +190,7 @@ impl Work {
             decode_stages,
             launch_s,
             overhead_s: arch.caps.step_overhead_s(),
+            speculative,
         }
     }
 }
@@ -221,6 +275,8 @@ struct Timing {
     prefill_comm_s: f64,
     tpot_s: f64,
     decode_comm_s: f64,
+    /// Speculative decoding: (draft step, verification, the plain decode step), s.
+    speculative: Option<(f64, f64, f64)>,
 }
 
 /// The batches' prefills follow each other through the stages; then every batch takes a
@@ -236,12 +292,40 @@ fn timing(map: &Mapping, work: &Work, spec: &InferenceSpec, in_flight: f64, sp: 
     let (first, step) = (first + o, step + o);
     let cycle = step.max(in_flight * (step_slowest + o));
     let fill = first + (in_flight - 1.0) * (first_slowest + o);
-    Timing {
+    let plain = Timing {
         total_s: fill + spec.output_tokens.saturating_sub(1) as f64 * cycle,
         ttft_s: first,
         prefill_comm_s: first_comm,
         tpot_s: cycle,
         decode_comm_s: step_comm,
+        speculative: None,
+    };
+    let Some(sw) = &work.speculative else {
+        return plain;
+    };
+    // Unpipelined (checked): the draft prefills the prompt too; then each step is `tokens`
+    // draft steps and one verification, yielding `expected_tokens` tokens.
+    let (draft_first, draft_first_comm, _) =
+        latency(map, &sw.draft.prefill_stages, &sw.draft.prefill, 0.0, sp);
+    let (draft, draft_comm, _) = latency(
+        map,
+        &sw.draft.decode_stages,
+        &sw.draft.decode,
+        work.launch_s,
+        sp,
+    );
+    let (verify, verify_comm, _) = latency(map, &sw.verify_stages, &sw.verify, work.launch_s, sp);
+    let (draft, verify) = (draft + o, verify + o);
+    let g = sw.tokens as f64;
+    let per_token = (g * draft + verify) / sw.expected_tokens;
+    let ttft = first + draft_first + o;
+    Timing {
+        total_s: ttft + spec.output_tokens.saturating_sub(1) as f64 * per_token,
+        ttft_s: ttft,
+        prefill_comm_s: first_comm + draft_first_comm,
+        tpot_s: per_token,
+        decode_comm_s: (g * draft_comm + verify_comm) / sw.expected_tokens,
+        speculative: Some((draft, verify, cycle)),
     }
 }
 
@@ -283,6 +367,34 @@ fn energy_j(
         + steps * sent(&work.decode_stages, &work.decode))
         * k;
     let replica = (s.tensor * p) as f64;
+    let (work_j, bytes_sent) = match &work.speculative {
+        None => (work_j, bytes_sent),
+        // Speculative (unpipelined): both prefills, then per token a share of the draft's
+        // steps and of a verification in place of a decode step.
+        Some(sw) => {
+            let g = sw.tokens as f64;
+            let per_token = |d: &[StageWork], v: &[StageWork]| -> f64 {
+                (g * d.iter().map(|x| x.step_j).sum::<f64>()
+                    + v.iter().map(|x| x.step_j).sum::<f64>())
+                    / sw.expected_tokens
+            };
+            let prefill_j: f64 = work
+                .prefill_stages
+                .iter()
+                .chain(&sw.draft.prefill_stages)
+                .map(|x| x.step_j)
+                .sum();
+            let j =
+                (prefill_j + steps * per_token(&sw.draft.decode_stages, &sw.verify_stages)) * t * k;
+            let b = sent(&work.prefill_stages, &work.prefill)
+                + sent(&sw.draft.prefill_stages, &sw.draft.prefill)
+                + steps
+                    * (g * sent(&sw.draft.decode_stages, &sw.draft.decode)
+                        + sent(&sw.verify_stages, &sw.verify))
+                    / sw.expected_tokens;
+            (j, b * k)
+        }
+    };
     work_j + bytes_sent * rates.link_j_per_byte + rates.floor_w * total_s * replica
 }
 
@@ -301,6 +413,30 @@ pub fn predict_inference(
     let rates = EnergyRates::of(arch);
     let work = Work::new(w, spec, arch, s, &rates);
     let (weights_bytes, kv, violations) = memory(w, spec, arch, s, &work);
+    // A draft's weights and cache sit beside the model's.
+    let (weights_bytes, kv, violations) = match (&work.speculative, &w.speculative) {
+        (Some(sw), Some(sp)) => {
+            let (dw, dkv, _) = memory(&sp.draft, spec, arch, s, &sw.draft);
+            let (wb, kvb) = (weights_bytes + dw, kv + dkv);
+            let mut v: Vec<Violation> = violations
+                .into_iter()
+                .filter(|v| !matches!(v, Violation::OutOfMemory { .. }))
+                .collect();
+            if wb + kvb > arch.memory_capacity_bytes {
+                v.push(Violation::OutOfMemory {
+                    needed_bytes: wb + kvb,
+                    capacity_bytes: arch.memory_capacity_bytes,
+                    weights_bytes: wb,
+                    gradients_bytes: 0.0,
+                    optimizer_state_bytes: 0.0,
+                    activations_bytes: 0.0,
+                    kv_cache_bytes: kvb,
+                });
+            }
+            (wb, kvb, v)
+        }
+        _ => (weights_bytes, kv, violations),
+    };
     let sp = if s.sequence_parallel {
         s.tensor as f64
     } else {
@@ -349,6 +485,19 @@ pub fn predict_inference(
         kv_cache_bytes: kv,
         memory_per_device_bytes: weights_bytes + kv,
         memory_capacity_bytes: arch.memory_capacity_bytes,
+        speculative: match (&work.speculative, time.speculative) {
+            (Some(sw), Some((draft, verify, target))) => Some(SpeculativeReport {
+                draft: sw.name.clone(),
+                tokens: sw.tokens,
+                acceptance: sw.acceptance,
+                expected_tokens: sw.expected_tokens,
+                draft_step_s: draft,
+                verify_step_s: verify,
+                target_step_s: target,
+                speedup: target / time.tpot_s,
+            }),
+            _ => None,
+        },
         feasible: violations.is_empty(),
         violations,
     })

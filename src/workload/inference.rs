@@ -36,6 +36,15 @@ pub fn decode_graph(w: &Transformer, spec: &InferenceSpec, context: u64) -> Grap
     forward_only(g, kv)
 }
 
+/// One verification step of speculative decoding with `context` tokens cached: the last
+/// accepted token and `tokens` proposals per sequence through the model in one pass, each
+/// attending to the cache and to the ones before it.
+pub fn verify_graph(w: &Transformer, spec: &InferenceSpec, context: u64, tokens: u64) -> Graph {
+    let g = transformer_pass(w, spec.batch, tokens + 1, context + tokens + 1, false);
+    let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens);
+    forward_only(g, kv)
+}
+
 /// The mean context over the decode steps (the cost of a step is affine in it).
 pub fn mean_context(spec: &InferenceSpec) -> u64 {
     spec.prompt_tokens + spec.output_tokens.div_ceil(2)

@@ -47,6 +47,46 @@ pub struct Transformer {
     pub moe: Option<Moe>,
     /// Fine-tuning: the last this-many layers (and the head) train, the rest are frozen.
     pub trainable_layers: Option<u64>,
+    /// Serving with speculative decoding (Leviathan et al. 2023; Chen et al. 2023).
+    pub speculative: Option<Speculative>,
+}
+
+/// Speculative decoding: each step the `draft` proposes `tokens` tokens one at a time, the
+/// served model checks them in one pass over `tokens + 1` positions, and each proposal is
+/// accepted with probability `acceptance` (independently: Leviathan et al. 2023, Sec. 3.1).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Speculative {
+    pub draft: Box<Transformer>,
+    pub tokens: u64,
+    pub acceptance: f64,
+}
+
+impl Speculative {
+    /// Tokens one verification yields on average: `(1 - a^(g+1)) / (1 - a)` for `g`
+    /// proposals accepted with probability `a` (Leviathan et al. 2023, Eq. 1); `g + 1` at
+    /// `a = 1`.
+    pub fn expected_tokens(&self) -> f64 {
+        let (a, g) = (self.acceptance, self.tokens as f64);
+        if a >= 1.0 {
+            g + 1.0
+        } else {
+            (1.0 - a.powf(g + 1.0)) / (1.0 - a)
+        }
+    }
+}
+
+impl Transformer {
+    /// Parameters (weights) of the model: attention, feed-forward and embeddings.
+    pub fn parameters(&self) -> f64 {
+        let h = self.hidden as f64;
+        let q = (self.heads * self.head_dim) as f64;
+        let kv = (self.kv_heads * self.head_dim) as f64;
+        let ffn = self.ffn_hidden as f64 * h * if self.gated_ffn { 3.0 } else { 2.0 };
+        let experts = self.moe.map_or(1.0, |m| m.experts as f64);
+        let tables = if self.tie_embeddings { 1.0 } else { 2.0 };
+        self.layers as f64 * (2.0 * h * q + 2.0 * h * kv + experts * ffn)
+            + tables * self.vocab as f64 * h
+    }
 }
 
 impl Transformer {
@@ -143,7 +183,8 @@ pub(super) fn transformer(
              activations in `precision`)",
         ));
     }
-    Ok(Workload::Transformer(Transformer {
+    let speculative = raw.inference.as_ref().and_then(|i| i.speculative.clone());
+    let mut model = Transformer {
         name: raw.name.unwrap_or(stem),
         hidden,
         layers: check.positive_count("layers", raw.layers)?,
@@ -229,7 +270,64 @@ pub(super) fn transformer(
                 })
             }
         },
-    }))
+        speculative: None,
+    };
+    if let Some(sp) = speculative {
+        model.speculative = Some(speculative_of(check, &model, sp)?);
+    }
+    Ok(Workload::Transformer(model))
+}
+
+/// Checks `inference.speculative` against the served model: a draft of the model's kind
+/// (its vocabulary, precision and feed-forward), smaller than it, 1 to 64 proposals per
+/// step, an acceptance rate in [0, 1].
+fn speculative_of(
+    check: &Checker,
+    model: &Transformer,
+    sp: crate::config::raw::SpeculativeRaw,
+) -> Result<Speculative, ConfigError> {
+    const AT: &str = "inference.speculative.";
+    let tokens = check.count_in(&format!("{AT}tokens"), sp.tokens, 64)?;
+    let acceptance = check.within(&format!("{AT}acceptance"), sp.acceptance, 0.0, 1.0)?;
+    let d = sp.draft;
+    let (hidden, heads) = hidden_and_heads(check, &format!("{AT}draft."), d.hidden, d.heads)?;
+    let kv_heads = d.kv_heads.unwrap_or(heads);
+    if kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(ConfigError::invalid(
+            check.file,
+            format!("{AT}draft.kv_heads"),
+            kv_heads,
+            format!("a divisor of {AT}draft.heads ({heads})"),
+        ));
+    }
+    let draft = Transformer {
+        name: d.name.unwrap_or_else(|| format!("{} draft", model.name)),
+        hidden,
+        layers: check.positive_count(&format!("{AT}draft.layers"), d.layers)?,
+        heads,
+        head_dim: hidden / heads,
+        kv_heads,
+        ffn_hidden: check.positive_count(&format!("{AT}draft.ffn_hidden"), d.ffn_hidden)?,
+        moe: None,
+        speculative: None,
+        ..model.clone()
+    };
+    if draft.parameters() >= model.parameters() {
+        return Err(ConfigError::invalid(
+            check.file,
+            format!("{AT}draft"),
+            format!("{:.3e} parameters", draft.parameters()),
+            format!(
+                "a draft smaller than the model it drafts for ({:.3e} parameters)",
+                model.parameters()
+            ),
+        ));
+    }
+    Ok(Speculative {
+        draft: Box::new(draft),
+        tokens,
+        acceptance,
+    })
 }
 
 /// Checks a layer width and its attention heads (`prefix` names the section).
