@@ -67,6 +67,55 @@ impl Serialize for Component {
     }
 }
 
+/// How a served model stores its weights or its KV cache: a float format, or integers
+/// with a scale per group (weight-only quantization: GPTQ, AWQ, TensorRT-LLM's W8A16 and
+/// W4A16), widened to the product's precision inside the matrix product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageFormat {
+    Fp32,
+    Bf16,
+    Fp16,
+    Fp8,
+    Int8,
+    Int4,
+}
+
+impl StorageFormat {
+    /// Bytes per stored element (int4 packs two per byte; group scales are neglected).
+    pub fn bytes(self) -> f64 {
+        match self {
+            StorageFormat::Fp32 => 4.0,
+            StorageFormat::Bf16 | StorageFormat::Fp16 => 2.0,
+            StorageFormat::Fp8 | StorageFormat::Int8 => 1.0,
+            StorageFormat::Int4 => 0.5,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StorageFormat::Fp32 => "fp32",
+            StorageFormat::Bf16 => "bf16",
+            StorageFormat::Fp16 => "fp16",
+            StorageFormat::Fp8 => "fp8",
+            StorageFormat::Int8 => "int8",
+            StorageFormat::Int4 => "int4",
+        }
+    }
+
+    /// Vector operations (FP32-rate lanes) to widen one element to the product's precision:
+    /// int4 1 (Marlin, Frantar et al. 2024: two bitwise LOP3s and one half2 fused
+    /// multiply-add widen and scale a pair of values), int8 and fp8 0.5 (one conversion and
+    /// scale per pair), none for a float format the product computes in.
+    pub fn widen_ops(self) -> f64 {
+        match self {
+            StorageFormat::Int4 => 1.0,
+            StorageFormat::Int8 | StorageFormat::Fp8 => 0.5,
+            _ => 0.0,
+        }
+    }
+}
+
 /// Number format of a workload's tensors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -192,6 +192,7 @@ fn a_pointwise_kernel_over_1_gb_runs_at_dram_bandwidth() {
         precision: Precision::Bf16,
         math: Precision::Bf16,
         wire: Precision::Bf16,
+        weights: None,
         count: 1,
         op: Op::Stream {
             read_bytes: 0.5e9,

@@ -730,7 +730,21 @@ pub(crate) fn check_precision(
     arch: &Architecture,
 ) -> anyhow::Result<()> {
     let machine = Evaluator::new(arch).machine;
-    if let Some((precision, supported)) = unsupported(&machine, &workload.graph()) {
+    // The graph's products, and every precision a key asks products to run in (a served
+    // model's FP8 weights, which its serving graphs use).
+    let asked = workload
+        .precisions()
+        .into_iter()
+        .find(|(_, p)| machine.matrix_rate(*p).is_none())
+        .map(|(_, p)| {
+            let supported: Vec<&str> = machine
+                .throughput_by_precision
+                .keys()
+                .map(|p| p.name())
+                .collect();
+            (p, supported.join(", "))
+        });
+    if let Some((precision, supported)) = unsupported(&machine, &workload.graph()).or(asked) {
         // The key that asked for it (a role's, when `precisions:` set it).
         let roles = workload.precisions();
         let key = roles

@@ -860,6 +860,13 @@ pub struct InferenceRaw {
     /// Speculative decoding with a draft model.
     #[serde(default)]
     pub speculative: Option<SpeculativeRaw>,
+    /// How the weights are stored (default: `precision`): int8 or int4 weight-only, or fp8
+    /// (FP8 products).
+    #[serde(default)]
+    pub weights: Option<crate::domain::StorageFormat>,
+    /// How the KV cache is stored (default: `precision`).
+    #[serde(default)]
+    pub kv_cache: Option<crate::domain::StorageFormat>,
 }
 
 /// `inference.speculative`: a draft model proposes `tokens` tokens per step, the served

@@ -207,7 +207,7 @@ fn memory(
 ) -> (f64, f64, Vec<Violation>) {
     let p = s.pipeline;
     let in_flight = p;
-    let bytes = w.precision.bytes();
+    let bytes = w.weights.map_or(w.precision.bytes(), |f| f.bytes());
     let t = s.tensor as f64;
     let weights_bytes = work
         .prefill_stages

@@ -27,7 +27,7 @@ use rustc_hash::FxHashMap;
 
 use serde::Serialize;
 
-use crate::domain::{McuShape, Precision, Scope};
+use crate::domain::{McuShape, Precision, Scope, StorageFormat};
 use crate::generator::{Architecture, Pinned};
 use crate::violation::Violation;
 use crate::workload::{Graph, Kernel, KernelClass, Op, Phase};
@@ -272,6 +272,8 @@ struct GemmKey {
     problem: Problem,
     precision: Precision,
     weight_bytes: u64,
+    /// Weights stored narrower than the product (weight-only), widened inside it.
+    widen: Option<StorageFormat>,
 }
 
 /// Evaluates kernels on one machine, caching GEMM searches by shape and precision and
@@ -336,17 +338,27 @@ impl Evaluator {
                     n,
                     bytes: kernel.math.bytes() as u64,
                 };
-                let weight_bytes = kernel.weight_elements() * problem.bytes;
+                // Weights stored narrower (weight-only int8/int4) cross memory at their width.
+                let widen = kernel.weights.filter(|f| f.bytes() < problem.bytes as f64);
+                let elements = kernel.weight_elements();
+                let weight_bytes = match widen {
+                    Some(f) => (elements as f64 * f.bytes()).round() as u64,
+                    None => elements * problem.bytes,
+                };
                 let key = GemmKey {
                     problem,
                     precision: kernel.math,
                     weight_bytes,
+                    widen,
                 };
                 if !self.cache.contains_key(&key) {
                     if self.cache.len() >= Self::KEPT {
                         self.cache.clear();
                     }
-                    let t = self.gemm(problem, kernel.math, weight_bytes as f64);
+                    let t = match widen {
+                        None => self.gemm(problem, kernel.math, weight_bytes as f64),
+                        Some(f) => self.gemm_widened(problem, kernel.math, elements as f64, f),
+                    };
                     self.cache.insert(key, t);
                 }
                 &self.cache[&key]
@@ -471,6 +483,64 @@ impl Evaluator {
             .map(|(bytes, l)| transfer_time(*bytes, l.bandwidth_bytes_per_s))
             .collect();
         self.assemble(cost.compute_s, home, cost.level_bytes, level_s, cost.tiles)
+    }
+
+    /// A product whose `elements` weights are stored in `f`, narrower than the product's
+    /// precision (weight-only quantization, as Marlin, AWQ and TensorRT-LLM's W4A16/W8A16
+    /// kernels run it): the weights travel at their width to the registers, where every
+    /// weight tile is widened on the vector units each time a block of 128 rows of the
+    /// input passes it (`f.widen_ops()` operations per element), which the product's
+    /// compute time carries.
+    fn gemm_widened(
+        &self,
+        p: Problem,
+        precision: Precision,
+        elements: f64,
+        f: StorageFormat,
+    ) -> KernelTime {
+        let b = p.bytes as f64;
+        let narrow = elements * f.bytes();
+        let widen_s = elements * f.widen_ops() * (p.batch * p.m).div_ceil(128) as f64
+            / self.machine.vector_rate();
+        // Priced at the product's width, then every level's traffic scaled below.
+        let whole = self.gemm(p, precision, elements * b);
+        // At small batches (64 rows or fewer) the product runs on its matrix units with the
+        // input's rows padded to 16 (the MMA instruction's m, as Marlin pads a batch of 1),
+        // not to the machine's tile: these kernels are written to stay bound by the
+        // weights' traffic there. Larger products are tiled as any.
+        let rate = self.machine.matrix_rate(precision).unwrap_or(0.0);
+        let rows = p.batch * p.m;
+        let product_s = 2.0 * rows.max(16) as f64 * p.k as f64 * p.n as f64 / rate;
+        let compute_s = if rows <= 64 {
+            whole.compute_s.min(product_s)
+        } else {
+            whole.compute_s
+        } + widen_s;
+        // Above the registers (where the tiles are widened) every level moves the weights
+        // at their width: its traffic scales as the operands' compulsory bytes do.
+        let others = p.batch as f64 * (p.m as f64 * p.k as f64 + p.m as f64 * p.n as f64) * b;
+        let ratio = (others + narrow) / (others + elements * b);
+        let mut level_bytes = whole.level_bytes.clone();
+        for bytes in level_bytes.iter_mut().skip(1) {
+            *bytes *= ratio;
+        }
+        if self.machine.pinned.is_some() {
+            // No levels: the operands cross main memory once.
+            let home = whole.home;
+            return self.finish(compute_s, home, whole.level_bytes[home] * ratio, Vec::new());
+        }
+        let level_s: Vec<f64> = level_bytes
+            .iter()
+            .zip(&self.machine.levels)
+            .map(|(bytes, l)| transfer_time(*bytes, l.bandwidth_bytes_per_s))
+            .collect();
+        self.assemble(
+            compute_s,
+            whole.home,
+            level_bytes,
+            level_s,
+            whole.tiles.clone(),
+        )
     }
 
     /// A streaming kernel: all bytes at the home level.

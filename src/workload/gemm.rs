@@ -26,6 +26,7 @@ pub(super) fn gemm_graph(g: &Gemm) -> Graph {
             precision: g.precision,
             math: g.precision,
             wire: g.precision,
+            weights: None,
             count: 1,
             op: Op::Gemm {
                 batch: 1,

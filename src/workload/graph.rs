@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::domain::{Optimizer, Precision, Precisions, Recompute};
+use crate::domain::{Optimizer, Precision, Precisions, Recompute, StorageFormat};
 
 /// What a kernel is, for the breakdown table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -201,6 +201,9 @@ pub struct Kernel {
     pub math: Precision,
     /// The precision its tensors are sent between devices in.
     pub wire: Precision,
+    /// A served linear layer's weights stored narrower than its product (int8 or int4
+    /// weight-only): read at their width and widened inside the product.
+    pub weights: Option<StorageFormat>,
     /// Identical instances per iteration.
     pub count: u64,
     pub op: Op,
@@ -220,6 +223,7 @@ impl Kernel {
             precision: self.precision,
             math: self.math,
             wire: self.wire,
+            weights: self.weights,
             count: self.count,
             op: self.op,
             split: self.split,
@@ -582,6 +586,12 @@ pub(crate) struct Builder {
     linear_math: Precision,
     /// The precision the kernels being added run in.
     math: Precision,
+    /// Serving: the linear layers' weights stored narrower than their products (int8 or int4
+    /// weight-only), set on their forward products.
+    pub weight_only: Option<StorageFormat>,
+    /// Serving: bytes per element of the KV cache when it is stored otherwise than the
+    /// activations.
+    pub kv_bytes: Option<f64>,
     /// Weights of the linear layers whose products take them in another precision than
     /// they are kept in: copied to it once per iteration.
     cast_weights: f64,
@@ -612,6 +622,8 @@ impl Builder {
             precisions,
             linear_math: precisions.gemm_inputs,
             math: precision,
+            weight_only: None,
+            kv_bytes: None,
             cast_weights: 0.0,
             clips_gradients: false,
             input_kept: false,
@@ -703,6 +715,10 @@ impl Builder {
     }
 
     fn push(&mut self, name: &str, class: KernelClass, count: u64, op: Op, recomputable: bool) {
+        let weights = match op {
+            Op::Gemm { batch: 1, .. } if class != KernelClass::Attention => self.weight_only,
+            _ => None,
+        };
         let kernel = Kernel {
             name: name.to_string(),
             class,
@@ -710,6 +726,7 @@ impl Builder {
             precision: self.precision,
             math: self.math,
             wire: self.precisions.communication,
+            weights,
             count,
             op,
             split: self.split,
@@ -741,6 +758,7 @@ impl Builder {
             precision: self.precision,
             math: self.math,
             wire: self.precisions.communication,
+            weights: None,
             count,
             op,
             split: self.split,
@@ -1113,6 +1131,7 @@ impl Builder {
             precision,
             math: precision,
             wire: self.precisions.communication,
+            weights: None,
             count: 1,
             op: Op::Gather {
                 read_bytes: read,
@@ -1130,6 +1149,7 @@ impl Builder {
             precision,
             math: precision,
             wire: self.precisions.communication,
+            weights: None,
             count: 1,
             op: Op::Gather {
                 read_bytes: out_bytes + read,
@@ -1184,7 +1204,11 @@ impl Builder {
     ) -> Graph {
         let p = self.dense_parameters;
         let roles = self.precisions;
-        let (weight_b, gradient_b) = (roles.weights.bytes(), roles.gradients.bytes());
+        // Weight-only quantized serving holds its weights at their width.
+        let weight_b = self
+            .weight_only
+            .map_or(roles.weights.bytes(), StorageFormat::bytes);
+        let gradient_b = roles.gradients.bytes();
         let state = optimizer_state_bytes(optimizer, roles);
         // Update traffic per parameter: read the gradient, the master copy (or the weight
         // itself when none is kept) and the moments; write the master copy and moments, and
@@ -1211,6 +1235,7 @@ impl Builder {
             precision,
             math: precision,
             wire: precision,
+            weights: None,
             count: 1,
             op: Op::Stream {
                 read_bytes,

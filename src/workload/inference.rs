@@ -5,10 +5,14 @@ use super::{transformer_pass, Transformer};
 pub use crate::domain::InferenceSpec;
 use crate::workload::graph::{Graph, Phase};
 
-/// Bytes of the KV cache for `batch` sequences of `context` tokens.
+/// Bytes of the KV cache for `batch` sequences of `context` tokens, in the cache's storage
+/// (`inference.kv_cache`, else `precision`).
 pub fn kv_cache_bytes(w: &Transformer, batch: u64, context: u64) -> f64 {
     let head_dim = w.head_dim;
-    (batch * context * w.layers * 2 * w.kv_heads * head_dim) as f64 * w.precision.bytes()
+    let element = w
+        .kv_cache
+        .map_or(w.precision.bytes(), crate::domain::StorageFormat::bytes);
+    (batch * context * w.layers * 2 * w.kv_heads * head_dim) as f64 * element
 }
 
 /// Keeps the forward kernels of a graph and sets its memory to weights plus `kv` bytes.

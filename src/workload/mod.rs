@@ -41,7 +41,7 @@ use crate::domain::{Precision, Precisions, Recompute};
 pub use dlrm::{Dlrm, DlrmInference, FeatureTransformer, TableGroup};
 pub use gemm::Gemm;
 pub use lstm::Lstm;
-pub use transformer::{Moe, Transformer};
+pub use transformer::{Moe, Speculative, Transformer};
 
 use dlrm::{dlrm, dlrm_graph};
 use gemm::gemm_graph;
@@ -116,7 +116,12 @@ impl Workload {
             Workload::Gemm(g) => return vec![("precision".into(), g.precision)],
             Workload::LstmLm(w) => (w.precision, w.precisions),
             Workload::Transformer(w) if w.inference.is_some() => {
-                return vec![("precision".into(), w.precision)]
+                let mut v = vec![("precision".into(), w.precision)];
+                // FP8 weights: FP8 products.
+                if w.weights == Some(crate::domain::StorageFormat::Fp8) {
+                    v.push(("inference.weights".into(), Precision::Fp8));
+                }
+                return v;
             }
             Workload::Transformer(w) => (w.precision, w.precisions),
             Workload::Dlrm(w) => (w.precision, w.precisions),

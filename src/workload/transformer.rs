@@ -11,7 +11,7 @@ use super::graph::{
 use super::{inference, Workload};
 use crate::config::raw::{MoeRaw, TransformerRaw};
 use crate::config::{Checker, ConfigError};
-use crate::domain::{AttentionKernel, Optimizer, Precision, Precisions, Recompute};
+use crate::domain::{AttentionKernel, Optimizer, Precision, Precisions, Recompute, StorageFormat};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Transformer {
@@ -49,6 +49,11 @@ pub struct Transformer {
     pub trainable_layers: Option<u64>,
     /// Serving with speculative decoding (Leviathan et al. 2023; Chen et al. 2023).
     pub speculative: Option<Speculative>,
+    /// Serving: the weights' storage when it differs from `precision` (int8/int4
+    /// weight-only, widened in the product; fp8: FP8 products on FP8 inputs).
+    pub weights: Option<StorageFormat>,
+    /// Serving: the KV cache's storage when it differs from `precision`.
+    pub kv_cache: Option<StorageFormat>,
 }
 
 /// Speculative decoding: each step the `draft` proposes `tokens` tokens one at a time, the
@@ -184,6 +189,10 @@ pub(super) fn transformer(
         ));
     }
     let speculative = raw.inference.as_ref().and_then(|i| i.speculative.clone());
+    let (weights, kv_cache) = match &raw.inference {
+        Some(i) => formats(check, raw.precision, i.weights, i.kv_cache)?,
+        None => (None, None),
+    };
     let mut model = Transformer {
         name: raw.name.unwrap_or(stem),
         hidden,
@@ -271,11 +280,51 @@ pub(super) fn transformer(
             }
         },
         speculative: None,
+        weights,
+        kv_cache,
     };
     if let Some(sp) = speculative {
         model.speculative = Some(speculative_of(check, &model, sp)?);
     }
     Ok(Workload::Transformer(model))
+}
+
+/// The served model's weight and KV-cache storage, kept only where it differs from
+/// `precision`: weights in a float format at least as wide as `precision` are `precision`'s
+/// (a product reads what it computes in), integers are weight-only; the KV cache in fp8,
+/// int8 or a float format (not int4).
+fn formats(
+    check: &Checker,
+    precision: Precision,
+    weights: Option<StorageFormat>,
+    kv_cache: Option<StorageFormat>,
+) -> Result<(Option<StorageFormat>, Option<StorageFormat>), ConfigError> {
+    let own = precision.bytes();
+    let weights = match weights {
+        Some(StorageFormat::Fp32) => {
+            return Err(ConfigError::invalid(
+                check.file,
+                "inference.weights",
+                "fp32",
+                "int4, int8 (weight-only), fp8 (FP8 products), bf16 or fp16",
+            ))
+        }
+        Some(f) if f.bytes() < own => Some(f),
+        _ => None,
+    };
+    let kv_cache = match kv_cache {
+        Some(StorageFormat::Int4) => {
+            return Err(ConfigError::invalid(
+                check.file,
+                "inference.kv_cache",
+                "int4",
+                "fp8 or int8 (a quantized cache), or a float precision",
+            ))
+        }
+        Some(f) if f.bytes() != own => Some(f),
+        _ => None,
+    };
+    Ok((weights, kv_cache))
 }
 
 /// Checks `inference.speculative` against the served model: a draft of the model's kind
@@ -441,9 +490,26 @@ pub(super) fn transformer_pass(
 ) -> Graph {
     let mut g = if training {
         Builder::with_roles(w.precisions, w.recompute)
+    } else if w.weights == Some(StorageFormat::Fp8) {
+        // FP8 weights: FP8 products on FP8 copies of their inputs (TensorRT-LLM's FP8),
+        // everything else in `precision`.
+        Builder::with_roles(
+            Precisions {
+                gemm_inputs: Precision::Fp8,
+                weights: Precision::Fp8,
+                ..Precisions::uniform(w.precision)
+            },
+            w.recompute,
+        )
     } else {
         Builder::new(w.precision, w.recompute)
     };
+    if !training {
+        g.weight_only = w
+            .weights
+            .filter(|f| matches!(f, StorageFormat::Int8 | StorageFormat::Int4));
+        g.kv_bytes = w.kv_cache.map(StorageFormat::bytes);
+    }
     // Language models clip the gradients' global norm every step (GPT-3: at 1.0).
     g.clips_gradients = training;
     let storage = g.storage();
@@ -659,7 +725,7 @@ fn attention(g: &mut Builder, w: &LayerShape, l: u64, batch: u64, s: u64, keys: 
     // Scores need Q (every head) and K (one per key/value head); the context needs the
     // softmax output (kept by the softmax) and V (one per key/value head).
     let q_bytes = t * width as f64 * bytes;
-    let kv_bytes = (batch * keys) as f64 * kv as f64 * bytes;
+    let kv_bytes = (batch * keys) as f64 * kv as f64 * g.kv_bytes.unwrap_or(bytes);
     g.split = Split::Sharded;
     if w.flash {
         g.flash_attention(
