@@ -7,8 +7,8 @@ mod common;
 use common::{root, stackflow, Scratch};
 use stackflow::config::Source;
 use stackflow::perf::Evaluator;
-use stackflow::workload::Op;
 use stackflow::workload::inference::{decode_graph, prefill_graph};
+use stackflow::workload::Op;
 use stackflow::workload::{Graph, Transformer, Workload};
 
 /// Llama-2-7B served (workloads/llama2-7b-serve.yaml) with extra `inference:` keys.
@@ -156,6 +156,14 @@ fn formats_are_independent_and_checked() {
     .into_iter()
     .enumerate()
     {
+        // "@fp32": the model in fp32 with narrower float weights.
+        let (text, says) = match says.strip_prefix('@') {
+            Some(p) => (
+                text.replace("precision: fp16", &format!("precision: {p}")),
+                "inference.weights = bf16: int4, int8 or fp8, or a precision as wide",
+            ),
+            None => (text.clone(), says),
+        };
         let w = dir.write(
             &format!("bad{i}.yaml"),
             &text.replace(

@@ -174,4 +174,24 @@ fn bad_speculative_settings_are_refused_by_name() {
         err.contains("speculative decoding is priced on replicas without pipeline stages"),
         "{err}"
     );
+    // One accelerator without a system, and serving under load, do not price it: refused.
+    let (code, _, err) = stackflow(&["predict", "--workload", &w, "--budget", "budgets/h100.yaml"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("inference.speculative is priced by the distributed serving model"),
+        "{err}"
+    );
+    let (code, _, err) = stackflow(&[
+        "serve",
+        "--workload",
+        &w,
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--strategy",
+        "t8",
+        "--rate",
+        "1",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("speculative decoding under load"), "{err}");
 }

@@ -655,6 +655,13 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
     let mut evaluator = Evaluator::new(&architecture);
     check_precision(&workload_file, &wl, &architecture)?;
     if let Some((t, spec)) = wl.serving() {
+        if t.speculative.is_some() {
+            anyhow::bail!(
+                "{}: inference.speculative is priced by the distributed serving model: give \
+                 --system (a one-device part of a node, --devices 1, for one accelerator)",
+                workload_file.display()
+            );
+        }
         let p = evaluator.predict_inference(t, spec, &architecture.violations);
         if a.json {
             print_json(&p)?;
@@ -735,6 +742,7 @@ pub(crate) fn check_precision(
     let asked = workload
         .precisions()
         .into_iter()
+        .filter(|(key, _)| key.starts_with("inference."))
         .find(|(_, p)| machine.matrix_rate(*p).is_none())
         .map(|(_, p)| {
             let supported: Vec<&str> = machine

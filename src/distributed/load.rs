@@ -676,6 +676,13 @@ impl Engine {
             workload: w.name.clone(),
             message,
         };
+        if w.speculative.is_some() {
+            return Err(fail(
+                "speculative decoding under load (a draft's steps among other sequences' \
+                 prefills and chunks) is not modelled; `predict` prices a static batch of it"
+                    .into(),
+            ));
+        }
         let price = |batch: u64, prompt_tokens: u64| {
             predict_inference(
                 w,

@@ -504,25 +504,38 @@ impl Evaluator {
             / self.machine.vector_rate();
         // Priced at the product's width, then every level's traffic scaled below.
         let whole = self.gemm(p, precision, elements * b);
-        // At small batches (64 rows or fewer) the product runs on its matrix units with the
-        // input's rows padded to 16 (the MMA instruction's m, as Marlin pads a batch of 1),
-        // not to the machine's tile: these kernels are written to stay bound by the
-        // weights' traffic there. Larger products are tiled as any.
+        // At small batches (64 rows or fewer) a tensor-core machine runs the product with
+        // the input's rows padded to a multiple of 16 (the MMA instruction's m, as Marlin
+        // pads a batch of 1), not to the machine's tile: these kernels are written to stay
+        // bound by the weights' traffic there. Larger products, systolic arrays and pinned
+        // processors (their measured curves) are priced as any product.
         let rate = self.machine.matrix_rate(precision).unwrap_or(0.0);
         let rows = p.batch * p.m;
-        let product_s = 2.0 * rows.max(16) as f64 * p.k as f64 * p.n as f64 / rate;
-        let compute_s = if rows <= 64 {
+        let padded = rows.div_ceil(16) * 16;
+        let product_s = 2.0 * padded as f64 * p.k as f64 * p.n as f64 / rate;
+        let tensor_core = self.machine.hierarchy.mcu.2 > 1;
+        let compute_s = if rows <= 64 && tensor_core && self.machine.pinned.is_none() {
             whole.compute_s.min(product_s)
         } else {
             whole.compute_s
         } + widen_s;
-        // Above the registers (where the tiles are widened) every level moves the weights
-        // at their width: its traffic scales as the operands' compulsory bytes do.
+        // Every level the weights cross at their width (all but the per-unit registers,
+        // where tiles are widened) carries them so: its traffic scales as the operands'
+        // compulsory bytes do; main memory, when the operands live on chip, streams just
+        // the narrow weights.
         let others = p.batch as f64 * (p.m as f64 * p.k as f64 + p.m as f64 * p.n as f64) * b;
         let ratio = (others + narrow) / (others + elements * b);
+        let main = self.machine.levels.len() - 1;
         let mut level_bytes = whole.level_bytes.clone();
-        for bytes in level_bytes.iter_mut().skip(1) {
-            *bytes *= ratio;
+        for (i, bytes) in level_bytes.iter_mut().enumerate() {
+            if self.machine.levels[i].scope == Scope::Mcu {
+                continue;
+            }
+            if i == main && whole.home < main {
+                *bytes = narrow;
+            } else {
+                *bytes *= ratio;
+            }
         }
         if self.machine.pinned.is_some() {
             // No levels: the operands cross main memory once.

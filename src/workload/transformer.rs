@@ -309,6 +309,21 @@ fn formats(
                 "int4, int8 (weight-only), fp8 (FP8 products), bf16 or fp16",
             ))
         }
+        // A narrower float than `precision` other than fp8 would be a second compute
+        // precision: `precision` itself says it.
+        Some(f @ (StorageFormat::Bf16 | StorageFormat::Fp16)) if f.bytes() < own => {
+            return Err(ConfigError::invalid(
+                check.file,
+                "inference.weights",
+                f.name(),
+                format!(
+                    "int4, int8 or fp8, or a precision as wide as `precision` ({}): set \
+                     `precision: {}` to serve in it",
+                    precision.name(),
+                    f.name()
+                ),
+            ))
+        }
         Some(f) if f.bytes() < own => Some(f),
         _ => None,
     };
