@@ -213,6 +213,14 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../workloads/llama2-70b-serve.yaml"),
     ),
     (
+        "workloads/llama2-70b-speculative.yaml",
+        include_str!("../../workloads/llama2-70b-speculative.yaml"),
+    ),
+    (
+        "workloads/llama2-70b-int4.yaml",
+        include_str!("../../workloads/llama2-70b-int4.yaml"),
+    ),
+    (
         "workloads/llama2-7b-serve.yaml",
         include_str!("../../workloads/llama2-7b-serve.yaml"),
     ),
