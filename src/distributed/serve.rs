@@ -207,14 +207,36 @@ fn memory(
 ) -> (f64, f64, Vec<Violation>) {
     let p = s.pipeline;
     let in_flight = p;
-    let bytes = w.weights.map_or(w.precision.bytes(), |f| f.bytes());
     let t = s.tensor as f64;
+    // The fullest stage's weights: the layers' at the weights' width, the embedding table
+    // and output layer at `precision` under a weight-only integer format (FP8 weights are
+    // all FP8, as `precision: fp8` holds them).
+    let full = match w.weights {
+        Some(f @ crate::domain::StorageFormat::Fp8) => f.bytes(),
+        _ => w.precision.bytes(),
+    };
+    let narrow = match w.weights {
+        Some(f) => f.bytes(),
+        None => full,
+    };
+    let graph = &work.prefill;
+    let layer_share = |st: &StageWork| {
+        let all: f64 = graph.parameters_by_position.iter().sum();
+        let layers = graph.parameters_by_position[crate::workload::Position::Layer as usize];
+        if all > 0.0 && st.parameters > 0.0 {
+            (layers * st.layers as f64 / graph.layers.max(1) as f64).min(st.parameters)
+        } else {
+            0.0
+        }
+    };
     let weights_bytes = work
         .prefill_stages
         .iter()
-        .map(|st| st.parameters)
+        .map(|st| {
+            let layers = layer_share(st);
+            layers * narrow + (st.parameters - layers) * full
+        })
         .fold(0.0, f64::max)
-        * bytes
         / t;
     let heads_per_rank = w.kv_heads.div_ceil(s.tensor) as f64;
     let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens) / p as f64

@@ -715,8 +715,13 @@ impl Builder {
     }
 
     fn push(&mut self, name: &str, class: KernelClass, count: u64, op: Op, recomputable: bool) {
+        // Weight-only formats quantize the layers' products (not the output layer's).
         let weights = match op {
-            Op::Gemm { batch: 1, .. } if class != KernelClass::Attention => self.weight_only,
+            Op::Gemm { batch: 1, .. }
+                if class != KernelClass::Attention && self.position == Position::Layer =>
+            {
+                self.weight_only
+            }
             _ => None,
         };
         let kernel = Kernel {
@@ -1204,10 +1209,17 @@ impl Builder {
     ) -> Graph {
         let p = self.dense_parameters;
         let roles = self.precisions;
-        // Weight-only quantized serving holds its weights at their width.
-        let weight_b = self
-            .weight_only
-            .map_or(roles.weights.bytes(), StorageFormat::bytes);
+        let weight_b = roles.weights.bytes();
+        // Weight-only quantized serving holds its layers' weights at their width (the
+        // embedding table and the output layer stay in the weights' precision, as GPTQ and
+        // AWQ leave them).
+        let weights_bytes = match self.weight_only {
+            Some(f) => {
+                let layers = self.parameters_by_position[Position::Layer as usize].min(p);
+                layers * f.bytes() + (p - layers) * weight_b
+            }
+            None => p * weight_b,
+        };
         let gradient_b = roles.gradients.bytes();
         let state = optimizer_state_bytes(optimizer, roles);
         // Update traffic per parameter: read the gradient, the master copy (or the weight
@@ -1299,7 +1311,7 @@ impl Builder {
             samples,
             tokens,
             memory: Footprint {
-                weights_bytes: p * weight_b + sparse_weight_bytes,
+                weights_bytes: weights_bytes + sparse_weight_bytes,
                 gradients_bytes: p * gradient_b,
                 optimizer_state_bytes: p * state,
                 activations_bytes: self.saved_bytes,
