@@ -619,24 +619,7 @@ impl Ctx {
                     .into());
                 }
             }
-            let mut text = self.source.read(&model)?;
-            text = crate::config::edit_yaml(
-                &model_file,
-                &text,
-                "precision",
-                &serde_json::Value::from(precision),
-            )?;
-            text = crate::config::edit_yaml(
-                &model_file,
-                &text,
-                "inference",
-                &serde_json::json!({
-                    "batch": 1,
-                    "prompt_tokens": r.prompt,
-                    "output_tokens": r.output,
-                }),
-            )?;
-            let workload = Workload::from_yaml(&model_file, &text)?;
+            let workload = self.served(&model, precision, (1, r.prompt, r.output))?;
             let Some((t, spec)) = workload.serving() else {
                 return Err(ConfigError::invalid(&model_file, "kind", "?", "a transformer").into());
             };
@@ -684,6 +667,35 @@ impl Ctx {
         Ok(points)
     }
 
+    /// The model file `model` served at `precision`, `(batch, prompt, output)` tokens: its
+    /// `precision` and `inference` keys set, the rest as the file says.
+    fn served(
+        &self,
+        model: &Path,
+        precision: &str,
+        (batch, prompt, output): (u64, u64, u64),
+    ) -> Result<Workload, ConfigError> {
+        let file = model.display().to_string();
+        let mut text = self.source.read(model)?;
+        text = crate::config::edit_yaml(
+            &file,
+            &text,
+            "precision",
+            &serde_json::Value::from(precision),
+        )?;
+        text = crate::config::edit_yaml(
+            &file,
+            &text,
+            "inference",
+            &serde_json::json!({
+                "batch": batch,
+                "prompt_tokens": prompt,
+                "output_tokens": output,
+            }),
+        )?;
+        Workload::from_yaml(&file, &text)
+    }
+
     /// The serving family: each row's static batch served on part of a node or a whole one
     /// with tensor parallelism over its devices, judged on its metric.
     fn serving(
@@ -724,25 +736,7 @@ impl Ctx {
                 check.positive_count(&at(field), value)?;
             }
             let model = self.path(&lookup(models, "model", &r.model)?);
-            let model_file = model.display().to_string();
-            let mut text = self.source.read(&model)?;
-            text = crate::config::edit_yaml(
-                &model_file,
-                &text,
-                "precision",
-                &serde_json::Value::from(r.precision.clone()),
-            )?;
-            text = crate::config::edit_yaml(
-                &model_file,
-                &text,
-                "inference",
-                &serde_json::json!({
-                    "batch": r.batch,
-                    "prompt_tokens": r.prompt,
-                    "output_tokens": r.output,
-                }),
-            )?;
-            let workload = Workload::from_yaml(&model_file, &text)?;
+            let workload = self.served(&model, &r.precision, (r.batch, r.prompt, r.output))?;
             let Some((t, spec)) = workload.serving() else {
                 return Err(
                     ConfigError::invalid(&name, at("model"), &r.model, "a transformer").into(),

@@ -439,12 +439,8 @@ fn serving_goal(
              --slo-ttft-ms and --slo-tpot-ms",
             file.display()
         ),
-        (Some(_), Some((ttft, tpot))) => {
-            for (flag, v) in [("--slo-ttft-ms", ttft), ("--slo-tpot-ms", tpot)] {
-                if !(v.is_finite() && v > 0.0) {
-                    anyhow::bail!("{flag} {v}: expected a latency bound in ms > 0");
-                }
-            }
+        (Some(_), Some(bounds)) => {
+            let slo = super::serve::slo_of(bounds)?;
             if args.search_strategy {
                 anyhow::bail!(
                     "--search-strategy: a served transformer's budget is optimized under a fixed \
@@ -452,10 +448,7 @@ fn serving_goal(
                 );
             }
             Ok(Some(ServingGoal {
-                slo: Slo {
-                    ttft_p99_s: ttft * 1e-3,
-                    tpot_p99_s: tpot * 1e-3,
-                },
+                slo,
                 policy: Load {
                     max_batch: args.max_batch,
                     ..Load::default()

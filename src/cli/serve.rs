@@ -103,6 +103,19 @@ pub struct EngineFlags {
     slo_tpot_ms: Option<f64>,
 }
 
+/// The SLO of `--slo-ttft-ms` and `--slo-tpot-ms` (both ms), each checked.
+pub fn slo_of((ttft_ms, tpot_ms): (f64, f64)) -> anyhow::Result<Slo> {
+    for (flag, v) in [("--slo-ttft-ms", ttft_ms), ("--slo-tpot-ms", tpot_ms)] {
+        if !(v.is_finite() && v > 0.0) {
+            bail!("{flag} {v}: expected a latency bound in ms > 0");
+        }
+    }
+    Ok(Slo {
+        ttft_p99_s: ttft_ms * 1e-3,
+        tpot_p99_s: tpot_ms * 1e-3,
+    })
+}
+
 /// What [`EngineFlags`] say, checked.
 pub struct EngineSetup {
     pub arrivals: Arrivals,
@@ -125,20 +138,11 @@ impl EngineFlags {
                 self.memory_utilization
             );
         }
-        let slo = match (self.slo_ttft_ms, self.slo_tpot_ms) {
-            (Some(ttft), Some(tpot)) => {
-                for (flag, v) in [("--slo-ttft-ms", ttft), ("--slo-tpot-ms", tpot)] {
-                    if !(v.is_finite() && v > 0.0) {
-                        bail!("{flag} {v}: expected a latency bound in ms > 0");
-                    }
-                }
-                Some(Slo {
-                    ttft_p99_s: ttft * 1e-3,
-                    tpot_p99_s: tpot * 1e-3,
-                })
-            }
-            _ => None,
-        };
+        let slo = self
+            .slo_ttft_ms
+            .zip(self.slo_tpot_ms)
+            .map(slo_of)
+            .transpose()?;
         let arrivals = match &self.trace {
             Some(path) => {
                 let trace = Trace::load(Source::Disk, path)?;

@@ -1089,11 +1089,7 @@ impl Engine {
             // This step's prompt work: (sequence, tokens).
             let mut chunks: Vec<(usize, u64)> = Vec::new();
             let decodes: Vec<usize> = if load.chunked_prefill {
-                running
-                    .iter()
-                    .copied()
-                    .filter(|&r| seqs[r].decoding())
-                    .collect()
+                decoding(&seqs, &running)
             } else {
                 Vec::new()
             };
@@ -1159,11 +1155,7 @@ impl Engine {
                     blocks_total,
                     load.block_tokens,
                 );
-                running
-                    .iter()
-                    .copied()
-                    .filter(|&r| seqs[r].decoding())
-                    .collect()
+                decoding(&seqs, &running)
             } else {
                 Vec::new()
             };
@@ -1254,6 +1246,15 @@ pub struct SteadyState {
     pub requests_per_s: f64,
     pub tpot_s: f64,
     pub ttft_s: f64,
+}
+
+/// The running sequences that decode this step (their prompts done).
+fn decoding(seqs: &[Seq], running: &[usize]) -> Vec<usize> {
+    running
+        .iter()
+        .copied()
+        .filter(|&r| seqs[r].decoding())
+        .collect()
 }
 
 /// Preempts the newest running sequences (back to the front of the queue, their cache
