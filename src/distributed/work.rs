@@ -510,6 +510,21 @@ fn split_tensor(k: &mut Kernel, t: u64, sp: bool, carried: Carried, needs: &mut 
             }
             divide_stream(op, t as f64);
         }
+        // A product every rank runs whole (a router, an adapter's thin matrix) runs on its
+        // sequence-parallel shard of the tokens: the rows, or a weight gradient's inner
+        // dimension.
+        (
+            Split::Replicated,
+            Op::Gemm {
+                batch: 1, m, k: kk, ..
+            },
+        ) if sp => {
+            if k.phase == Phase::BackwardWeight {
+                div(kk, t)
+            } else {
+                div(m, t)
+            }
+        }
         (Split::Replicated, op) if sp => divide_stream(op, t as f64),
         _ => {}
     }
