@@ -302,6 +302,23 @@ const CASES: &[(&str, Run, i32)] = &[
         ]),
         0,
     ),
+    // LoRA fine-tuning (issue 30): adapters beside frozen weights, over TP, PP and DP.
+    (
+        "dist-h100-lora-70b",
+        Run::Stdout(&[
+            "predict",
+            "--system",
+            "templates/dgx-h100.yaml",
+            "--devices",
+            "64",
+            "--workload",
+            "workloads/llama2-70b-lora.yaml",
+            "--strategy",
+            "t8-p4-d2-mb1-sp",
+            "--json",
+        ]),
+        0,
+    ),
     (
         "dist-h100-superpod-nvl",
         Run::Stdout(&[

@@ -376,12 +376,30 @@ pub struct TransformerRaw {
     /// output head) learn; the rest are frozen.
     #[serde(default)]
     pub fine_tuning: Option<FineTuningRaw>,
+    /// Low-rank adapters (LoRA, Hu et al. 2021) of rank `rank` on the projections
+    /// `targets` names: training fine-tunes them with the base weights frozen; serving runs
+    /// `adapters` distinct adapters over a batch (batched adapter products).
+    #[serde(default)]
+    pub lora: Option<LoraRaw>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FineTuningRaw {
     pub trainable_layers: u64,
+}
+
+/// `lora:`: adapters of rank `rank` on the projections `targets` names, in Megatron's
+/// names (`linear_qkv`, `linear_proj`, `linear_fc1`, `linear_fc2`) or Hugging Face PEFT's
+/// (`q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`, `up_proj`, `down_proj`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraRaw {
+    pub rank: u64,
+    pub targets: Vec<String>,
+    /// Serving: distinct adapters the batch's requests use, one each, evenly (default 1).
+    #[serde(default)]
+    pub adapters: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -173,6 +173,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../validation/nemo-llama3-70b-fp8.yaml"),
     ),
     (
+        "validation/nemo-llama3-70b-lora.yaml",
+        include_str!("../../validation/nemo-llama3-70b-lora.yaml"),
+    ),
+    (
         "workloads/gemm-8192.yaml",
         include_str!("../../workloads/gemm-8192.yaml"),
     ),
@@ -219,6 +223,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
     (
         "workloads/llama2-70b-int4.yaml",
         include_str!("../../workloads/llama2-70b-int4.yaml"),
+    ),
+    (
+        "workloads/llama2-70b-lora.yaml",
+        include_str!("../../workloads/llama2-70b-lora.yaml"),
     ),
     (
         "workloads/llama2-7b-serve.yaml",

@@ -601,6 +601,14 @@ fn stage_weights(graph: &Graph, s: &Strategy, stage: u64) -> StageWork {
         // Nothing trains (serving, a lone product): no gradient, no optimizer state.
         return w;
     }
+    if graph.adapter_parameters > 0.0 {
+        // LoRA: the adapters of the stage's layers train, split by tensor parallelism
+        // except their whole part (A beside a column-parallel product, B beside a row one).
+        let whole = graph.adapter_replicated;
+        let of_stage = layers as f64 / graph.layers.max(1) as f64;
+        w.trained = of_stage * ((graph.adapter_parameters - whole) / model_shard + whole);
+        return w;
+    }
     w.trained = trained / model_shard;
     // Without expert parallelism every device holds every expert, as a dense weight.
     if s.expert > 1 {

@@ -64,5 +64,7 @@ pub(super) fn gemm_graph(g: &Gemm) -> Graph {
         part_of: None,
         host_tables: Vec::new(),
         served: false,
+        adapter_parameters: 0.0,
+        adapter_replicated: 0.0,
     }
 }

@@ -267,18 +267,25 @@ impl Kernel {
         matches!(self.op, Op::Gemm { .. } | Op::Fused { .. })
     }
 
-    /// Elements of the layer weight a linear-layer GEMM reads (forward, input gradient) or
-    /// writes (weight gradient); 0 for products of two activations (attention).
+    /// Elements of the layer weights a linear-layer GEMM reads (forward, input gradient)
+    /// or writes (weight gradient): one matrix, or one per product of a batch of adapters;
+    /// 0 for products of two activations (attention, a feature interaction).
     pub fn weight_elements(&self) -> u64 {
-        match self.op {
-            Op::Gemm { batch: 1, m, k, n } if self.class != KernelClass::Attention => {
-                match self.phase {
-                    Phase::BackwardWeight => m * n,
-                    _ => k * n,
-                }
-            }
-            _ => 0,
+        let Op::Gemm { batch, m, k, n } = self.op else {
+            return 0;
+        };
+        let weights = match batch {
+            1 => self.class != KernelClass::Attention,
+            _ => self.class == KernelClass::Gemm && self.layer != LayerType::Interaction,
+        };
+        if !weights {
+            return 0;
         }
+        batch
+            * match self.phase {
+                Phase::BackwardWeight => m * n,
+                _ => k * n,
+            }
     }
 }
 
@@ -361,6 +368,11 @@ pub struct Graph {
     /// A served model (forward only, batches of queries): its report gives a batch's
     /// latency.
     pub served: bool,
+    /// Low-rank adapters' parameters in the repeated layers (0 without), also counted in
+    /// `parameters_by_position`; LoRA fine-tuning trains these alone.
+    pub adapter_parameters: f64,
+    /// The part of `adapter_parameters` tensor parallelism leaves whole on every rank.
+    pub adapter_replicated: f64,
 }
 
 /// A group of embedding tables in host memory, for one iteration of the whole batch.
@@ -525,6 +537,8 @@ impl Graph {
             part_of: None,
             host_tables: Vec::new(),
             served: self.served,
+            adapter_parameters: self.adapter_parameters,
+            adapter_replicated: self.adapter_replicated,
         }
     }
 }
@@ -600,6 +614,27 @@ pub(crate) struct Builder {
     /// The next linear layer's input is already kept for the backward pass by another
     /// that reads the same tensor (parallel blocks' feed-forward): not kept again.
     pub input_kept: bool,
+    /// The linear layers' weights are frozen (LoRA fine-tuning): no weight gradient, and
+    /// their inputs are kept only for an adapter's.
+    pub frozen: bool,
+    /// Low-rank adapters beside the next linear layer (taken by it).
+    pub adapter: Option<AdapterGemms>,
+    /// Adapter parameters added so far, and the part tensor parallelism leaves whole.
+    adapter_parameters: f64,
+    adapter_replicated: f64,
+}
+
+/// Low-rank adapters beside one linear layer Y = X W (m x k by k x n): `inputs` A
+/// matrices (k x rank each) read X, their B matrices (rank x their outputs) write
+/// `outputs` columns in all, added to Y; `adapters` distinct adapters share the batch's
+/// rows evenly (serving many: one batched product per matrix, each adapter's weights read
+/// once, as Punica's SGMV and S-LoRA run them).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdapterGemms {
+    pub rank: u64,
+    pub inputs: u64,
+    pub outputs: u64,
+    pub adapters: u64,
 }
 
 impl Builder {
@@ -627,6 +662,10 @@ impl Builder {
             cast_weights: 0.0,
             clips_gradients: false,
             input_kept: false,
+            frozen: false,
+            adapter: None,
+            adapter_parameters: 0.0,
+            adapter_replicated: 0.0,
             recompute,
             kernels: Vec::new(),
             backward: Vec::new(),
@@ -808,6 +847,7 @@ impl Builder {
         weight_instances: u64,
         recomputable: bool,
     ) {
+        let adapter = self.adapter.take();
         // Inputs and output gradients are cast when the product takes them in another
         // precision than activations are kept in; weights when they are kept otherwise.
         let cast = self.linear_math != self.precision;
@@ -859,9 +899,15 @@ impl Builder {
             recomputable,
         );
         // The weight gradient reads the input kept in the product's precision (once, when
-        // another linear layer keeps the same tensor).
-        if !std::mem::take(&mut self.input_kept) {
+        // another linear layer keeps the same tensor); a frozen weight has none, and only
+        // its adapter's reads the input.
+        let kept = std::mem::take(&mut self.input_kept);
+        let needed = !self.frozen || adapter.is_some();
+        if !kept && needed {
             self.save(m as f64 * k as f64 * self.math.bytes(), count, false, class);
+        }
+        if let Some(a) = adapter {
+            self.adapter_products(name, count, (m, k, n), a, weight_instances, recomputable);
         }
         self.push_backward(
             format!("{name} dX"),
@@ -875,18 +921,20 @@ impl Builder {
                 n: k,
             },
         );
-        self.push_backward(
-            format!("{name} dW"),
-            class,
-            Phase::BackwardWeight,
-            count,
-            Op::Gemm {
-                batch: 1,
-                m: k,
-                k: m,
-                n,
-            },
-        );
+        if !self.frozen {
+            self.push_backward(
+                format!("{name} dW"),
+                class,
+                Phase::BackwardWeight,
+                count,
+                Op::Gemm {
+                    batch: 1,
+                    m: k,
+                    k: m,
+                    n,
+                },
+            );
+        }
         if cast {
             // Backward runs last-pushed first: the output gradient's cast precedes both.
             self.math = self.precision;
@@ -906,6 +954,139 @@ impl Builder {
             self.split = split;
         }
         self.add_parameters((k * n * weight_instances) as f64);
+    }
+
+    /// The adapters beside linear layer `name` (Y = X W, `m x k` by `k x n`, `count`
+    /// times): forward X A (m x k by k x r per A), then (X A) B, added to Y; backward the
+    /// gradients of B and of X A, of A and the input gradient through A, added to the
+    /// layer's. Under tensor parallelism the adapter follows its layer (Megatron's
+    /// parallel adapters): beside a column-parallel layer A is whole and B split by
+    /// columns, beside a row-parallel one A is split by rows (its partial products
+    /// reduced) and B whole. Adapters run in the activations' precision (not FP8) and
+    /// store their weights in it (not weight-only formats).
+    fn adapter_products(
+        &mut self,
+        name: &str,
+        count: u64,
+        (m, k, n): (u64, u64, u64),
+        a: AdapterGemms,
+        weight_instances: u64,
+        recomputable: bool,
+    ) {
+        let split = self.split;
+        // How A, B, the layer's input (gradient) and its output are split.
+        let (a_split, b_split, in_split, out_split) = match split {
+            Split::Column => (
+                Split::Replicated,
+                Split::Column,
+                Split::Replicated,
+                Split::Sharded,
+            ),
+            Split::Row => (
+                Split::Row,
+                Split::Replicated,
+                Split::Sharded,
+                Split::Replicated,
+            ),
+            other => (other, other, other, other),
+        };
+        let (math, weight_only) = (self.math, self.weight_only.take());
+        self.math = self.precision;
+        let b = self.bytes();
+        let batch = a.adapters;
+        let rows = m.div_ceil(batch);
+        let ra = a.rank * a.inputs;
+        let gemm = |m, k, n| Op::Gemm { batch, m, k, n };
+        let class = KernelClass::Gemm;
+        self.split = a_split;
+        self.push(
+            &format!("{name} lora A"),
+            class,
+            count,
+            gemm(rows, k, ra),
+            recomputable,
+        );
+        self.split = b_split;
+        self.push(
+            &format!("{name} lora B"),
+            class,
+            count,
+            gemm(rows, a.rank, a.outputs),
+            recomputable,
+        );
+        self.split = out_split;
+        let added = m as f64 * a.outputs.min(n) as f64;
+        self.push(
+            &format!("{name} lora add"),
+            KernelClass::Pointwise,
+            count,
+            Op::Stream {
+                read_bytes: 2.0 * added * b,
+                write_bytes: added * b,
+                flops: added,
+            },
+            recomputable,
+        );
+        // B's gradient reads X A, kept (A's reads X, kept by the layer).
+        self.split = b_split;
+        self.save(m as f64 * ra as f64 * b, count, false, class);
+        // Backward runs last-pushed first: B's gradients, then A's, then the input
+        // gradient through A added to the layer's.
+        self.split = in_split;
+        let dx = m as f64 * k as f64;
+        self.push_backward(
+            format!("{name} lora dX add"),
+            KernelClass::Pointwise,
+            Phase::BackwardInput,
+            count,
+            Op::Stream {
+                read_bytes: 2.0 * dx * b,
+                write_bytes: dx * b,
+                flops: dx,
+            },
+        );
+        self.split = a_split;
+        self.push_backward(
+            format!("{name} lora A dX"),
+            class,
+            Phase::BackwardInput,
+            count,
+            gemm(rows, ra, k),
+        );
+        self.push_backward(
+            format!("{name} lora A dW"),
+            class,
+            Phase::BackwardWeight,
+            count,
+            gemm(k, rows, ra),
+        );
+        self.split = b_split;
+        self.push_backward(
+            format!("{name} lora B dX"),
+            class,
+            Phase::BackwardInput,
+            count,
+            gemm(rows, a.outputs, a.rank),
+        );
+        self.push_backward(
+            format!("{name} lora B dW"),
+            class,
+            Phase::BackwardWeight,
+            count,
+            gemm(a.rank, rows, a.outputs),
+        );
+        self.split = split;
+        self.math = math;
+        self.weight_only = weight_only;
+        let per_a = (k * ra * weight_instances * batch) as f64;
+        let per_b = (a.rank * a.outputs * weight_instances * batch) as f64;
+        self.add_parameters(per_a + per_b);
+        self.adapter_parameters += per_a + per_b;
+        self.adapter_replicated += match split {
+            Split::Column => per_a,
+            Split::Row => per_b,
+            _ => per_a + per_b,
+        };
     }
 
     /// `batch` products of two activations (attention scores, context, feature
@@ -1335,6 +1516,8 @@ impl Builder {
             part_of: None,
             host_tables: Vec::new(),
             served: false,
+            adapter_parameters: self.adapter_parameters,
+            adapter_replicated: self.adapter_replicated,
         }
     }
 }

@@ -16,8 +16,8 @@
 //! A new workload kind: a raw struct in `crate::config::raw`, a file here with its checked
 //! struct, its checks and its lowering through the `Builder`, a [`Workload`] variant, its
 //! `kind` in `Workload::from_yaml`. Whatever the later stages need to know of it travels in
-//! the [`Graph`] (parameters by position, experts, optimizer state, trainable layers), not
-//! as a match on the kind.
+//! the [`Graph`] (parameters by position, experts, optimizer state, trainable layers and
+//! adapters), not as a match on the kind.
 
 mod dlrm;
 mod gemm;
@@ -31,8 +31,8 @@ use std::path::Path;
 use serde::Serialize;
 
 pub use graph::{
-    optimizer_state_bytes, AttentionShape, Footprint, Graph, HostTables, Kernel, KernelClass,
-    LayerPart, LayerType, Op, Phase, Position, Split,
+    optimizer_state_bytes, AdapterGemms, AttentionShape, Footprint, Graph, HostTables, Kernel,
+    KernelClass, LayerPart, LayerType, Op, Phase, Position, Split,
 };
 
 use crate::config::raw::{GemmRaw, PrecisionsRaw, WorkloadHeader};
@@ -41,7 +41,7 @@ use crate::domain::{Precision, Precisions, Recompute};
 pub use dlrm::{Dlrm, DlrmInference, FeatureTransformer, TableGroup};
 pub use gemm::Gemm;
 pub use lstm::Lstm;
-pub use transformer::{Moe, Speculative, Transformer};
+pub use transformer::{Lora, LoraTarget, Moe, Speculative, Transformer};
 
 use dlrm::{dlrm, dlrm_graph};
 use gemm::gemm_graph;

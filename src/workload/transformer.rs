@@ -1,15 +1,17 @@
 //! Decoder-only transformer language models (GPT-3, LLaMA, Megatron; MAD Max Sec. 3): the
 //! layer lowering shared by training, fine-tuning, serving and DLRM feature transformers;
-//! mixture-of-experts feed-forward layers; grouped-query attention.
+//! mixture-of-experts feed-forward layers; grouped-query attention; LoRA adapters (their
+//! products in `graph::Builder::linear`, their training in [`lora_tune`]). A new adapter
+//! target: a [`LoraTarget`] with its names, its site and its projection's widths.
 
 use serde::Serialize;
 
 use super::graph::{
-    AttentionShape, Builder, FusedAttention, Graph, KernelClass, LayerType, Op, Phase, Position,
-    Split,
+    AdapterGemms, AttentionShape, Builder, FusedAttention, Graph, KernelClass, LayerType, Op,
+    Phase, Position, Split,
 };
 use super::{inference, Workload};
-use crate::config::raw::{MoeRaw, TransformerRaw};
+use crate::config::raw::{LoraRaw, MoeRaw, TransformerRaw};
 use crate::config::{Checker, ConfigError};
 use crate::domain::{AttentionKernel, Optimizer, Precision, Precisions, Recompute, StorageFormat};
 
@@ -54,6 +56,131 @@ pub struct Transformer {
     pub weights: Option<StorageFormat>,
     /// Serving: the KV cache's storage when it differs from `precision`.
     pub kv_cache: Option<StorageFormat>,
+    /// Low-rank adapters: fine-tuned with the base weights frozen (training), or served
+    /// beside them.
+    pub lora: Option<Lora>,
+}
+
+/// LoRA (Hu et al. 2021): beside each targeted projection W (in x out), A (in x rank) and
+/// B (rank x out), the product x A B added to x W. Training updates only A and B: the base
+/// weights get no gradient, optimizer state or gradient traffic, but every layer still
+/// propagates input gradients down to the first adapter.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Lora {
+    pub rank: u64,
+    pub targets: Vec<LoraTarget>,
+    /// Serving: distinct adapters over a batch, each request using one (S-LoRA, Punica):
+    /// each adapter's A and B are read once per step. 1 in training.
+    pub adapters: u64,
+}
+
+/// A projection an adapter sits beside. Megatron fuses Q, K and V into one product and a
+/// gated feed-forward's gate and up projections into another; Hugging Face PEFT adapts
+/// them one by one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoraTarget {
+    /// Q, K and V as one projection (Megatron's `linear_qkv`).
+    Qkv,
+    Q,
+    K,
+    V,
+    /// The attention's output projection (`linear_proj`, `o_proj`).
+    Output,
+    /// The feed-forward's first product (`linear_fc1`: gate and up together when gated).
+    Fc1,
+    Gate,
+    Up,
+    /// The feed-forward's second product (`linear_fc2`, `down_proj`).
+    Down,
+}
+
+impl LoraTarget {
+    const NAMES: [(&'static str, LoraTarget); 11] = [
+        ("linear_qkv", LoraTarget::Qkv),
+        ("q_proj", LoraTarget::Q),
+        ("k_proj", LoraTarget::K),
+        ("v_proj", LoraTarget::V),
+        ("linear_proj", LoraTarget::Output),
+        ("o_proj", LoraTarget::Output),
+        ("linear_fc1", LoraTarget::Fc1),
+        ("gate_proj", LoraTarget::Gate),
+        ("up_proj", LoraTarget::Up),
+        ("linear_fc2", LoraTarget::Down),
+        ("down_proj", LoraTarget::Down),
+    ];
+
+    fn parse(name: &str) -> Option<LoraTarget> {
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, target)| target)
+    }
+
+    /// The product it sits beside: 0 Q/K/V, 1 the attention output, 2 the feed-forward's
+    /// first, 3 its second.
+    fn site(self) -> usize {
+        match self {
+            LoraTarget::Qkv | LoraTarget::Q | LoraTarget::K | LoraTarget::V => 0,
+            LoraTarget::Output => 1,
+            LoraTarget::Fc1 | LoraTarget::Gate | LoraTarget::Up => 2,
+            LoraTarget::Down => 3,
+        }
+    }
+}
+
+impl Transformer {
+    /// The (input, output) widths of the projection `target` adapts.
+    fn projection(&self, target: LoraTarget) -> (u64, u64) {
+        let (h, f) = (self.hidden, self.ffn_hidden);
+        let q = self.heads * self.head_dim;
+        let kv = self.kv_heads * self.head_dim;
+        match target {
+            LoraTarget::Qkv => (h, q + 2 * kv),
+            LoraTarget::Q => (h, q),
+            LoraTarget::K | LoraTarget::V => (h, kv),
+            LoraTarget::Output => (q, h),
+            LoraTarget::Fc1 => (h, if self.gated_ffn { 2 * f } else { f }),
+            LoraTarget::Gate | LoraTarget::Up => (h, f),
+            LoraTarget::Down => (f, h),
+        }
+    }
+
+    /// Each product's adapters: how many A matrices read its input and the widths their B
+    /// matrices write in all (Q, K and V adapted one by one: three A, outputs q + 2 kv).
+    fn adapter_sites(&self) -> Option<[AdapterSite; 4]> {
+        let lora = self.lora.as_ref()?;
+        let mut sites = [AdapterSite::default(); 4];
+        for &target in &lora.targets {
+            let site = &mut sites[target.site()];
+            site.inputs += 1;
+            site.outputs += self.projection(target).1;
+        }
+        Some(sites)
+    }
+
+    /// Parameters of one copy of the adapters (every layer's A and B).
+    pub fn adapter_parameters(&self) -> f64 {
+        let Some(lora) = &self.lora else {
+            return 0.0;
+        };
+        let per_layer: u64 = lora
+            .targets
+            .iter()
+            .map(|&t| {
+                let (i, o) = self.projection(t);
+                lora.rank * (i + o)
+            })
+            .sum();
+        (per_layer * self.layers) as f64
+    }
+}
+
+/// The adapters beside one product of a layer (see [`Transformer::adapter_sites`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(super) struct AdapterSite {
+    pub(super) inputs: u64,
+    pub(super) outputs: u64,
 }
 
 /// Speculative decoding: each step the `draft` proposes `tokens` tokens one at a time, the
@@ -111,6 +238,15 @@ impl Transformer {
             // reading a key/value head's cache once for the query heads that share it.
             // `attention:` picks the training kernel.
             flash: !training || self.attention == AttentionKernel::Flash,
+            lora: self
+                .lora
+                .as_ref()
+                .zip(self.adapter_sites())
+                .map(|(l, sites)| LoraShape {
+                    rank: l.rank,
+                    adapters: l.adapters,
+                    sites,
+                }),
         }
     }
 }
@@ -140,6 +276,31 @@ pub(super) struct LayerShape {
     pub(super) dropout: bool,
     /// The attention core as one fused kernel per pass ([`AttentionKernel::Flash`]).
     pub(super) flash: bool,
+    /// Low-rank adapters beside the projections.
+    pub(super) lora: Option<LoraShape>,
+}
+
+/// Low-rank adapters of one layer, by product (Q/K/V, attention output, feed-forward
+/// first and second).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct LoraShape {
+    pub(super) rank: u64,
+    pub(super) adapters: u64,
+    pub(super) sites: [AdapterSite; 4],
+}
+
+impl LayerShape {
+    /// The adapter products beside product `site` (see [`LoraTarget`]), if any.
+    fn adapter(&self, site: usize) -> Option<AdapterGemms> {
+        let l = self.lora?;
+        let s = l.sites[site];
+        (s.inputs > 0).then_some(AdapterGemms {
+            rank: l.rank,
+            inputs: s.inputs,
+            outputs: s.outputs,
+            adapters: l.adapters,
+        })
+    }
 }
 
 pub(super) fn transformer(
@@ -282,7 +443,20 @@ pub(super) fn transformer(
         speculative: None,
         weights,
         kv_cache,
+        lora: None,
     };
+    if let Some(l) = raw.lora {
+        if model.trainable_layers.is_some() {
+            return Err(ConfigError::invalid(
+                check.file,
+                "lora",
+                "adapters",
+                "either `lora:` (adapters, base weights frozen) or `fine_tuning:` (the last \
+                 layers trained), not both",
+            ));
+        }
+        model.lora = Some(lora_of(check, &model, l)?);
+    }
     if let Some(sp) = speculative {
         model.speculative = Some(speculative_of(check, &model, sp)?);
     }
@@ -374,6 +548,7 @@ fn speculative_of(
         ffn_hidden: check.positive_count(&format!("{AT}draft.ffn_hidden"), d.ffn_hidden)?,
         moe: None,
         speculative: None,
+        lora: None,
         ..model.clone()
     };
     if draft.parameters() >= model.parameters() {
@@ -393,6 +568,107 @@ fn speculative_of(
         acceptance,
     })
 }
+
+/// Checks `lora:` against the model: known projection names, each adapted once, a rank
+/// no wider than any targeted projection, no adapters on experts; one adapter in training,
+/// and in serving no more adapters than the batch has requests.
+fn lora_of(check: &Checker, model: &Transformer, l: LoraRaw) -> Result<Lora, ConfigError> {
+    let rank = check.positive_count("lora.rank", l.rank)?;
+    if l.targets.is_empty() {
+        return Err(ConfigError::invalid(
+            check.file,
+            "lora.targets",
+            "[]",
+            "at least one projection to adapt",
+        ));
+    }
+    let names: Vec<&str> = LoraTarget::NAMES.iter().map(|(n, _)| *n).collect();
+    let mut targets: Vec<LoraTarget> = Vec::with_capacity(l.targets.len());
+    for (i, name) in l.targets.iter().enumerate() {
+        let at = format!("lora.targets[{i}]");
+        let Some(target) = LoraTarget::parse(name) else {
+            return Err(ConfigError::invalid(
+                check.file,
+                at,
+                name,
+                format!("one of {}", names.join(", ")),
+            ));
+        };
+        // A projection adapted twice: named twice, or fused and one by one.
+        let fused_with = |t: LoraTarget| match t {
+            LoraTarget::Qkv => matches!(target, LoraTarget::Q | LoraTarget::K | LoraTarget::V),
+            LoraTarget::Q | LoraTarget::K | LoraTarget::V => target == LoraTarget::Qkv,
+            LoraTarget::Fc1 => matches!(target, LoraTarget::Gate | LoraTarget::Up),
+            LoraTarget::Gate | LoraTarget::Up => target == LoraTarget::Fc1,
+            _ => false,
+        };
+        if let Some(&twice) = targets.iter().find(|&&t| t == target || fused_with(t)) {
+            let other = LoraTarget::NAMES
+                .iter()
+                .find(|(_, t)| *t == twice)
+                .map_or("", |(n, _)| *n);
+            return Err(ConfigError::invalid(
+                check.file,
+                at,
+                name,
+                format!("a projection not already adapted (by {other})"),
+            ));
+        }
+        if target == LoraTarget::Gate && !model.gated_ffn {
+            return Err(ConfigError::invalid(
+                check.file,
+                at,
+                name,
+                "gate_proj only on a gated feed-forward (gated_ffn: true)",
+            ));
+        }
+        if target.site() >= 2 && model.moe.is_some() {
+            return Err(ConfigError::invalid(
+                check.file,
+                at,
+                name,
+                "an attention projection: adapters on mixture-of-experts feed-forwards are \
+                 not modelled",
+            ));
+        }
+        let (input, output) = model.projection(target);
+        if rank > input.min(output) {
+            return Err(ConfigError::invalid(
+                check.file,
+                "lora.rank",
+                rank,
+                format!(
+                    "at most {} ({name} is {input} x {output}: a rank wider than the \
+                     projection adds nothing)",
+                    input.min(output)
+                ),
+            ));
+        }
+        targets.push(target);
+    }
+    let adapters = match (l.adapters, &model.inference) {
+        (None, _) => 1,
+        (Some(n), Some(i)) => check.count_in("lora.adapters", n, i.batch.min(MAX_ADAPTERS))?,
+        (Some(1), None) => 1,
+        (Some(n), None) => {
+            return Err(ConfigError::invalid(
+                check.file,
+                "lora.adapters",
+                n,
+                "1 in training (one adapter is fine-tuned); several only when serving",
+            ))
+        }
+    };
+    Ok(Lora {
+        rank,
+        targets,
+        adapters,
+    })
+}
+
+/// Most distinct adapters one batch serves (S-LoRA serves thousands from host memory; a
+/// batch reads at most one per request).
+const MAX_ADAPTERS: u64 = 4096;
 
 /// Checks a layer width and its attention heads (`prefix` names the section).
 pub(super) fn hidden_and_heads(
@@ -443,8 +719,45 @@ pub(super) fn transformer_graph(w: &Transformer) -> Graph {
     g.experts = w.moe.map_or(1, |m| m.experts);
     match w.trainable_layers {
         Some(k) => fine_tune(g, w.layers, k),
+        None if w.lora.is_some() => lora_tune(g),
         None => g,
     }
+}
+
+/// LoRA fine-tuning: only the adapters train. The builder already left out the frozen
+/// products' weight gradients and the inputs only those read; this drops the embedding's
+/// gradient (nothing below the first layer trains) and scales the optimizer's step, the
+/// gradients and the optimizer state to the adapters' parameters.
+pub(super) fn lora_tune(mut g: Graph) -> Graph {
+    let all: f64 = g.parameters_by_position.iter().sum();
+    let share = if all > 0.0 {
+        g.adapter_parameters / all
+    } else {
+        0.0
+    };
+    g.kernels.retain(|k| {
+        let backward = matches!(
+            k.phase,
+            Phase::Recompute | Phase::BackwardInput | Phase::BackwardWeight
+        );
+        !(backward && k.position == Position::Head)
+    });
+    for k in g.kernels.iter_mut().filter(|k| k.phase == Phase::Update) {
+        if let Op::Stream {
+            read_bytes,
+            write_bytes,
+            flops,
+        } = &mut k.op
+        {
+            *read_bytes *= share;
+            *write_bytes *= share;
+            *flops *= share;
+        }
+    }
+    g.memory.gradients_bytes *= share;
+    g.memory.optimizer_state_bytes *= share;
+    g.trainable_share = share;
+    g
 }
 
 /// Fine-tuning with the first `layers - trainable` layers and the embedding frozen: no
@@ -519,6 +832,8 @@ pub(super) fn transformer_pass(
     } else {
         Builder::new(w.precision, w.recompute)
     };
+    // LoRA fine-tuning: the base weights get no gradient (the adapters' do).
+    g.frozen = training && w.lora.is_some();
     if !training {
         g.weight_only = w
             .weights
@@ -726,6 +1041,7 @@ fn attention(g: &mut Builder, w: &LayerShape, l: u64, batch: u64, s: u64, keys: 
     let width = w.heads * head_dim;
     layer_norm(g, "layer norm (attention)", l, t * h as f64);
     g.split = Split::Column;
+    g.adapter = w.adapter(0);
     g.linear(
         "qkv projection",
         KernelClass::Gemm,
@@ -803,6 +1119,7 @@ fn attention(g: &mut Builder, w: &LayerShape, l: u64, batch: u64, s: u64, keys: 
         );
     }
     g.split = Split::Row;
+    g.adapter = w.adapter(1);
     g.linear(
         "attention output",
         KernelClass::Gemm,
@@ -898,6 +1215,7 @@ pub(super) fn feed_forward(
         ("gelu", 1.0)
     };
     g.split = splits[0];
+    g.adapter = w.adapter(2);
     g.linear(
         &format!("{name} up"),
         KernelClass::Gemm,
@@ -919,6 +1237,7 @@ pub(super) fn feed_forward(
         inputs,
     );
     g.split = splits[2];
+    g.adapter = w.adapter(3);
     g.linear(
         &format!("{name} down"),
         KernelClass::Gemm,
