@@ -9,7 +9,7 @@ use stackflow::distributed::{predict, predict_inference};
 use stackflow::network::System;
 use stackflow::parallel::Strategy;
 use stackflow::perf::Evaluator;
-use stackflow::workload::inference::decode_graph;
+use stackflow::workload::inference::{decode_graph, InferenceSpec};
 use stackflow::workload::{Graph, Phase, Position, Transformer, Workload};
 
 fn text(file: &str) -> String {
@@ -248,20 +248,56 @@ fn serving_many_adapters_reads_each_once_per_step() {
         "decode step main memory: {d1:.4e} B with one adapter, {d16:.4e} B with 16 (adapter {per_adapter:.3e} B)"
     );
     assert_close("15 more adapters read", d16 - d1, 15.0 * per_adapter, 0.05);
-    // Their weights are held beside the model's.
+    // Their weights are held beside the model's: on each of 2 tensor ranks, the three A
+    // beside the column-parallel QKV product and the B beside the row-parallel output
+    // whole, the other matrices halved.
     let net = sys.network(&arch, 2).unwrap();
     let s = Strategy::parse("t2").unwrap();
     let (p1, p16) = (
         predict_inference(w1, &spec, &arch, &net, &s).unwrap(),
         predict_inference(w16, &spec, &arch, &net, &s).unwrap(),
     );
+    let whole = 16.0 * (3.0 * 8192.0 + 8192.0);
+    let split = 16.0 * (8192.0 + 2.0 * 1024.0 + 8192.0);
+    let per_device = 80.0 * (whole + split / 2.0);
     assert_close(
         "adapter weights per device",
         p16.weights_bytes - p1.weights_bytes,
-        15.0 * per_adapter / 2.0,
-        0.05,
+        15.0 * per_device,
+        1e-9,
     );
     assert!(p16.time_per_output_token_s > p1.time_per_output_token_s);
+    // A batch of one request reads one adapter, however many the engine serves.
+    let single = InferenceSpec { batch: 1, ..spec };
+    let (g1, g16) = (
+        decode_graph(w1, &single, 2048),
+        decode_graph(w16, &single, 2048),
+    );
+    assert_close(
+        "one request, one adapter",
+        dram(&g16, &mut ev),
+        dram(&g1, &mut ev),
+        1e-9,
+    );
+    // Under int4 weight-only quantization the adapters stay in precision (FP8: 1 byte).
+    let int4 = |n: u64| {
+        let t = format!(
+            "{}lora: {{rank: 16, targets: [q_proj, k_proj, v_proj, o_proj], adapters: {n}}}\n",
+            base.replace("output_tokens: 256}", "output_tokens: 256, weights: int4}")
+        );
+        Workload::from_yaml("int4.yaml", &t).unwrap()
+    };
+    let (q1, q16) = (int4(1), int4(16));
+    let (m1, m16) = (
+        predict_inference(transformer(&q1), &spec, &arch, &net, &s).unwrap(),
+        predict_inference(transformer(&q16), &spec, &arch, &net, &s).unwrap(),
+    );
+    assert_close(
+        "int4: adapter weights per device",
+        m16.weights_bytes - m1.weights_bytes,
+        15.0 * per_device,
+        1e-9,
+    );
 }
 
 /// Bad input: exit 2 naming the file, the field, the value and what was expected.
@@ -269,7 +305,7 @@ fn serving_many_adapters_reads_each_once_per_step() {
 fn bad_lora_is_refused() {
     let scratch = Scratch::new("lora-bad");
     let base = text("workloads/llama2-70b.yaml");
-    let cases: [(&str, &str); 9] = [
+    let cases: [(&str, &str); 10] = [
         (
             "lora: {rank: 8193, targets: [linear_proj]}",
             "lora.rank = 8193: at most 8192",
@@ -287,6 +323,10 @@ fn bad_lora_is_refused() {
             "lora: {rank: 16, targets: [linear_qkv, v_proj]}",
             "lora.targets[1] = v_proj: a projection not already adapted (by linear_qkv)",
         ),
+        (
+            "lora: {rank: 16, targets: [o_proj, linear_proj]}",
+            "lora.targets[1] = linear_proj: a projection not already adapted (by o_proj)",
+        ),
         ("lora: {rank: 0, targets: [q_proj]}", "lora.rank = 0"),
         (
             "lora: {rank: 16, targets: [q_proj], adapters: 4}",
@@ -298,7 +338,7 @@ fn bad_lora_is_refused() {
         ),
         (
             "lora: {rank: 16, targets: [q_proj]}\nfine_tuning: {trainable_layers: 8}",
-            "either `lora:`",
+            "fine_tuning.trainable_layers = 8: no `fine_tuning:` beside `lora:`",
         ),
     ];
     for (extra, expected) in cases {
@@ -345,5 +385,17 @@ fn bad_lora_is_refused() {
     )
     .unwrap_err()
     .to_string();
-    assert!(e.contains("lora.adapters = 2"), "{e}");
+    assert!(
+        e.contains("lora.adapters = 2: 1 to 1: at most one adapter per request"),
+        "{e}"
+    );
+    // Parallel blocks (attention and feed-forward from one input).
+    let palm = text("workloads/palm-540b.yaml");
+    let e = Workload::from_yaml(
+        "palm.yaml",
+        &format!("{palm}lora: {{rank: 8, targets: [q_proj]}}\n"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("a model without parallel blocks"), "{e}");
 }

@@ -76,8 +76,15 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
     // Experts are split over the expert-parallel group, not the model-parallel one.
     let expert_stage = graph.expert_parameters / p as f64;
     let expert_params = expert_stage / (s.expert * s.tensor) as f64;
-    // A stage's parameters on one device before ZeRO-3 sharding.
-    let held = |st: &StageWork| (st.parameters - expert_stage) / model_shard + expert_params;
+    // A stage's parameters on one device before ZeRO-3 sharding; the adapters' rank-thin
+    // matrices that tensor parallelism keeps whole on every rank are not split.
+    let whole = |st: &StageWork| match s.kernel {
+        None => graph.adapter_replicated * st.layers as f64 / graph.layers.max(1) as f64,
+        Some(_) => 0.0,
+    };
+    let held = |st: &StageWork| {
+        (st.parameters - expert_stage - whole(st)) / model_shard + whole(st) + expert_params
+    };
     // ZeRO shards dense weights over their replicas, and an expert over its d/e replicas.
     let expert_replicas = weight_replicas / s.expert as f64;
     let z = s.zero;

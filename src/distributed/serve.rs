@@ -229,15 +229,24 @@ fn memory(
             0.0
         }
     };
+    // Adapters (LoRA) stay in precision; their rank-thin matrices kept whole on every
+    // tensor rank are not split.
+    let adapters = |st: &StageWork| {
+        let of_stage = st.layers as f64 / graph.layers.max(1) as f64;
+        (
+            graph.adapter_parameters * of_stage,
+            graph.adapter_replicated * of_stage,
+        )
+    };
     let weights_bytes = work
         .prefill_stages
         .iter()
         .map(|st| {
-            let layers = layer_share(st);
-            layers * narrow + (st.parameters - layers) * full
+            let (adapter, whole) = adapters(st);
+            let layers = (layer_share(st) - adapter).max(0.0);
+            (layers * narrow + (st.parameters - layers - whole) * full) / t + whole * full
         })
-        .fold(0.0, f64::max)
-        / t;
+        .fold(0.0, f64::max);
     let heads_per_rank = w.kv_heads.div_ceil(s.tensor) as f64;
     let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens) / p as f64
         * heads_per_rank

@@ -624,17 +624,24 @@ pub(crate) struct Builder {
     adapter_replicated: f64,
 }
 
-/// Low-rank adapters beside one linear layer Y = X W (m x k by k x n): `inputs` A
-/// matrices (k x rank each) read X, their B matrices (rank x their outputs) write
-/// `outputs` columns in all, added to Y; `adapters` distinct adapters share the batch's
-/// rows evenly (serving many: one batched product per matrix, each adapter's weights read
-/// once, as Punica's SGMV and S-LoRA run them).
+/// Low-rank adapters beside one linear layer Y = X W (m x k by k x n): `count` adapters
+/// (at most three: Q, K and V one by one), each an A (k x rank, the A's read X as one
+/// product) and a B (rank x `outputs[i]`), written into Y's columns; `adapters` distinct
+/// adapters share the batch's rows evenly (serving many: one batched product per matrix,
+/// each adapter's weights read once, as Punica's SGMV and S-LoRA run them).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdapterGemms {
     pub rank: u64,
-    pub inputs: u64,
-    pub outputs: u64,
+    pub outputs: [u64; 3],
+    pub count: usize,
     pub adapters: u64,
+}
+
+impl AdapterGemms {
+    /// The B matrices' output widths.
+    fn outs(&self) -> &[u64] {
+        &self.outputs[..self.count.min(3)]
+    }
 }
 
 impl Builder {
@@ -904,7 +911,14 @@ impl Builder {
         let kept = std::mem::take(&mut self.input_kept);
         let needed = !self.frozen || adapter.is_some();
         if !kept && needed {
-            self.save(m as f64 * k as f64 * self.math.bytes(), count, false, class);
+            // A frozen product's input is read by its adapter's weight gradient alone, which
+            // runs in the activations' precision.
+            let width = if self.frozen {
+                self.precision.bytes()
+            } else {
+                self.math.bytes()
+            };
+            self.save(m as f64 * k as f64 * width, count, false, class);
         }
         if let Some(a) = adapter {
             self.adapter_products(name, count, (m, k, n), a, weight_instances, recomputable);
@@ -995,9 +1009,15 @@ impl Builder {
         let b = self.bytes();
         let batch = a.adapters;
         let rows = m.div_ceil(batch);
-        let ra = a.rank * a.inputs;
+        let ra = a.rank * a.count as u64;
+        let outputs: u64 = a.outs().iter().sum();
         let gemm = |m, k, n| Op::Gemm { batch, m, k, n };
         let class = KernelClass::Gemm;
+        // One B per adapter (its own slice of X A and of Y's columns).
+        let b_name = |i: usize| match a.count {
+            1 => format!("{name} lora B"),
+            c => format!("{name} lora B {}/{c}", i + 1),
+        };
         self.split = a_split;
         self.push(
             &format!("{name} lora A"),
@@ -1007,15 +1027,17 @@ impl Builder {
             recomputable,
         );
         self.split = b_split;
-        self.push(
-            &format!("{name} lora B"),
-            class,
-            count,
-            gemm(rows, a.rank, a.outputs),
-            recomputable,
-        );
+        for (i, &out) in a.outs().iter().enumerate() {
+            self.push(
+                &b_name(i),
+                class,
+                count,
+                gemm(rows, a.rank, out),
+                recomputable,
+            );
+        }
         self.split = out_split;
-        let added = m as f64 * a.outputs.min(n) as f64;
+        let added = m as f64 * outputs.min(n) as f64;
         self.push(
             &format!("{name} lora add"),
             KernelClass::Pointwise,
@@ -1027,8 +1049,9 @@ impl Builder {
             },
             recomputable,
         );
-        // B's gradient reads X A, kept (A's reads X, kept by the layer).
-        self.split = b_split;
+        // B's gradient reads X A, kept whole on every rank (A's reads X, kept by the
+        // layer).
+        self.split = Split::Replicated;
         self.save(m as f64 * ra as f64 * b, count, false, class);
         // Backward runs last-pushed first: B's gradients, then A's, then the input
         // gradient through A added to the layer's.
@@ -1061,25 +1084,28 @@ impl Builder {
             gemm(k, rows, ra),
         );
         self.split = b_split;
-        self.push_backward(
-            format!("{name} lora B dX"),
-            class,
-            Phase::BackwardInput,
-            count,
-            gemm(rows, a.outputs, a.rank),
-        );
-        self.push_backward(
-            format!("{name} lora B dW"),
-            class,
-            Phase::BackwardWeight,
-            count,
-            gemm(a.rank, rows, a.outputs),
-        );
+        for (i, &out) in a.outs().iter().enumerate() {
+            let name = b_name(i);
+            self.push_backward(
+                format!("{name} dX"),
+                class,
+                Phase::BackwardInput,
+                count,
+                gemm(rows, out, a.rank),
+            );
+            self.push_backward(
+                format!("{name} dW"),
+                class,
+                Phase::BackwardWeight,
+                count,
+                gemm(a.rank, rows, out),
+            );
+        }
         self.split = split;
         self.math = math;
         self.weight_only = weight_only;
         let per_a = (k * ra * weight_instances * batch) as f64;
-        let per_b = (a.rank * a.outputs * weight_instances * batch) as f64;
+        let per_b = (a.rank * outputs * weight_instances * batch) as f64;
         self.add_parameters(per_a + per_b);
         self.adapter_parameters += per_a + per_b;
         self.adapter_replicated += match split {
@@ -1396,7 +1422,10 @@ impl Builder {
         // AWQ leave them).
         let weights_bytes = match self.weight_only {
             Some(f) => {
-                let layers = self.parameters_by_position[Position::Layer as usize].min(p);
+                // Adapters stay in precision beside the quantized layers.
+                let layers = (self.parameters_by_position[Position::Layer as usize]
+                    - self.adapter_parameters)
+                    .clamp(0.0, p);
                 layers * f.bytes() + (p - layers) * weight_b
             }
             None => p * weight_b,

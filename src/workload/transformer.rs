@@ -64,7 +64,8 @@ pub struct Transformer {
 /// LoRA (Hu et al. 2021): beside each targeted projection W (in x out), A (in x rank) and
 /// B (rank x out), the product x A B added to x W. Training updates only A and B: the base
 /// weights get no gradient, optimizer state or gradient traffic, but every layer still
-/// propagates input gradients down to the first adapter.
+/// propagates input gradients (the first layer's too, which a framework may skip below its
+/// first adapter).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Lora {
     pub rank: u64,
@@ -146,41 +147,26 @@ impl Transformer {
         }
     }
 
-    /// Each product's adapters: how many A matrices read its input and the widths their B
-    /// matrices write in all (Q, K and V adapted one by one: three A, outputs q + 2 kv).
+    /// Each product's adapters: the output width of each B beside it (Q, K and V adapted
+    /// one by one: three adapters, writing q, kv and kv columns).
     fn adapter_sites(&self) -> Option<[AdapterSite; 4]> {
         let lora = self.lora.as_ref()?;
         let mut sites = [AdapterSite::default(); 4];
         for &target in &lora.targets {
             let site = &mut sites[target.site()];
-            site.inputs += 1;
-            site.outputs += self.projection(target).1;
+            site.outputs[site.count] = self.projection(target).1;
+            site.count += 1;
         }
         Some(sites)
     }
-
-    /// Parameters of one copy of the adapters (every layer's A and B).
-    pub fn adapter_parameters(&self) -> f64 {
-        let Some(lora) = &self.lora else {
-            return 0.0;
-        };
-        let per_layer: u64 = lora
-            .targets
-            .iter()
-            .map(|&t| {
-                let (i, o) = self.projection(t);
-                lora.rank * (i + o)
-            })
-            .sum();
-        (per_layer * self.layers) as f64
-    }
 }
 
-/// The adapters beside one product of a layer (see [`Transformer::adapter_sites`]).
+/// The adapters beside one product of a layer (see [`Transformer::adapter_sites`]): at
+/// most three (Q, K, V; gate and up), each B's output width.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(super) struct AdapterSite {
-    pub(super) inputs: u64,
-    pub(super) outputs: u64,
+    pub(super) count: usize,
+    pub(super) outputs: [u64; 3],
 }
 
 /// Speculative decoding: each step the `draft` proposes `tokens` tokens one at a time, the
@@ -294,10 +280,10 @@ impl LayerShape {
     fn adapter(&self, site: usize) -> Option<AdapterGemms> {
         let l = self.lora?;
         let s = l.sites[site];
-        (s.inputs > 0).then_some(AdapterGemms {
+        (s.count > 0).then_some(AdapterGemms {
             rank: l.rank,
-            inputs: s.inputs,
             outputs: s.outputs,
+            count: s.count,
             adapters: l.adapters,
         })
     }
@@ -446,13 +432,22 @@ pub(super) fn transformer(
         lora: None,
     };
     if let Some(l) = raw.lora {
-        if model.trainable_layers.is_some() {
+        if let Some(k) = model.trainable_layers {
+            return Err(ConfigError::invalid(
+                check.file,
+                "fine_tuning.trainable_layers",
+                k,
+                "no `fine_tuning:` beside `lora:`: either adapters with the base weights \
+                 frozen, or the last layers trained",
+            ));
+        }
+        if model.parallel_blocks {
             return Err(ConfigError::invalid(
                 check.file,
                 "lora",
-                "adapters",
-                "either `lora:` (adapters, base weights frozen) or `fine_tuning:` (the last \
-                 layers trained), not both",
+                format!("rank {}", l.rank),
+                "a model without parallel blocks: adapters beside attention and feed-forward \
+                 run from one input are not modelled",
             ));
         }
         model.lora = Some(lora_of(check, &model, l)?);
@@ -602,11 +597,8 @@ fn lora_of(check: &Checker, model: &Transformer, l: LoraRaw) -> Result<Lora, Con
             LoraTarget::Gate | LoraTarget::Up => target == LoraTarget::Fc1,
             _ => false,
         };
-        if let Some(&twice) = targets.iter().find(|&&t| t == target || fused_with(t)) {
-            let other = LoraTarget::NAMES
-                .iter()
-                .find(|(_, t)| *t == twice)
-                .map_or("", |(n, _)| *n);
+        if let Some(j) = targets.iter().position(|&t| t == target || fused_with(t)) {
+            let other = &l.targets[j];
             return Err(ConfigError::invalid(
                 check.file,
                 at,
@@ -648,7 +640,22 @@ fn lora_of(check: &Checker, model: &Transformer, l: LoraRaw) -> Result<Lora, Con
     }
     let adapters = match (l.adapters, &model.inference) {
         (None, _) => 1,
-        (Some(n), Some(i)) => check.count_in("lora.adapters", n, i.batch.min(MAX_ADAPTERS))?,
+        (Some(n), Some(i)) => {
+            let most = i.batch.min(MAX_ADAPTERS);
+            if !(1..=most).contains(&n) {
+                return Err(ConfigError::invalid(
+                    check.file,
+                    "lora.adapters",
+                    n,
+                    format!(
+                        "1 to {most}: at most one adapter per request of the batch \
+                         (inference.batch {}), and at most {MAX_ADAPTERS}",
+                        i.batch
+                    ),
+                ));
+            }
+            n
+        }
         (Some(1), None) => 1,
         (Some(n), None) => {
             return Err(ConfigError::invalid(
@@ -867,7 +874,11 @@ pub(super) fn transformer_pass(
         );
         g.dense_parameters(w.vocab as f64 * h as f64);
     }
-    let shape = w.layer_shape(training);
+    let mut shape = w.layer_shape(training);
+    if let Some(l) = shape.lora.as_mut() {
+        // A smaller batch than the adapters served reads only the adapters its requests use.
+        l.adapters = l.adapters.min(batch);
+    }
     g.split = Split::Replicated;
     if shape.dropout && head {
         g.pointwise_masked(
