@@ -231,6 +231,10 @@ impl Precisions {
 pub struct UtilizationCaps {
     #[serde(default)]
     pub compute_utilization: Option<f64>,
+    /// The cap on FP8 products where it differs from `compute_utilization` (H100: FP8
+    /// tensor cores at full rate hold lower clocks under a whole step's load).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_compute_utilization: Option<f64>,
     #[serde(default)]
     pub memory_utilization: Option<f64>,
     /// The serving engine's host work per step (scheduling, sampling, input preparation)
@@ -242,6 +246,7 @@ pub struct UtilizationCaps {
 impl UtilizationCaps {
     pub fn is_none(&self) -> bool {
         self.compute_utilization.is_none()
+            && self.fp8_compute_utilization.is_none()
             && self.memory_utilization.is_none()
             && self.step_overhead_s.is_none()
     }

@@ -117,6 +117,10 @@ impl Template {
         };
         let stack = UtilizationCaps {
             compute_utilization: share("compute_utilization", stack.compute_utilization)?,
+            fp8_compute_utilization: share(
+                "fp8_compute_utilization",
+                stack.fp8_compute_utilization,
+            )?,
             memory_utilization: share("memory_utilization", stack.memory_utilization)?,
             // A step's host work: under a second (engines publish milliseconds at most).
             step_overhead_s: stack

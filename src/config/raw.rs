@@ -130,6 +130,10 @@ pub struct StackRaw {
     /// Share of the sustained matrix rate whole steps reach.
     #[serde(default)]
     pub compute_utilization: Option<f64>,
+    /// Share of the FP8 matrix rate whole steps reach, where it differs from
+    /// `compute_utilization`.
+    #[serde(default)]
+    pub fp8_compute_utilization: Option<f64>,
     /// Share of main memory's bandwidth whole steps reach.
     #[serde(default)]
     pub memory_utilization: Option<f64>,

@@ -213,6 +213,15 @@ impl Architecture {
         }
     }
 
+    /// The sustained share of the FP8 matrix peak: under the stack's FP8 cap where the
+    /// template gives one, else as every precision.
+    pub fn achieved_fp8_utilization(&self) -> f64 {
+        match self.caps.fp8_compute_utilization {
+            Some(u) => self.core.max_utilization.min(u),
+            None => self.achieved_utilization(),
+        }
+    }
+
     /// Main memory's bandwidth under the stack's cap, B/s.
     pub fn achieved_memory_bandwidth(&self) -> f64 {
         match self.caps.memory_utilization {

@@ -52,6 +52,9 @@ pub struct Machine {
     pub levels: Vec<Level>,
     pub peak_flops_per_s: f64,
     pub max_utilization: f64,
+    /// The share of the peak FP8 products sustain (`max_utilization` unless the stack caps
+    /// FP8 apart).
+    pub fp8_utilization: f64,
     pub throughput_by_precision: BTreeMap<Precision, f64>,
     pub kernel_launch_s: f64,
     /// A serving engine's host work per step (the template's `stack.step_overhead_us`).
@@ -75,6 +78,7 @@ impl Machine {
             levels,
             peak_flops_per_s,
             max_utilization,
+            fp8_utilization,
             throughput_by_precision,
             kernel_launch_s,
             step_overhead_s,
@@ -101,6 +105,7 @@ impl Machine {
         out.extend([
             peak_flops_per_s.to_bits(),
             max_utilization.to_bits(),
+            fp8_utilization.to_bits(),
             kernel_launch_s.to_bits(),
             step_overhead_s.to_bits(),
             throughput_by_precision.len() as u64,
@@ -194,6 +199,7 @@ impl Machine {
             levels,
             peak_flops_per_s: core.peak_flops_per_s,
             max_utilization: arch.achieved_utilization(),
+            fp8_utilization: arch.achieved_fp8_utilization(),
             throughput_by_precision: core.throughput_by_precision.clone(),
             kernel_launch_s: core.kernel_launch_s,
             step_overhead_s: arch.caps.step_overhead_s(),
@@ -206,7 +212,15 @@ impl Machine {
     pub fn matrix_rate(&self, precision: Precision) -> Option<f64> {
         self.throughput_by_precision
             .get(&precision)
-            .map(|r| r * self.peak_flops_per_s * self.max_utilization)
+            .map(|r| r * self.peak_flops_per_s * self.utilization(precision))
+    }
+
+    /// The share of the peak matrix products in `precision` sustain.
+    pub fn utilization(&self, precision: Precision) -> f64 {
+        match precision {
+            Precision::Fp8 => self.fp8_utilization,
+            _ => self.max_utilization,
+        }
     }
 
     /// FLOP/s of element-wise work (the fp32 vector rate; a pinned processor's vector
@@ -265,6 +279,10 @@ pub struct KernelTime {
     /// For GEMMs, the tile chosen at each level below home.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tiles: Vec<Option<Tile>>,
+    /// The share of the peak `compute_s` was stretched by (the machine's, or the FP8 cap
+    /// for FP8 products): the compute units spend energy on the work alone.
+    #[serde(skip)]
+    pub utilization: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -355,10 +373,11 @@ impl Evaluator {
                     if self.cache.len() >= Self::KEPT {
                         self.cache.clear();
                     }
-                    let t = match widen {
+                    let mut t = match widen {
                         None => self.gemm(problem, kernel.math, weight_bytes as f64),
                         Some(f) => self.gemm_widened(problem, kernel.math, elements as f64, f),
                     };
+                    t.utilization = self.machine.utilization(kernel.math);
                     self.cache.insert(key, t);
                 }
                 &self.cache[&key]
@@ -408,7 +427,10 @@ impl Evaluator {
                         Some(p) => p.vector.at(flops),
                         None => 1.0,
                     };
-                    let t = self.finish(flops / (rate * efficiency), home, bytes, Vec::new());
+                    let mut t = self.finish(flops / (rate * efficiency), home, bytes, Vec::new());
+                    if fused {
+                        t.utilization = self.machine.utilization(kernel.math);
+                    }
                     self.keep_stream(key, t);
                 }
                 &self.streams[&key]
@@ -610,6 +632,7 @@ impl Evaluator {
             bound,
             home,
             tiles,
+            utilization: self.machine.max_utilization,
         }
     }
 
@@ -884,7 +907,9 @@ pub struct Energy {
 #[derive(Debug, Clone, PartialEq)]
 pub struct EnergyRates {
     core_w: f64,
-    utilization: f64,
+    /// The shares of the peak the compute units sustain (all precisions, FP8), which
+    /// kernel times carry: kept to compare rates.
+    utilization: (f64, f64),
     per_byte: Vec<(String, f64)>,
     /// Drawn for the whole iteration: the template's idle power, else SRAM leakage.
     pub floor_w: f64,
@@ -912,7 +937,7 @@ impl EnergyRates {
             .map_or(0.0, |n| n.power_w.used / n.bandwidth_bytes_per_s.max(1.0));
         EnergyRates {
             core_w: arch.core.power_w.used,
-            utilization: arch.achieved_utilization(),
+            utilization: (arch.achieved_utilization(), arch.achieved_fp8_utilization()),
             per_byte,
             floor_w: arch
                 .core
@@ -933,7 +958,7 @@ impl EnergyRates {
     /// Compute and memory energy of one instance of a kernel, by level (compute first).
     pub fn kernel_j(&self, t: &KernelTime) -> (f64, Vec<f64>) {
         // Busy time is stretched by the achievable utilization; energy is spent on the work.
-        let compute = self.core_w * t.compute_s * self.utilization;
+        let compute = self.core_w * t.compute_s * t.utilization;
         let memory = t
             .level_bytes
             .iter()
