@@ -159,6 +159,7 @@ def predict(
     grid_kg_per_kwh: Optional[float] = None,
     pue: Optional[float] = None,
     csv: Optional[Union[str, "os.PathLike[str]"]] = None,
+    plot: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Dict[str, Any]:
     """Predict one training iteration or served batch (``stackflow predict``).
 
@@ -169,7 +170,8 @@ def predict(
     ``budget`` to ``budgets/h100.yaml``. ``tables`` (``"device"``, ``"host"``, ``"auto"``)
     and ``host_transfers`` (``"direct"``, ``"staged"``) place a recommendation model's
     embedding tables; ``grid_kg_per_kwh`` and ``pue`` add operational CO2e; ``csv`` also
-    writes the kernels or collectives to that file. Returns ``predict --json``'s report
+    writes the kernels or collectives to that file; ``plot`` (one accelerator) writes the
+    roofline chart and its data (``roofline.svg``, ``roofline.csv``) to that directory. Returns ``predict --json``'s report
     (``time_per_iteration_s``, ``feasible``, ``violations``, per-kernel classes, energy, ...).
 
     >>> p = stackflow.predict("workloads/gemm-8192.yaml", budget="budgets/a100.yaml")
@@ -195,6 +197,7 @@ def predict(
     line.value("--grid-kg-per-kwh", grid_kg_per_kwh)
     line.value("--pue", pue)
     line.value("--csv", os.fspath(csv) if csv is not None else None)
+    line.value("--plot", os.fspath(plot) if plot is not None else None)
     return line.run()
 
 

@@ -11,6 +11,8 @@ use crate::workload::Workload;
 use anyhow::{bail, Context};
 use plotters::prelude::*;
 
+use super::plot::FONT;
+
 use super::predict::seconds;
 use super::table::si;
 
@@ -262,11 +264,11 @@ fn plot(title: &str, points: &[ShardPoint]) -> anyhow::Result<String> {
     {
         let root = SVGBackend::with_string(&mut svg, (1300, 520)).into_drawing_area();
         root.fill(&WHITE)?;
-        let root = root.titled(title, ("sans-serif", 18))?;
+        let root = root.titled(title, (FONT, 18))?;
         let (left, right) = root.split_horizontally(560);
         let counts: Vec<String> = groups.iter().map(|(d, _)| d.to_string()).collect();
         let mut chart = ChartBuilder::on(&left)
-            .caption("spread over splits, by device count", ("sans-serif", 14))
+            .caption("spread over splits, by device count", (FONT, 14))
             .margin(10)
             .x_label_area_size(40)
             .y_label_area_size(60)
@@ -324,7 +326,7 @@ fn plot(title: &str, points: &[ShardPoint]) -> anyhow::Result<String> {
                         shown.len(),
                         of.len()
                     ),
-                    ("sans-serif", 14),
+                    (FONT, 14),
                 )
                 .margin(10)
                 .x_label_area_size(40)
@@ -334,7 +336,7 @@ fn plot(title: &str, points: &[ShardPoint]) -> anyhow::Result<String> {
                 .configure_mesh()
                 .disable_x_mesh()
                 .x_labels(shown.len())
-                .x_label_style(("sans-serif", 10))
+                .x_label_style((FONT, 10))
                 .x_desc("split (m.n.k: parts of each dimension)")
                 .x_label_formatter(&|v| match v {
                     SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),

@@ -13,6 +13,7 @@ mod distributed;
 mod import;
 mod intensity;
 mod optimize;
+mod plot;
 mod predict;
 mod search;
 mod serve;
@@ -27,6 +28,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use crate::config::{parse_json, Source};
 use crate::design::{Design, DesignFiles};
 use crate::generator::{generate, Architecture};
+use crate::perf::roofline::Roofline;
 use crate::perf::{unsupported, Evaluator};
 use crate::workload::Workload;
 use anyhow::{bail, Context};
@@ -616,6 +618,10 @@ struct PredictArgs {
     /// system), to this CSV file.
     #[arg(long)]
     csv: Option<PathBuf>,
+    /// Directory for the roofline chart (roofline.svg) and the data behind it
+    /// (roofline.csv) of one accelerator's prediction.
+    #[arg(long, conflicts_with = "system")]
+    plot: Option<PathBuf>,
 }
 
 /// Runs `predict`: distributed on `--system`, else one iteration on one accelerator.
@@ -672,6 +678,14 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
         if let Some(path) = &a.csv {
             predict::write_csv(path, &serde_json::to_value(&p)?)?;
         }
+        if let Some(dir) = &a.plot {
+            let m = &evaluator.machine;
+            let charts = [
+                ("prefill", Roofline::of(m, &p.prefill.kernels)),
+                ("decode", Roofline::of(m, &p.decode.kernels)),
+            ];
+            predict::write_rooflines(dir, &p.workload, &architecture.template, &charts)?;
+        }
         return Ok(Outcome::Done);
     }
     let prediction = evaluator.predict(&graph, &architecture.violations);
@@ -700,6 +714,11 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
     }
     if let Some(path) = &a.csv {
         predict::write_csv(path, &serde_json::to_value(&prediction)?)?;
+    }
+    if let Some(dir) = &a.plot {
+        let r = Roofline::of(&evaluator.machine, &prediction.kernels);
+        let device = &architecture.template;
+        predict::write_rooflines(dir, &prediction.workload, device, &[("step", r)])?;
     }
     Ok(Outcome::Done)
 }

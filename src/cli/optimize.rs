@@ -22,6 +22,8 @@ use crate::workload::Workload;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
+
+use super::plot::FONT;
 use serde::Serialize;
 
 use super::distributed::{load_strategy, render, unit_of};
@@ -1022,7 +1024,7 @@ fn convergence_svg(trace: &[TracePoint]) -> anyhow::Result<String> {
         let mut chart = ChartBuilder::on(&root)
             .caption(
                 "Budget optimization: time per iteration by restart",
-                ("sans-serif", 20),
+                (FONT, 20),
             )
             .margin(15)
             .x_label_area_size(40)

@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use crate::perf::roofline::Roofline;
 use crate::perf::Prediction;
 
 use super::table::{bytes, gib, si};
@@ -267,4 +268,87 @@ pub fn write_csv(path: &std::path::Path, report: &serde_json::Value) -> anyhow::
     crate::config::write_atomic(path, &csv.into_inner()?)
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     Ok(rows)
+}
+
+/// Writes each named roofline's chart (`roofline.svg`, or `roofline-NAME.svg` for several)
+/// and the data behind every one (`roofline.csv`: a row per ceiling, roof and kernel, with
+/// the chart it belongs to) into `dir`, created if missing; each file atomically.
+pub fn write_rooflines(
+    dir: &std::path::Path,
+    workload: &str,
+    device: &str,
+    charts: &[(&str, Roofline)],
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    anyhow::ensure!(
+        !dir.is_file(),
+        "--plot {}: a file, not a directory for the charts",
+        dir.display()
+    );
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut csv = csv::Writer::from_writer(Vec::new());
+    csv.write_record([
+        "chart",
+        "kind",
+        "name",
+        "class",
+        "count",
+        "intensity_flop_per_byte",
+        "flops_per_s",
+        "bandwidth_bytes_per_s",
+        "time_share",
+        "bound",
+    ])?;
+    for (chart, r) in charts {
+        let file = match charts.len() {
+            1 => "roofline.svg".to_string(),
+            _ => format!("roofline-{chart}.svg"),
+        };
+        let title = format!("Roofline: {workload} ({chart}) on {device}");
+        let svg = super::plot::roofline_svg(&title, r)?;
+        let path = dir.join(&file);
+        crate::config::write_atomic(&path, svg.as_bytes())
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+        for c in &r.ceilings {
+            let bw = c.bandwidth_bytes_per_s.to_string();
+            csv.write_record([chart, "ceiling", &c.level, "", "", "", "", &bw, "", ""])?;
+        }
+        for roof in &r.roofs {
+            let rate = roof.flops_per_s.to_string();
+            csv.write_record([
+                chart,
+                "roof",
+                roof.precision.name(),
+                "",
+                "",
+                "",
+                &rate,
+                "",
+                "",
+                "",
+            ])?;
+        }
+        for p in &r.points {
+            csv.write_record([
+                chart.to_string(),
+                "kernel".into(),
+                p.name.clone(),
+                p.class.name().into(),
+                p.count.to_string(),
+                p.intensity_flop_per_byte.to_string(),
+                p.achieved_flops_per_s.to_string(),
+                String::new(),
+                p.time_share.to_string(),
+                p.bound.to_string(),
+            ])?;
+        }
+    }
+    let path = dir.join("roofline.csv");
+    crate::config::write_atomic(&path, &csv.into_inner()?)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    eprintln!(
+        "wrote the roofline chart and roofline.csv to {}",
+        dir.display()
+    );
+    Ok(())
 }

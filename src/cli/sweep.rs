@@ -22,6 +22,8 @@ use crate::study::{Outline, PointResult, Study};
 use anyhow::{bail, ensure, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
+
+use super::plot::{distinct, FONT};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -935,7 +937,7 @@ fn plot(study: &Outline, p: &StudyPlot, results: &[PointResult]) -> anyhow::Resu
         let height = 430 * rows as u32 + 30;
         let root = SVGBackend::with_string(&mut svg, (width.max(640), height)).into_drawing_area();
         root.fill(&WHITE)?;
-        let root = root.titled(&title, ("sans-serif", 20))?;
+        let root = root.titled(&title, (FONT, 20))?;
         let areas = root.split_evenly((rows, columns));
         for (pi, (area, in_panel)) in areas.iter().zip(&by_panel).enumerate() {
             let caption = panels.map_or(String::new(), |i| {
@@ -1031,7 +1033,7 @@ fn draw_lines(
     };
     let y_area = y_label_area(top);
     let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", 15))
+        .caption(caption, (FONT, 15))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(y_area)
@@ -1041,7 +1043,7 @@ fn draw_lines(
         .configure_mesh()
         .x_desc(&study.axes[x].name)
         .y_desc(&y_desc)
-        .x_label_style(("sans-serif", tick_font(area, y_area, xs)))
+        .x_label_style((FONT, tick_font(area, y_area, xs)))
         .x_label_formatter(&|v| match v {
             SegmentValue::CenterOf(i) => xs.get(*i).cloned().unwrap_or_default(),
             _ => String::new(),
@@ -1071,23 +1073,6 @@ fn draw_lines(
             .draw()?;
     }
     Ok(())
-}
-
-/// Colours told apart at a glance (Tableau's ten, first six), for series drawn as dots.
-const DISTINCT: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(214, 39, 40),
-    RGBColor(44, 160, 44),
-    RGBColor(255, 127, 14),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-];
-
-/// The colour of series `i`: [`DISTINCT`]'s first, then the plotting library's palette.
-fn distinct(i: usize) -> RGBAColor {
-    DISTINCT
-        .get(i)
-        .map_or_else(|| Palette99::pick(i).to_rgba(), |c| c.to_rgba())
 }
 
 /// A tick label with an SI prefix: 2.5M, 750k, 12.5.
@@ -1163,7 +1148,7 @@ fn draw_pareto(
     };
     let top = if top > 0.0 { top * 1.15 } else { 1.0 };
     let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", 15))
+        .caption(caption, (FONT, 15))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(60)
@@ -1184,7 +1169,7 @@ fn draw_pareto(
         chart.draw_series(std::iter::once(Text::new(
             format!("device memory {capacity:.0} GiB"),
             (capacity, top * 0.97),
-            ("sans-serif", 11),
+            (FONT, 11),
         )))?;
     }
     let count = series.map_or(1, |s| study.axes[s].values.len());
@@ -1220,18 +1205,14 @@ fn draw_pareto(
             .legend(move |(a, b)| PathElement::new(vec![(a, b), (a + 18, b)], color));
         chart.draw_series(front.iter().map(|&(a, b, k)| {
             EmptyElement::at((a, b))
-                + Text::new(
-                    xs[k].clone(),
-                    (7, -5),
-                    ("sans-serif", 11).into_font().color(&color),
-                )
+                + Text::new(xs[k].clone(), (7, -5), (FONT, 11).into_font().color(&color))
         }))?;
     }
     if every.iter().any(|(_, r)| !r.feasible) {
         chart.draw_series(std::iter::once(Text::new(
             "hollow: does not fit (off the fronts)",
             (left + (right - left) * 0.02, top * 0.91),
-            ("sans-serif", 11),
+            (FONT, 11),
         )))?;
     }
     if series.is_some() {
@@ -1279,7 +1260,7 @@ fn draw_bars(
     let bar = 0.8 / width as f64;
     let y_area = y_label_area(top);
     let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", 15))
+        .caption(caption, (FONT, 15))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(y_area)
@@ -1289,7 +1270,7 @@ fn draw_bars(
         .disable_x_mesh()
         .x_desc(&study.axes[x].name)
         .y_desc(&y_desc)
-        .x_label_style(("sans-serif", tick_font(area, y_area, xs)))
+        .x_label_style((FONT, tick_font(area, y_area, xs)))
         .x_labels(xs.len())
         .x_label_formatter(&|v| {
             let i = v.round();
@@ -1324,7 +1305,7 @@ fn draw_bars(
         chart.draw_series(std::iter::once(Text::new(
             "pale: infeasible (see the CSV's violations)",
             (-0.45, top * 0.97),
-            ("sans-serif", 12),
+            (FONT, 12),
         )))?;
     }
     // One series needs no legend (the y axis names it).

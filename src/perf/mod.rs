@@ -19,6 +19,7 @@
 //! stages. A new kind of kernel: an `Op` variant in `crate::workload` and its time here in
 //! `Evaluator::kernel`.
 
+pub mod roofline;
 pub mod tiling;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,186 @@
+//! The charts every command draws, in one style: the font, the colours told apart and the
+//! roofline chart. Studies' line, bar and Pareto plots (`sweep.rs`), the intensity spread
+//! (`intensity.rs`) and the optimizer's convergence (`optimize.rs`) take their style from
+//! here. A new chart: a function returning SVG text, from data a library type holds.
+
+use plotters::prelude::*;
+
+use crate::perf::roofline::Roofline;
+use crate::workload::KernelClass;
+
+/// The one font family of every chart.
+pub(super) const FONT: &str = "sans-serif";
+
+/// Colours told apart at a glance (Tableau's ten, first six), for series drawn as dots.
+const DISTINCT: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+/// The colour of series `i`: [`DISTINCT`]'s first, then the plotting library's palette.
+pub(super) fn distinct(i: usize) -> RGBAColor {
+    DISTINCT
+        .get(i)
+        .map_or_else(|| Palette99::pick(i).to_rgba(), |c| c.to_rgba())
+}
+
+/// A rate with an SI prefix and its unit: 3.35 TB/s, 989 TFLOP/s.
+fn rate(v: f64, unit: &str) -> String {
+    let (scale, prefix) = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+        .into_iter()
+        .find(|(s, _)| v.abs() >= *s)
+        .unwrap_or((1.0, ""));
+    format!("{:.3} {prefix}{unit}", v / scale)
+}
+
+/// The roofline chart: log-log, operational intensity against main memory (FLOP/byte)
+/// across, achieved FLOP/s up; one line per memory level's bandwidth and one roof per
+/// precision, each labelled with its rate; each kernel a dot coloured by its class and
+/// sized by its share of the time. Kernels whose operands never leave the chip (no main
+/// memory traffic) sit at the right edge.
+pub(super) fn roofline_svg(title: &str, r: &Roofline) -> anyhow::Result<String> {
+    let peak = r.peak_flops_per_s().max(1.0);
+    let finite = |x: f64| x.is_finite() && x > 0.0;
+    let intensities: Vec<f64> = r
+        .points
+        .iter()
+        .map(|p| p.intensity_flop_per_byte)
+        .filter(|&x| finite(x))
+        .collect();
+    // The ridge of the slowest level bounds the interesting range on the right.
+    let ridge = r
+        .ceilings
+        .iter()
+        .map(|c| peak / c.bandwidth_bytes_per_s.max(1.0))
+        .fold(1.0f64, f64::max);
+    let x_lo = intensities
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min)
+        .clamp(1e-3, 0.1)
+        / 2.0;
+    let x_hi = intensities
+        .iter()
+        .copied()
+        .fold(ridge * 4.0, f64::max)
+        .min(1e7)
+        * 2.0;
+    let y_lo = r
+        .points
+        .iter()
+        .map(|p| p.achieved_flops_per_s)
+        .filter(|&y| finite(y))
+        .fold(peak, f64::min)
+        .min(x_lo * r.main_memory().map_or(1.0, |c| c.bandwidth_bytes_per_s))
+        .max(peak * 1e-9)
+        / 2.0;
+    let y_hi = peak * 3.0;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (960, 620)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let root = root.titled(title, (FONT, 18))?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(12)
+            .x_label_area_size(48)
+            .y_label_area_size(78)
+            .build_cartesian_2d((x_lo..x_hi).log_scale(), (y_lo..y_hi).log_scale())?;
+        chart
+            .configure_mesh()
+            .x_desc("operational intensity against main memory (FLOP/byte)")
+            .y_desc("achieved (FLOP/s)")
+            .x_label_formatter(&|x| format!("{x:.0e}"))
+            .y_label_formatter(&|y| format!("{y:.0e}"))
+            .label_style((FONT, 12))
+            .axis_desc_style((FONT, 14))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()?;
+        // Bandwidth lines, innermost (fastest) first, in greys darkening outward.
+        let levels = r.ceilings.len().max(1);
+        for (i, c) in r.ceilings.iter().enumerate() {
+            let shade = 170 - (120 * i / levels) as u8;
+            let color = RGBColor(shade, shade, shade);
+            let knee = (peak / c.bandwidth_bytes_per_s.max(1.0)).clamp(x_lo, x_hi);
+            chart.draw_series(LineSeries::new(
+                [(x_lo, c.bandwidth_bytes_per_s * x_lo), (knee, peak)],
+                color.stroke_width(2),
+            ))?;
+            // Labels at the left edge, each just above its line (the lines part there by
+            // their bandwidths' ratios).
+            let at = x_lo * 1.2;
+            chart.draw_series(std::iter::once(Text::new(
+                format!("{} {}", c.level, rate(c.bandwidth_bytes_per_s, "B/s")),
+                (at, c.bandwidth_bytes_per_s * at * 1.12),
+                (FONT, 12).into_font().color(&color.mix(1.0)),
+            )))?;
+        }
+        // Compute roofs, one per rate (precisions at the same rate share one label).
+        let mut roofs: Vec<(f64, Vec<&str>)> = Vec::new();
+        for roof in &r.roofs {
+            match roofs.iter_mut().find(|(f, _)| *f == roof.flops_per_s) {
+                Some((_, names)) => names.push(roof.precision.name()),
+                None => roofs.push((roof.flops_per_s, vec![roof.precision.name()])),
+            }
+        }
+        for (flops, names) in &roofs {
+            chart.draw_series(LineSeries::new(
+                [(x_lo, *flops), (x_hi, *flops)],
+                BLACK.mix(0.55).stroke_width(1),
+            ))?;
+            chart.draw_series(std::iter::once(Text::new(
+                format!("{} {}", names.join(", "), rate(*flops, "FLOP/s")),
+                (x_lo * 1.2, flops * 1.06),
+                (FONT, 12),
+            )))?;
+        }
+        if r.points.iter().any(|p| !finite(p.intensity_flop_per_byte)) {
+            chart.draw_series(std::iter::once(Text::new(
+                "right edge: no main-memory traffic",
+                (x_hi / 30.0, y_lo * 1.6),
+                (FONT, 11).into_font().color(&BLACK.mix(0.6)),
+            )))?;
+        }
+        // Kernels by class, the largest share drawn first so small dots stay on top.
+        let mut order: Vec<usize> = (0..r.points.len()).collect();
+        order.sort_by(|&a, &b| r.points[b].time_share.total_cmp(&r.points[a].time_share));
+        for class in KernelClass::ALL {
+            let color = distinct(class as usize);
+            let dots: Vec<(f64, f64, f64)> = order
+                .iter()
+                .map(|&i| &r.points[i])
+                .filter(|p| p.class == class && finite(p.achieved_flops_per_s))
+                .map(|p| {
+                    let x = if finite(p.intensity_flop_per_byte) {
+                        p.intensity_flop_per_byte.clamp(x_lo, x_hi)
+                    } else {
+                        x_hi / 1.2
+                    };
+                    (x, p.achieved_flops_per_s, p.time_share)
+                })
+                .collect();
+            if dots.is_empty() {
+                continue;
+            }
+            chart
+                .draw_series(dots.iter().map(|&(x, y, share)| {
+                    let radius = 3 + (14.0 * share.sqrt()).round() as i32;
+                    Circle::new((x, y), radius, color.mix(0.55).filled())
+                }))?
+                .label(class.name())
+                .legend(move |(x, y)| Circle::new((x + 8, y), 5, color.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .label_font((FONT, 12))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
+}

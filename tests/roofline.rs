@@ -1,0 +1,144 @@
+//! The roofline chart's data (issue 31): ceilings, roofs and kernels where the model puts
+//! them, and `predict --plot`.
+
+mod common;
+
+use common::{root, stackflow, Scratch};
+use stackflow::config::Source;
+use stackflow::domain::Precision;
+use stackflow::network::System;
+use stackflow::perf::roofline::Roofline;
+use stackflow::perf::{Bound, Evaluator};
+use stackflow::workload::Workload;
+
+/// A GEMM sweep on H100 from skinny (one row) to square (8192 rows) against 8192 x 8192
+/// weights: the points climb the HBM line, then sit under the BF16 roof; none is above
+/// what the roofline allows at its intensity.
+#[test]
+fn gemm_sweep_moves_from_the_memory_line_to_the_compute_roof() {
+    let arch = System::load(Source::Disk, &root().join("templates/dgx-h100.yaml"))
+        .unwrap()
+        .accelerator()
+        .unwrap();
+    let mut ev = Evaluator::new(&arch);
+    let rows = [1u64, 8, 64, 256, 1024, 4096, 8192];
+    let points: Vec<_> = rows
+        .iter()
+        .map(|m| {
+            let text =
+                format!("version: 1\nkind: gemm\nm: {m}\nk: 8192\nn: 8192\nprecision: bf16\n");
+            let g = Workload::from_yaml("gemm.yaml", &text).unwrap().graph();
+            let p = ev.predict(&g, &[]);
+            let r = Roofline::of(&ev.machine, &p.kernels);
+            assert_eq!(r.points.len(), 1);
+            (r.points[0].clone(), r)
+        })
+        .collect();
+    for (m, (p, _)) in rows.iter().zip(&points) {
+        println!(
+            "m {m:>5}: {:8.2} FLOP/B, {:.3e} FLOP/s, {}",
+            p.intensity_flop_per_byte, p.achieved_flops_per_s, p.bound
+        );
+    }
+    let (first, r) = &points[0];
+    let hbm = r.main_memory().unwrap();
+    assert_eq!(hbm.level, "dram");
+    let roof = r
+        .roofs
+        .iter()
+        .find(|x| x.precision == Precision::Bf16)
+        .unwrap()
+        .flops_per_s;
+    // Skinny: bound by HBM, on its line (the launch keeps it a little under).
+    assert_eq!(first.bound, Bound::Memory("dram".into()));
+    let line = hbm.bandwidth_bytes_per_s * first.intensity_flop_per_byte;
+    assert!(first.achieved_flops_per_s <= line * (1.0 + 1e-9));
+    assert!(first.achieved_flops_per_s > 0.8 * line, "{first:?}");
+    assert!(first.achieved_flops_per_s < 0.01 * roof);
+    // Square: bound by compute, under the BF16 roof.
+    let (last, _) = points.last().unwrap();
+    assert_eq!(last.bound, Bound::Compute);
+    assert!(last.achieved_flops_per_s <= roof * (1.0 + 1e-9));
+    assert!(last.achieved_flops_per_s > 0.8 * roof, "{last:?}");
+    // Intensity grows with the rows while the product is bound by memory, and never falls
+    // (once tiles, not the operands, set the traffic it stays); the bound turns from memory
+    // to compute once; every point is under the roofline at its intensity.
+    for w in points.windows(2) {
+        let (a, b) = (&w[0].0, &w[1].0);
+        assert!(b.intensity_flop_per_byte >= a.intensity_flop_per_byte);
+        if a.bound != Bound::Compute {
+            assert!(b.intensity_flop_per_byte > a.intensity_flop_per_byte);
+        }
+    }
+    let turns = points
+        .windows(2)
+        .filter(|w| (w[0].0.bound == Bound::Compute) != (w[1].0.bound == Bound::Compute))
+        .count();
+    assert_eq!(turns, 1);
+    for (p, r) in &points {
+        let allowed = r.attainable(Precision::Bf16, p.intensity_flop_per_byte);
+        assert!(p.achieved_flops_per_s <= allowed * (1.0 + 1e-9), "{p:?}");
+    }
+}
+
+/// `predict --plot DIR` writes the chart and its data; a file where the directory should be
+/// exits 2 naming it.
+#[test]
+fn predict_plot_writes_the_chart_and_its_data() {
+    let scratch = Scratch::new("roofline-plot");
+    let dir = scratch.path().join("charts");
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--workload",
+        "workloads/gpt-1.7b.yaml",
+        "--budget",
+        "budgets/h100.yaml",
+        "--plot",
+        &dir.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let svg = std::fs::read_to_string(dir.join("roofline.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    for text in [
+        "dram 2.680 TB/s",
+        "bf16, fp16",
+        "gemm",
+        "attention",
+        "pointwise",
+    ] {
+        assert!(svg.contains(text), "{text} missing from the chart");
+    }
+    let csv = std::fs::read_to_string(dir.join("roofline.csv")).unwrap();
+    let kernels = csv.lines().filter(|l| l.contains(",kernel,")).count();
+    assert!(kernels > 10, "{csv}");
+    assert!(csv.contains("step,ceiling,dram,"));
+    // A served model gets one chart per phase.
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--workload",
+        "workloads/llama2-70b-decode.yaml",
+        "--budget",
+        "budgets/h100.yaml",
+        "--plot",
+        &dir.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(dir.join("roofline-prefill.svg").is_file());
+    assert!(dir.join("roofline-decode.svg").is_file());
+    // A file in the directory's place.
+    let file = scratch.write("not-a-dir", "x");
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--workload",
+        "workloads/gpt-1.7b.yaml",
+        "--budget",
+        "budgets/h100.yaml",
+        "--plot",
+        &file,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("not-a-dir") && err.contains("not a directory"),
+        "{err}"
+    );
+}
