@@ -214,6 +214,7 @@ def search(
     exhaustive: bool = False,
     per_layer_type: bool = False,
     csv: Optional[Union[str, "os.PathLike[str]"]] = None,
+    plot: Optional[Union[str, "os.PathLike[str]"]] = None,
     slo_ttft_ms: Optional[float] = None,
     slo_tpot_ms: Optional[float] = None,
     no_disaggregate: bool = False,
@@ -232,7 +233,9 @@ def search(
     ``devices`` defaults to the system's; ``base`` is the strategy to start from (default:
     data parallelism with the least ZeRO stage that fits); ``top`` (default 10, at most 1000)
     strategies are listed by time; ``exhaustive`` prices every strategy that fits instead of
-    pruning by lower bounds; ``per_layer_type`` then splits each layer type its own way.
+    pruning by lower bounds; ``per_layer_type`` then splits each layer type its own way;
+    ``plot`` writes the Pareto chart and its data (``pareto.svg``, ``pareto.csv``) to that
+    directory.
     Returns ``search --json``'s report: the best strategy, the top N, the Pareto front of time
     against memory per device, and the search's counts (its ``wall_s`` is the search's own
     time). When nothing fits, the report says so (the command exits 3; this returns it).
@@ -265,6 +268,7 @@ def search(
     line.switch("--exhaustive", exhaustive)
     line.switch("--per-layer-type", per_layer_type)
     line.value("--csv", os.fspath(csv) if csv is not None else None)
+    line.value("--plot", os.fspath(plot) if plot is not None else None)
     line.value("--slo-ttft-ms", slo_ttft_ms)
     line.value("--slo-tpot-ms", slo_tpot_ms)
     line.switch("--no-disaggregate", no_disaggregate)

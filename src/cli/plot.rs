@@ -184,3 +184,147 @@ pub(super) fn roofline_svg(title: &str, r: &Roofline) -> anyhow::Result<String> 
     }
     Ok(svg)
 }
+
+/// One strategy on the Pareto chart.
+pub(super) struct ParetoPoint<'a> {
+    pub(super) strategy: &'a str,
+    pub(super) memory_bytes: f64,
+    /// `None`: it does not fit, and was not timed.
+    pub(super) time_s: Option<f64>,
+    pub(super) feasible: bool,
+}
+
+/// The strategies a search kept, time per iteration against memory per device: the
+/// fastest that fit (dots), the Pareto front among them (joined), the chosen one (ringed
+/// and named) and the base (named; hollow when it does not fit); the device's capacity as a
+/// dashed line, what lies right of it out of memory.
+pub(super) fn pareto_svg(
+    title: &str,
+    kept: &[ParetoPoint],
+    front: &[ParetoPoint],
+    chosen: Option<&ParetoPoint>,
+    base: Option<&ParetoPoint>,
+    capacity_bytes: f64,
+) -> anyhow::Result<String> {
+    const GIB: f64 = (1u64 << 30) as f64;
+    let all = kept
+        .iter()
+        .chain(front)
+        .chain(chosen)
+        .chain(base)
+        .collect::<Vec<_>>();
+    let x_hi = all
+        .iter()
+        .map(|p| p.memory_bytes)
+        .fold(capacity_bytes, f64::max)
+        / GIB
+        * 1.12;
+    let times: Vec<f64> = all.iter().filter_map(|p| p.time_s).collect();
+    let (t_lo, t_hi) = times
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |(a, b), &t| (a.min(t), b.max(t)));
+    let (y_lo, y_hi) = if times.is_empty() {
+        (0.0, 1.0)
+    } else {
+        let pad = ((t_hi - t_lo) * 0.1).max(t_hi * 0.02);
+        ((t_lo - pad).max(0.0), t_hi + 2.0 * pad)
+    };
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (960, 560)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let root = root.titled(title, (FONT, 18))?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(14)
+            .x_label_area_size(46)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..x_hi, y_lo..y_hi)?;
+        chart
+            .configure_mesh()
+            .x_desc("memory per device (GiB)")
+            .y_desc("time per iteration (s)")
+            .label_style((FONT, 12))
+            .axis_desc_style((FONT, 14))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()?;
+        // The capacity, and the out-of-memory side shaded.
+        let cap = capacity_bytes / GIB;
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(cap, y_lo), (x_hi, y_hi)],
+            RGBColor(214, 39, 40).mix(0.06).filled(),
+        )))?;
+        chart.draw_series(DashedLineSeries::new(
+            [(cap, y_lo), (cap, y_hi)],
+            6,
+            4,
+            RGBColor(214, 39, 40).stroke_width(2),
+        ))?;
+        chart.draw_series(std::iter::once(Text::new(
+            format!("capacity {cap:.0} GiB: out of memory to the right"),
+            (cap * 0.55, y_hi - (y_hi - y_lo) * 0.04),
+            (FONT, 12).into_font().color(&RGBColor(214, 39, 40)),
+        )))?;
+        let at = |p: &ParetoPoint| p.time_s.map(|t| (p.memory_bytes / GIB, t));
+        let grey = RGBColor(120, 120, 120);
+        chart
+            .draw_series(
+                kept.iter()
+                    .filter_map(at)
+                    .map(|xy| Circle::new(xy, 4, grey.mix(0.7).filled())),
+            )?
+            .label("fastest that fit")
+            .legend(move |(x, y)| Circle::new((x + 8, y), 4, grey.filled()));
+        let blue = distinct(0);
+        let mut line: Vec<(f64, f64)> = front.iter().filter_map(at).collect();
+        line.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart.draw_series(LineSeries::new(line.clone(), blue.stroke_width(2)))?;
+        chart
+            .draw_series(line.iter().map(|&xy| Circle::new(xy, 5, blue.filled())))?
+            .label("Pareto front (time, memory)")
+            .legend(move |(x, y)| Circle::new((x + 8, y), 5, blue.filled()));
+        let mut named = |p: &ParetoPoint, what: &str, color: RGBAColor| -> anyhow::Result<()> {
+            if let Some(xy) = at(p) {
+                let style = if p.feasible {
+                    color.filled()
+                } else {
+                    color.stroke_width(2)
+                };
+                chart.draw_series(std::iter::once(Circle::new(xy, 8, style)))?;
+                let label = if p.feasible {
+                    format!("{what}: {}", p.strategy)
+                } else {
+                    format!("{what} (does not fit): {}", p.strategy)
+                };
+                // Right of the dot, or left of it in the chart's right half (about 6.5 px
+                // a character over some 820 px of plot).
+                let width = label.len() as f64 * 6.5 / 820.0 * x_hi;
+                let x = if xy.0 > 0.5 * x_hi {
+                    xy.0 - width - x_hi * 0.012
+                } else {
+                    xy.0 + x_hi * 0.012
+                };
+                chart.draw_series(std::iter::once(Text::new(
+                    label,
+                    (x.max(0.0), xy.1 + (y_hi - y_lo) * 0.03),
+                    (FONT, 12).into_font().color(&color),
+                )))?;
+            }
+            Ok(())
+        };
+        if let Some(b) = base {
+            named(b, "base", distinct(3))?;
+        }
+        if let Some(c) = chosen {
+            named(c, "chosen", distinct(2))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font((FONT, 12))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
+}

@@ -61,6 +61,10 @@ pub struct SearchArgs {
     /// Write the top N and the Pareto front to this CSV file.
     #[arg(long)]
     csv: Option<PathBuf>,
+    /// Directory for the Pareto chart (pareto.svg: time against memory per device, the
+    /// chosen strategy and the base marked) and its data (pareto.csv).
+    #[arg(long)]
+    plot: Option<PathBuf>,
     /// A serving workload only: leave prefill/decode disaggregation out of the search.
     #[arg(long)]
     no_disaggregate: bool,
@@ -197,6 +201,15 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
     if let Some(path) = &a.csv {
         write_csv(path, &r)?;
     }
+    if let Some(dir) = &a.plot {
+        let title = format!(
+            "{} on {} x {}: time against memory per device",
+            workload.name(),
+            devices,
+            system.name
+        );
+        write_pareto(dir, &title, &r, arch.memory_capacity_bytes)?;
+    }
     if a.json {
         let mut value = serde_json::to_value(&report)?;
         value["headline"] = headline(&report).into();
@@ -231,8 +244,13 @@ fn run_serving(a: &SearchArgs, workload: &Workload, file: &Path) -> anyhow::Resu
             file.display()
         );
     };
-    if a.slice.is_some() || a.base.is_some() || a.per_layer_type || a.csv.is_some() {
-        bail!("--slice, --base, --per-layer-type and --csv search training strategies; a serving search takes none");
+    if a.slice.is_some()
+        || a.base.is_some()
+        || a.per_layer_type
+        || a.csv.is_some()
+        || a.plot.is_some()
+    {
+        bail!("--slice, --base, --per-layer-type, --csv and --plot search training strategies; a serving search takes none");
     }
     let system = load_system(&a.system, None, &a.host)?;
     let arch = system.accelerator()?;
@@ -563,6 +581,41 @@ fn table(s: &mut String, rows: &[Candidate]) {
 }
 
 /// The top N and the Pareto front, one row each, written atomically.
+/// Writes the Pareto chart (`pareto.svg`) and its data (`pareto.csv`, as `--csv` writes
+/// it) into `dir`, created if missing; each file atomically.
+fn write_pareto(dir: &Path, title: &str, r: &SearchResult, capacity: f64) -> anyhow::Result<()> {
+    use super::plot::{pareto_svg, ParetoPoint};
+    anyhow::ensure!(
+        !dir.is_file(),
+        "--plot {}: a file, not a directory for the charts",
+        dir.display()
+    );
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    fn point(c: &search::Candidate) -> ParetoPoint<'_> {
+        ParetoPoint {
+            strategy: &c.strategy,
+            memory_bytes: c.memory_per_device_bytes,
+            time_s: Some(c.time_per_iteration_s).filter(|t| t.is_finite()),
+            feasible: c.feasible,
+        }
+    }
+    let kept: Vec<ParetoPoint> = r.top.iter().map(point).collect();
+    let front: Vec<ParetoPoint> = r.pareto.iter().map(point).collect();
+    let chosen = r.best.as_ref().map(point);
+    let base = r.base.as_ref().map(point);
+    let svg = pareto_svg(
+        title,
+        &kept,
+        &front,
+        chosen.as_ref(),
+        base.as_ref(),
+        capacity,
+    )?;
+    let path = dir.join("pareto.svg");
+    write_atomic(&path, svg.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    write_csv(&dir.join("pareto.csv"), r)
+}
+
 fn write_csv(path: &Path, r: &SearchResult) -> anyhow::Result<()> {
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record([

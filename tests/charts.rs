@@ -1,5 +1,5 @@
-//! The roofline chart's data (issue 31): ceilings, roofs and kernels where the model puts
-//! them, and `predict --plot`.
+//! Charts (issue 31): the roofline's data (ceilings, roofs and kernels where the model
+//! puts them) and `predict --plot`; the search's Pareto chart (`search --plot`).
 
 mod common;
 
@@ -141,4 +141,46 @@ fn predict_plot_writes_the_chart_and_its_data() {
         err.contains("not-a-dir") && err.contains("not a directory"),
         "{err}"
     );
+}
+
+/// `search --plot DIR`: the Pareto chart of time against memory per device, with the
+/// chosen strategy, the base and the capacity marked, and its data.
+#[test]
+fn search_plot_draws_the_pareto_front() {
+    let scratch = Scratch::new("pareto-plot");
+    let dir = scratch.path().join("search");
+    let (code, out, err) = stackflow(&[
+        "search",
+        "--workload",
+        "workloads/gpt-1.7b.yaml",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "8",
+        "--plot",
+        &dir.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let best = out
+        .split_whitespace()
+        .skip_while(|w| *w != "best")
+        .nth(1)
+        .unwrap()
+        .to_string();
+    let svg = std::fs::read_to_string(dir.join("pareto.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert!(
+        svg.contains(&format!("chosen: {best}")),
+        "{best} not marked"
+    );
+    for text in [
+        "base",
+        "capacity 80 GiB",
+        "Pareto front",
+        "memory per device (GiB)",
+    ] {
+        assert!(svg.contains(text), "{text} missing from the chart");
+    }
+    let csv = std::fs::read_to_string(dir.join("pareto.csv")).unwrap();
+    assert!(csv.lines().any(|l| l.starts_with("pareto,1,")), "{csv}");
 }
