@@ -184,3 +184,53 @@ fn search_plot_draws_the_pareto_front() {
     let csv = std::fs::read_to_string(dir.join("pareto.csv")).unwrap();
     assert!(csv.lines().any(|l| l.starts_with("pareto,1,")), "{csv}");
 }
+
+/// `predict --system --plot DIR`: one roofline per kind of pipeline stage (first, middle,
+/// last), each kernel at its micro-batch's size on one device; Megatron's GPT-3 175B on
+/// 1024 A100s.
+#[test]
+fn system_plot_draws_each_kind_of_stage() {
+    let scratch = Scratch::new("stage-rooflines");
+    let dir = scratch.path().join("gpt3");
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--workload",
+        "workloads/gpt3-175b.yaml",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "1024",
+        "--strategy",
+        "t8-p16-d8-mb1-i2-sp-rc=selective",
+        "--plot",
+        &dir.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let mut charts: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".svg"))
+        .collect();
+    charts.sort();
+    assert_eq!(
+        charts,
+        [
+            "roofline-stage-0.svg",
+            "roofline-stage-15.svg",
+            "roofline-stages-1-14.svg"
+        ],
+        "{charts:?}"
+    );
+    // A micro-batch of one 2048-token sequence, the QKV product split 8 ways (2048 rows,
+    // 12288 by 4608): a compute-bound product under A100's 312 TFLOP/s BF16 peak.
+    let csv = std::fs::read_to_string(dir.join("roofline.csv")).unwrap();
+    let qkv = csv
+        .lines()
+        .find(|l| l.starts_with("stages 1-14,kernel,qkv projection,"))
+        .unwrap_or_else(|| panic!("{csv}"));
+    let fields: Vec<&str> = qkv.split(',').collect();
+    let (count, achieved): (u64, f64) = (fields[4].parse().unwrap(), fields[6].parse().unwrap());
+    // 96 layers over 16 stages: 6 per device.
+    assert_eq!(count, 6, "{qkv}");
+    assert!(achieved > 1e14 && achieved < 312e12, "{qkv}");
+}

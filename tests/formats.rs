@@ -215,3 +215,73 @@ fn formats_are_independent_and_checked() {
     assert!((ratio - 0.5).abs() < 1e-9, "{ratio}");
     assert!(v["time_per_output_token_s"].as_f64() < base["time_per_output_token_s"].as_f64());
 }
+
+/// H100's FP8 cap (`stack.fp8_compute_utilization`, 0.51) stretches FP8 products alone,
+/// by 0.70 / 0.51 against the stack's cap for every precision; compute energy stays the
+/// work's; a cap outside (0, 1] is refused naming the field.
+#[test]
+fn the_fp8_cap_stretches_fp8_products_alone() {
+    use stackflow::perf::EnergyRates;
+    use stackflow::workload::{Kernel, KernelClass, LayerType, Phase, Position, Split};
+    let capped = h100();
+    assert_eq!(capped.caps.fp8_compute_utilization, Some(0.51));
+    let mut uncapped = capped.clone();
+    uncapped.caps.fp8_compute_utilization = None;
+    let gemm = |p: stackflow::domain::Precision| Kernel {
+        name: "square".into(),
+        class: KernelClass::Gemm,
+        phase: Phase::Forward,
+        precision: p,
+        math: p,
+        wire: p,
+        weights: None,
+        count: 1,
+        op: Op::Gemm {
+            batch: 1,
+            m: 8192,
+            k: 8192,
+            n: 8192,
+        },
+        split: Split::Replicated,
+        position: Position::Layer,
+        layer: LayerType::Dense,
+    };
+    let (fp8, bf16) = (
+        gemm(stackflow::domain::Precision::Fp8),
+        gemm(stackflow::domain::Precision::Bf16),
+    );
+    let (a, b) = (
+        Evaluator::new(&capped).kernel(&fp8),
+        Evaluator::new(&uncapped).kernel(&fp8),
+    );
+    common::assert_close(
+        "FP8 product stretched",
+        a.compute_s / b.compute_s,
+        0.70 / 0.51,
+        1e-9,
+    );
+    let (c, d) = (
+        Evaluator::new(&capped).kernel(&bf16),
+        Evaluator::new(&uncapped).kernel(&bf16),
+    );
+    assert_eq!(c.compute_s, d.compute_s);
+    let (ea, eb) = (
+        EnergyRates::of(&capped).kernel_j(&a).0,
+        EnergyRates::of(&uncapped).kernel_j(&b).0,
+    );
+    common::assert_close("FP8 compute energy", ea, eb, 1e-9);
+    let text = std::fs::read_to_string(root().join("templates/gpu-h100.yaml")).unwrap();
+    for bad in ["0", "1.5"] {
+        let t = text.replace(
+            "fp8_compute_utilization: 0.51",
+            &format!("fp8_compute_utilization: {bad}"),
+        );
+        let e = stackflow::template::Template::from_yaml("gpu-h100.yaml", &t)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("gpu-h100.yaml") && e.contains("stack.fp8_compute_utilization"),
+            "{e}"
+        );
+    }
+}

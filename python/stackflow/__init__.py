@@ -170,8 +170,8 @@ def predict(
     ``budget`` to ``budgets/h100.yaml``. ``tables`` (``"device"``, ``"host"``, ``"auto"``)
     and ``host_transfers`` (``"direct"``, ``"staged"``) place a recommendation model's
     embedding tables; ``grid_kg_per_kwh`` and ``pue`` add operational CO2e; ``csv`` also
-    writes the kernels or collectives to that file; ``plot`` (one accelerator) writes the
-    roofline chart and its data (``roofline.svg``, ``roofline.csv``) to that directory. Returns ``predict --json``'s report
+    writes the kernels or collectives to that file; ``plot`` writes the roofline charts and
+    their data (``roofline*.svg``, ``roofline.csv``) to that directory. Returns ``predict --json``'s report
     (``time_per_iteration_s``, ``feasible``, ``violations``, per-kernel classes, energy, ...).
 
     >>> p = stackflow.predict("workloads/gemm-8192.yaml", budget="budgets/a100.yaml")

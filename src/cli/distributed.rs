@@ -31,6 +31,8 @@ pub struct Args<'a> {
     pub json: bool,
     /// `--csv`: the kernel classes and collectives to this file.
     pub csv: Option<&'a Path>,
+    /// `--plot`: the roofline chart of each kind of stage into this directory.
+    pub plot: Option<&'a Path>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -79,6 +81,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                  one strategy for every layer"
             );
         }
+        if args.plot.is_some() {
+            bail!("--plot: a per-layer-type prediction has no roofline chart yet; give one strategy for every layer");
+        }
         let s = LayerStrategy::parse(text)?;
         let p = predict_layered(
             &workload,
@@ -120,6 +125,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => load_strategy(args.strategy, &system, devices)?,
     };
     if let Some((t, spec)) = workload.serving() {
+        if args.plot.is_some() {
+            bail!(
+                "--plot: a served model's roofline is drawn on one accelerator (--budget, no \
+                 --system); its distributed prefill and decode have no chart yet"
+            );
+        }
         let p = predict_inference(t, spec, &arch, &network, &strategy)?;
         let carbon = args.carbon.map(|r| r.kg_per_joule() * p.joules_per_token);
         if args.json {
@@ -143,7 +154,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    if let Some(dir) = args.plot {
+        super::plot::prepare(dir)?;
+    }
     let prediction = predict(&workload, &arch, &network, &strategy)?;
+    if let Some(dir) = args.plot {
+        stage_rooflines(dir, &workload, &arch, &strategy, &prediction)?;
+    }
     // Operational emissions of every device's energy (TPU v4 paper Sec. 7.6).
     let carbon = args.carbon.map(|r| r.kg_per_joule() * prediction.energy_j);
     let serving = workload.queries_per_batch().map(|q| {
@@ -224,6 +241,52 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         super::predict::write_csv(path, &serde_json::to_value(&prediction)?)?;
     }
     Ok(())
+}
+
+/// The roofline of one device of every pipeline stage (one chart per run of stages with the
+/// same kernels: a pipeline's first, middle and last stages), each kernel at its
+/// micro-batch's size, timed as the prediction times it.
+fn stage_rooflines(
+    dir: &Path,
+    workload: &Workload,
+    arch: &crate::generator::Architecture,
+    s: &Strategy,
+    p: &DistPrediction,
+) -> anyhow::Result<()> {
+    use crate::perf::roofline::Roofline;
+    use crate::perf::{Evaluator, KernelReport};
+    let graph = workload.graph();
+    let f_tok = p.micro_batch as f64 / graph.samples.max(1.0);
+    let mut evaluator = Evaluator::new(arch);
+    let mut charts: Vec<(String, Roofline)> = Vec::new();
+    let mut last: Option<Vec<(String, u64)>> = None;
+    let mut first_of_run = 0;
+    for stage in 0..s.pipeline {
+        let kernels = crate::distributed::micro_batch_kernels(&graph, s, stage, f_tok);
+        let shape: Vec<(String, u64)> = kernels.iter().map(|(k, c)| (k.name.clone(), *c)).collect();
+        if last.as_ref() == Some(&shape) {
+            if let Some(chart) = charts.last_mut() {
+                chart.0 = format!("stages {first_of_run}-{stage}");
+            }
+            continue;
+        }
+        first_of_run = stage;
+        last = Some(shape);
+        let reports: Vec<KernelReport> = kernels
+            .iter()
+            .map(|(k, count)| KernelReport::of(k, *count, evaluator.kernel(k)))
+            .collect();
+        let name = match s.pipeline {
+            1 => "step".to_string(),
+            _ => format!("stage {stage}"),
+        };
+        charts.push((name, Roofline::of(&evaluator.machine, &reports)));
+    }
+    let named: Vec<(&str, Roofline)> = charts
+        .iter()
+        .map(|(n, r)| (n.as_str(), r.clone()))
+        .collect();
+    super::predict::write_rooflines(dir, &p.workload, &arch.template, &named)
 }
 
 /// Whether `--strategy` gives a strategy per layer type (`attention:t8-d16,dense:...`)

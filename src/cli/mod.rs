@@ -618,9 +618,10 @@ struct PredictArgs {
     /// system), to this CSV file.
     #[arg(long)]
     csv: Option<PathBuf>,
-    /// Directory for the roofline chart (roofline.svg) and the data behind it
-    /// (roofline.csv) of one accelerator's prediction.
-    #[arg(long, conflicts_with = "system")]
+    /// Directory for the roofline chart (roofline.svg; one per kind of pipeline stage on a
+    /// system, a served model's prefill and decode on one accelerator) and the data behind
+    /// it (roofline.csv).
+    #[arg(long)]
     plot: Option<PathBuf>,
 }
 
@@ -642,6 +643,7 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
             carbon: carbon_rates(a.grid_kg_per_kwh, a.pue)?,
             json: a.json,
             csv: a.csv.as_deref(),
+            plot: a.plot.as_deref(),
         })
         .map(|()| Outcome::Done);
     }
@@ -654,6 +656,9 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
     } else {
         Source::Embedded
     };
+    if let Some(dir) = &a.plot {
+        plot::prepare(dir)?;
+    }
     let wl = import::workload(source, &workload_file, None)?;
     let (architecture, described) = load_architecture(&a)?;
     let graph = wl.graph();

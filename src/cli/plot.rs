@@ -11,6 +11,19 @@ use crate::workload::KernelClass;
 /// The one font family of every chart.
 pub(super) const FONT: &str = "sans-serif";
 
+/// Readies `dir` for a command's charts (`--plot DIR`): created if missing; a file in its
+/// place is refused naming it. Called before the command's work, so that a bad path costs
+/// nothing.
+pub(super) fn prepare(dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    anyhow::ensure!(
+        !dir.is_file(),
+        "--plot {}: a file, not a directory for the charts",
+        dir.display()
+    );
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+}
+
 /// Colours told apart at a glance (Tableau's ten, first six), for series drawn as dots.
 const DISTINCT: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
@@ -104,6 +117,10 @@ pub(super) fn roofline_svg(title: &str, r: &Roofline) -> anyhow::Result<String> 
         for (i, c) in r.ceilings.iter().enumerate() {
             let shade = 170 - (120 * i / levels) as u8;
             let color = RGBColor(shade, shade, shade);
+            if c.bandwidth_bytes_per_s * x_lo >= peak {
+                // Above the highest roof across the whole chart: it bounds nothing drawn.
+                continue;
+            }
             let knee = (peak / c.bandwidth_bytes_per_s.max(1.0)).clamp(x_lo, x_hi);
             chart.draw_series(LineSeries::new(
                 [(x_lo, c.bandwidth_bytes_per_s * x_lo), (knee, peak)],
@@ -159,7 +176,7 @@ pub(super) fn roofline_svg(title: &str, r: &Roofline) -> anyhow::Result<String> 
                     } else {
                         x_hi / 1.2
                     };
-                    (x, p.achieved_flops_per_s, p.time_share)
+                    (x, p.achieved_flops_per_s.clamp(y_lo, y_hi), p.time_share)
                 })
                 .collect();
             if dots.is_empty() {

@@ -279,13 +279,7 @@ pub fn write_rooflines(
     device: &str,
     charts: &[(&str, Roofline)],
 ) -> anyhow::Result<()> {
-    use anyhow::Context;
-    anyhow::ensure!(
-        !dir.is_file(),
-        "--plot {}: a file, not a directory for the charts",
-        dir.display()
-    );
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    super::plot::prepare(dir)?;
     let mut csv = csv::Writer::from_writer(Vec::new());
     csv.write_record([
         "chart",
@@ -302,7 +296,7 @@ pub fn write_rooflines(
     for (chart, r) in charts {
         let file = match charts.len() {
             1 => "roofline.svg".to_string(),
-            _ => format!("roofline-{chart}.svg"),
+            _ => format!("roofline-{}.svg", chart.replace(' ', "-")),
         };
         let title = format!("Roofline: {workload} ({chart}) on {device}");
         let svg = super::plot::roofline_svg(&title, r)?;

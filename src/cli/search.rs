@@ -166,6 +166,9 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
         let bar = bar.clone();
         Progress::new(move |n| bar.inc(n))
     };
+    if let Some(dir) = &a.plot {
+        super::plot::prepare(dir)?;
+    }
     let start = Instant::now();
     let r = search::search(
         &workload,
@@ -580,17 +583,11 @@ fn table(s: &mut String, rows: &[Candidate]) {
     ));
 }
 
-/// The top N and the Pareto front, one row each, written atomically.
 /// Writes the Pareto chart (`pareto.svg`) and its data (`pareto.csv`, as `--csv` writes
 /// it) into `dir`, created if missing; each file atomically.
 fn write_pareto(dir: &Path, title: &str, r: &SearchResult, capacity: f64) -> anyhow::Result<()> {
     use super::plot::{pareto_svg, ParetoPoint};
-    anyhow::ensure!(
-        !dir.is_file(),
-        "--plot {}: a file, not a directory for the charts",
-        dir.display()
-    );
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    super::plot::prepare(dir)?;
     fn point(c: &search::Candidate) -> ParetoPoint<'_> {
         ParetoPoint {
             strategy: &c.strategy,
@@ -616,6 +613,7 @@ fn write_pareto(dir: &Path, title: &str, r: &SearchResult, capacity: f64) -> any
     write_csv(&dir.join("pareto.csv"), r)
 }
 
+/// The top N and the Pareto front, one row each, written atomically.
 fn write_csv(path: &Path, r: &SearchResult) -> anyhow::Result<()> {
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record([

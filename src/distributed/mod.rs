@@ -55,4 +55,4 @@ pub use layered::{predict_layered, LayerStrategy, LayeredPlan, LayeredPrediction
 pub use predict::{evaluate, evaluate_with, predict, predict_with, Plan, Workspace};
 pub use report::{CommReport, ComputeReport, DistPrediction, LayerTimes};
 pub use serve::{predict_inference, DistInference};
-pub use work::device_kernels;
+pub use work::{device_kernels, micro_batch_kernels};

@@ -717,11 +717,22 @@ fn on_device(
 }
 
 /// The kernels one device of pipeline stage `stage` runs for one micro-batch of `graph`
-/// under `s`, with their counts: what [`stage_work`] prices, for tests and tools that look
-/// at a device's traffic. The optimizer's update is left out; so is the key and value
+/// under `s`, with their names and counts: what [`stage_work`] prices, for tests and tools
+/// that look at a device's traffic (the roofline chart). The optimizer's update is left out; so is the key and value
 /// exchange of context parallelism (a strategy with `context > 1` gives the kernels as its
 /// ranks split them). `stage` must be below `s.pipeline` (a stage of the strategy).
 pub fn device_kernels(graph: &Graph, s: &Strategy, stage: u64) -> Vec<(Kernel, u64)> {
+    micro_batch_kernels(graph, s, stage, 1.0)
+}
+
+/// [`device_kernels`] for one micro-batch of `f_tok` of the graph's samples (the
+/// prediction's `micro_batch / samples`): the kernels at the sizes the step runs them.
+pub fn micro_batch_kernels(
+    graph: &Graph,
+    s: &Strategy,
+    stage: u64,
+    f_tok: f64,
+) -> Vec<(Kernel, u64)> {
     let w = stage_weights(graph, s, stage);
     let trained = trained_layers(graph, stage_span(graph, s, stage));
     let span = (s.pipeline, stage, w.layers);
@@ -733,7 +744,8 @@ pub fn device_kernels(graph: &Graph, s: &Strategy, stage: u64) -> Vec<(Kernel, u
         .filter_map(|kernel| {
             let count = instances(kernel, graph, span, trained);
             (count > 0).then(|| {
-                let (k, count, _) = on_device(kernel, count, s, 1.0, 0.0, parallel_blocks);
+                let (mut k, count, _) = on_device(kernel, count, s, f_tok, 0.0, parallel_blocks);
+                k.name.clone_from(&kernel.name);
                 (k, count)
             })
         })

@@ -280,8 +280,10 @@ pub struct KernelTime {
     /// For GEMMs, the tile chosen at each level below home.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tiles: Vec<Option<Tile>>,
-    /// The share of the peak `compute_s` was stretched by (the machine's, or the FP8 cap
-    /// for FP8 products): the compute units spend energy on the work alone.
+    /// The share of the peak the compute energy is scaled by (the compute units spend
+    /// energy on the work alone): a product's the share its `compute_s` was stretched by
+    /// (the machine's, or the FP8 cap for FP8 products); every other kernel's the machine's
+    /// share, as energy has always been priced.
     #[serde(skip)]
     pub utilization: f64,
 }
@@ -644,19 +646,8 @@ impl Evaluator {
         let mut total = 0.0;
         for k in &graph.kernels {
             let t = self.kernel(k);
-            let count = k.count as f64;
-            total += t.time_s * count;
-            kernels.push(KernelReport {
-                name: k.name.clone(),
-                class: k.class,
-                phase: k.phase,
-                count: k.count,
-                flops: k.flops() * count,
-                time_s: t.time_s * count,
-                bound: t.bound.clone(),
-                op: k.op,
-                detail: t,
-            });
+            total += t.time_s * k.count as f64;
+            kernels.push(KernelReport::of(k, k.count, t));
         }
         let mut breakdown = Vec::new();
         for class in KernelClass::ALL {
@@ -770,6 +761,24 @@ pub struct KernelReport {
     pub op: Op,
     /// One repetition.
     pub detail: KernelTime,
+}
+
+impl KernelReport {
+    /// `count` instances of `kernel`, each taking `t`.
+    pub fn of(kernel: &Kernel, count: u64, t: KernelTime) -> KernelReport {
+        let n = count as f64;
+        KernelReport {
+            name: kernel.name.clone(),
+            class: kernel.class,
+            phase: kernel.phase,
+            count,
+            flops: kernel.flops() * n,
+            time_s: t.time_s * n,
+            bound: t.bound.clone(),
+            op: kernel.op,
+            detail: t,
+        }
+    }
 }
 
 /// Time spent in one class of kernels.
