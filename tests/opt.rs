@@ -434,6 +434,13 @@ fn optimize_improves_the_default_and_stays_within_every_budget() {
     assert!(std::fs::read_to_string(out.join("convergence.svg"))
         .unwrap()
         .contains("<svg"));
+    // A co-optimization also draws its strategy search's front at the given budget.
+    let co = &report["co_optimization"];
+    if !co.is_null() {
+        let svg = std::fs::read_to_string(out.join("pareto.svg")).unwrap();
+        let chosen = co["search"]["best"]["strategy"].as_str().unwrap();
+        assert!(svg.contains(chosen), "{chosen} not marked in pareto.svg");
+    }
 }
 
 #[test]

@@ -390,7 +390,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         );
     }
     print!("{rest}");
-    print_footer(&args, report.feasible);
+    print_footer(&args, report.feasible, report.co_optimization.is_some());
     Ok(outcome)
 }
 
@@ -604,15 +604,21 @@ fn budget_use(a: &Architecture) -> (Vec<(Resource, f64)>, Vec<Resource>) {
 }
 
 /// Prints where the outputs went (or how to get them) and, when so, that nothing was feasible.
-fn print_footer(args: &Args, feasible: bool) {
+fn print_footer(args: &Args, feasible: bool, co: bool) {
+    let pareto = if co { " and pareto.svg" } else { "" };
     match &args.out {
         Some(dir) => println!(
-            "\nwrote {0}/budget.yaml, {0}/report.json, {0}/trace.csv, {0}/convergence.svg",
-            dir.display()
+            "\nwrote {0}/budget.yaml, {0}/report.json, {0}/trace.csv, {0}/convergence.svg{1}",
+            dir.display(),
+            if co {
+                format!(", {}/pareto.svg", dir.display())
+            } else {
+                String::new()
+            }
         ),
-        None => {
-            println!("\n(--out DIR writes budget.yaml, report.json, trace.csv and convergence.svg)")
-        }
+        None => println!(
+            "\n(--out DIR writes budget.yaml, report.json, trace.csv, convergence.svg{pareto})"
+        ),
     }
     if !feasible {
         println!("\nNothing feasible was found (exit code 3).");
@@ -888,6 +894,43 @@ fn write_outputs(
         "convergence.svg",
         convergence_svg(&result.trace)?.as_bytes(),
     )?;
+    if let Some(co) = co {
+        // The strategy search at the given budget (step (a)): its front, its choice and
+        // the baseline, against the given design's capacity.
+        use super::plot::{pareto_svg, ParetoPoint};
+        let point = |strategy: &str, memory: f64, time: f64, feasible: bool| ParetoPoint {
+            strategy: strategy.to_string(),
+            memory_bytes: memory,
+            time_s: Some(time).filter(|t| t.is_finite()),
+            feasible,
+        };
+        let of = |c: &crate::opt::search::Candidate| {
+            point(
+                &c.strategy,
+                c.memory_per_device_bytes,
+                c.time_per_iteration_s,
+                c.feasible,
+            )
+        };
+        let kept: Vec<ParetoPoint> = co.search.top.iter().map(of).collect();
+        let front: Vec<ParetoPoint> = co.search.pareto.iter().map(of).collect();
+        let chosen = co.search.best.as_ref().map(of);
+        let base = co.search.base.as_ref().map(of);
+        let capacity = crate::generator::generate(design).memory_capacity_bytes;
+        let title = format!(
+            "{} on {} x {}: strategies at the given budget, time against memory per device",
+            report.workload, report.devices, report.system
+        );
+        let svg = pareto_svg(
+            &title,
+            &kept,
+            &front,
+            chosen.as_ref(),
+            base.as_ref(),
+            capacity,
+        )?;
+        write("pareto.svg", svg.as_bytes())?;
+    }
     Ok(())
 }
 

@@ -41,6 +41,21 @@ pub(super) fn distinct(i: usize) -> RGBAColor {
         .map_or_else(|| Palette99::pick(i).to_rgba(), |c| c.to_rgba())
 }
 
+/// A tick label on a log axis: whole numbers from 10, one decimal from 1, else the first
+/// significant digit's place (0.1, 0.05).
+fn tick(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.1}")
+    } else if v > 0.0 {
+        let places = (-v.log10()).ceil().max(1.0) as usize;
+        format!("{v:.places$}")
+    } else {
+        "0".into()
+    }
+}
+
 /// A rate with an SI prefix and its unit: 3.35 TB/s, 989 TFLOP/s.
 fn rate(v: f64, unit: &str) -> String {
     let (scale, prefix) = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
@@ -203,8 +218,8 @@ pub(super) fn roofline_svg(title: &str, r: &Roofline) -> anyhow::Result<String> 
 }
 
 /// One strategy on the Pareto chart.
-pub(super) struct ParetoPoint<'a> {
-    pub(super) strategy: &'a str,
+pub(super) struct ParetoPoint {
+    pub(super) strategy: String,
     pub(super) memory_bytes: f64,
     /// `None`: it does not fit, and was not timed.
     pub(super) time_s: Option<f64>,
@@ -230,21 +245,37 @@ pub(super) fn pareto_svg(
         .chain(chosen)
         .chain(base)
         .collect::<Vec<_>>();
-    let x_hi = all
+    // Log-log: fronts span decades of time (a strategy that fits in little memory can be
+    // many times slower) and of memory (up to the capacity).
+    let memory: Vec<f64> = all
         .iter()
-        .map(|p| p.memory_bytes)
-        .fold(capacity_bytes, f64::max)
-        / GIB
-        * 1.12;
-    let times: Vec<f64> = all.iter().filter_map(|p| p.time_s).collect();
+        .map(|p| p.memory_bytes / GIB)
+        .filter(|m| m.is_finite() && *m > 0.0)
+        .collect();
+    let x_hi = memory
+        .iter()
+        .copied()
+        .fold(capacity_bytes / GIB, f64::max)
+        .max(1e-3)
+        * 1.4;
+    let x_lo = memory
+        .iter()
+        .copied()
+        .fold(x_hi / 10.0, f64::min)
+        .max(x_hi * 1e-6)
+        / 1.5;
+    let times: Vec<f64> = all
+        .iter()
+        .filter_map(|p| p.time_s)
+        .filter(|t| *t > 0.0)
+        .collect();
     let (t_lo, t_hi) = times
         .iter()
         .fold((f64::INFINITY, 0.0f64), |(a, b), &t| (a.min(t), b.max(t)));
     let (y_lo, y_hi) = if times.is_empty() {
-        (0.0, 1.0)
+        (0.1, 10.0)
     } else {
-        let pad = ((t_hi - t_lo) * 0.1).max(t_hi * 0.02);
-        ((t_lo - pad).max(0.0), t_hi + 2.0 * pad)
+        (t_lo / 1.5, t_hi * 2.5)
     };
     let mut svg = String::new();
     {
@@ -255,11 +286,13 @@ pub(super) fn pareto_svg(
             .margin(14)
             .x_label_area_size(46)
             .y_label_area_size(70)
-            .build_cartesian_2d(0.0..x_hi, y_lo..y_hi)?;
+            .build_cartesian_2d((x_lo..x_hi).log_scale(), (y_lo..y_hi).log_scale())?;
         chart
             .configure_mesh()
             .x_desc("memory per device (GiB)")
             .y_desc("time per iteration (s)")
+            .x_label_formatter(&|x| tick(*x))
+            .y_label_formatter(&|y| tick(*y))
             .label_style((FONT, 12))
             .axis_desc_style((FONT, 14))
             .light_line_style(WHITE.mix(0.0))
@@ -278,7 +311,10 @@ pub(super) fn pareto_svg(
         ))?;
         chart.draw_series(std::iter::once(Text::new(
             format!("capacity {cap:.0} GiB: out of memory to the right"),
-            (cap * 0.55, y_hi - (y_hi - y_lo) * 0.04),
+            (
+                cap / (x_hi / x_lo).powf(0.36),
+                y_hi / (y_hi / y_lo).powf(0.05),
+            ),
             (FONT, 12).into_font().color(&RGBColor(214, 39, 40)),
         )))?;
         let at = |p: &ParetoPoint| p.time_s.map(|t| (p.memory_bytes / GIB, t));
@@ -299,44 +335,55 @@ pub(super) fn pareto_svg(
             .draw_series(line.iter().map(|&xy| Circle::new(xy, 5, blue.filled())))?
             .label("Pareto front (time, memory)")
             .legend(move |(x, y)| Circle::new((x + 8, y), 5, blue.filled()));
-        let mut named = |p: &ParetoPoint, what: &str, color: RGBAColor| -> anyhow::Result<()> {
-            if let Some(xy) = at(p) {
-                let style = if p.feasible {
-                    color.filled()
-                } else {
-                    color.stroke_width(2)
-                };
-                chart.draw_series(std::iter::once(Circle::new(xy, 8, style)))?;
-                let label = if p.feasible {
-                    format!("{what}: {}", p.strategy)
-                } else {
-                    format!("{what} (does not fit): {}", p.strategy)
-                };
-                // Right of the dot, or left of it in the chart's right half (about 6.5 px
-                // a character over some 820 px of plot).
-                let width = label.len() as f64 * 6.5 / 820.0 * x_hi;
-                let x = if xy.0 > 0.5 * x_hi {
-                    xy.0 - width - x_hi * 0.012
-                } else {
-                    xy.0 + x_hi * 0.012
-                };
-                chart.draw_series(std::iter::once(Text::new(
-                    label,
-                    (x.max(0.0), xy.1 + (y_hi - y_lo) * 0.03),
-                    (FONT, 12).into_font().color(&color),
-                )))?;
-            }
-            Ok(())
-        };
-        if let Some(b) = base {
-            named(b, "base", distinct(3))?;
+        // Fractions of the axes, as factors on log scales.
+        let (xs, ys) = (x_hi / x_lo, y_hi / y_lo);
+        let mut named =
+            |p: &ParetoPoint, what: &str, color: RGBAColor, above: bool| -> anyhow::Result<()> {
+                if let Some(xy) = at(p) {
+                    let style = if p.feasible {
+                        color.filled()
+                    } else {
+                        color.stroke_width(2)
+                    };
+                    chart.draw_series(std::iter::once(Circle::new(xy, 8, style)))?;
+                    let label = if p.feasible {
+                        format!("{what}: {}", p.strategy)
+                    } else {
+                        format!("{what} (does not fit): {}", p.strategy)
+                    };
+                    // Right of the dot, or left of it in the chart's right half (about 6.5 px
+                    // a character over some 820 px of plot); above it, or below.
+                    let width = label.len() as f64 * 6.5 / 820.0;
+                    let x = if xy.0 > (x_lo * x_hi).sqrt() {
+                        xy.0 / xs.powf(width + 0.012)
+                    } else {
+                        xy.0 * xs.powf(0.012)
+                    };
+                    // Clear of a flat front: a tenth of the axis above, or below.
+                    let y = if above {
+                        xy.1 * ys.powf(0.10)
+                    } else {
+                        xy.1 / ys.powf(0.07)
+                    };
+                    chart.draw_series(std::iter::once(Text::new(
+                        label,
+                        (x.max(x_lo), y),
+                        (FONT, 12).into_font().color(&color),
+                    )))?;
+                }
+                Ok(())
+            };
+        let same = matches!((base, chosen), (Some(b), Some(c)) if b.strategy == c.strategy);
+        if let Some(b) = base.filter(|_| !same) {
+            named(b, "base", distinct(3), false)?;
         }
         if let Some(c) = chosen {
-            named(c, "chosen", distinct(2))?;
+            let what = if same { "chosen (the base)" } else { "chosen" };
+            named(c, what, distinct(2), true)?;
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
+            .position(SeriesLabelPosition::LowerLeft)
             .label_font((FONT, 12))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK.mix(0.4))

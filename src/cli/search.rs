@@ -588,9 +588,9 @@ fn table(s: &mut String, rows: &[Candidate]) {
 fn write_pareto(dir: &Path, title: &str, r: &SearchResult, capacity: f64) -> anyhow::Result<()> {
     use super::plot::{pareto_svg, ParetoPoint};
     super::plot::prepare(dir)?;
-    fn point(c: &search::Candidate) -> ParetoPoint<'_> {
+    fn point(c: &search::Candidate) -> ParetoPoint {
         ParetoPoint {
-            strategy: &c.strategy,
+            strategy: c.strategy.clone(),
             memory_bytes: c.memory_per_device_bytes,
             time_s: Some(c.time_per_iteration_s).filter(|t| t.is_finite()),
             feasible: c.feasible,
