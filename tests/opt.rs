@@ -434,6 +434,31 @@ fn optimize_improves_the_default_and_stays_within_every_budget() {
     assert!(std::fs::read_to_string(out.join("convergence.svg"))
         .unwrap()
         .contains("<svg"));
+    // The chip drawn: each budget's split given and optimized, with every component of the
+    // report and the binding budgets named; the shadow prices with their units.
+    let budget_svg = std::fs::read_to_string(out.join("budget.svg")).unwrap();
+    for s in report["shares"].as_array().unwrap() {
+        let c = s["component"].as_str().unwrap();
+        assert!(budget_svg.contains(c), "{c} missing from budget.svg");
+    }
+    for r in report["binding"].as_array().unwrap() {
+        let r = r.as_str().unwrap();
+        assert!(
+            budget_svg.contains(&format!("{r}: the optimized design uses")),
+            "{r} missing"
+        );
+    }
+    assert!(budget_svg.contains("(binding)"));
+    let shadows = std::fs::read_to_string(out.join("sensitivities.svg")).unwrap();
+    for x in report["sensitivities"].as_array().unwrap() {
+        let label = format!(
+            "{} {}",
+            x["component"].as_str().unwrap(),
+            x["resource"].as_str().unwrap()
+        );
+        assert!(shadows.contains(&label), "{label} missing");
+    }
+    assert!(shadows.contains(" s/mm2") && shadows.contains(" s/W"));
     // A co-optimization also draws its strategy search's front at the given budget.
     let co = &report["co_optimization"];
     if !co.is_null() {

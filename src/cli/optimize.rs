@@ -608,7 +608,8 @@ fn print_footer(args: &Args, feasible: bool, co: bool) {
     let pareto = if co { " and pareto.svg" } else { "" };
     match &args.out {
         Some(dir) => println!(
-            "\nwrote {0}/budget.yaml, {0}/report.json, {0}/trace.csv, {0}/convergence.svg{1}",
+            "\nwrote {0}/budget.yaml, {0}/report.json, {0}/trace.csv, {0}/convergence.svg, \
+             {0}/budget.svg, {0}/sensitivities.svg{1}",
             dir.display(),
             if co {
                 format!(", {}/pareto.svg", dir.display())
@@ -617,7 +618,8 @@ fn print_footer(args: &Args, feasible: bool, co: bool) {
             }
         ),
         None => println!(
-            "\n(--out DIR writes budget.yaml, report.json, trace.csv, convergence.svg{pareto})"
+            "\n(--out DIR writes budget.yaml, report.json, trace.csv, convergence.svg, \
+             budget.svg, sensitivities.svg{pareto})"
         ),
     }
     if !feasible {
@@ -894,6 +896,64 @@ fn write_outputs(
         "convergence.svg",
         convergence_svg(&result.trace)?.as_bytes(),
     )?;
+    // The chip drawn: its budgets' split before and after, and the shadow prices.
+    {
+        use super::plot::{budget_svg, sensitivity_svg, BudgetShare, Shadow};
+        let shares: Vec<BudgetShare> = report
+            .shares
+            .iter()
+            .map(|s| BudgetShare {
+                resource: s.resource.name(),
+                component: s.component.clone(),
+                given: s.initial,
+                optimized: s.best,
+            })
+            .collect();
+        let used: Vec<(&'static str, f64)> = report
+            .budget_use
+            .iter()
+            .map(|(r, u)| (r.name(), *u))
+            .collect();
+        let mut bound_by: Vec<(String, String)> = Vec::new();
+        for x in report.sensitivities {
+            let component = x.component.to_string();
+            if !bound_by.iter().any(|(c, _)| *c == component) {
+                bound_by.push((component, x.bound_by.join(", ")));
+            }
+        }
+        let title = format!(
+            "{} on {} x {}: the budgets' split, given and optimized",
+            report.workload, report.devices, report.system
+        );
+        write(
+            "budget.svg",
+            budget_svg(&title, &shares, &used, &bound_by)?.as_bytes(),
+        )?;
+        let shadows: Vec<Shadow> = report
+            .sensitivities
+            .iter()
+            .map(|x| Shadow {
+                label: format!("{} {}", x.component, x.resource.name()),
+                percent: if x.cliff.is_some() {
+                    f64::NAN
+                } else {
+                    x.percent_time_per_percent_budget
+                },
+                slope: match &x.cliff {
+                    Some(_) => "a cliff: +1% makes the design infeasible".into(),
+                    None => format!("{:+.3e} s/{}", x.seconds_per_unit, x.unit),
+                },
+            })
+            .collect();
+        let title = format!(
+            "{}: sensitivities at the optimum (shadow prices)",
+            report.workload
+        );
+        write(
+            "sensitivities.svg",
+            sensitivity_svg(&title, &shadows)?.as_bytes(),
+        )?;
+    }
     if let Some(co) = co {
         // The strategy search at the given budget (step (a)): its front, its choice and
         // the baseline, against the given design's capacity.

@@ -392,3 +392,219 @@ pub(super) fn pareto_svg(
     }
     Ok(svg)
 }
+
+/// One component's share of one budget, in the given design and the optimized one.
+pub(super) struct BudgetShare {
+    pub(super) resource: &'static str,
+    pub(super) component: String,
+    pub(super) given: f64,
+    pub(super) optimized: f64,
+}
+
+/// The chip drawn: for each budget (area, power, perimeter) two stacked bars, the given
+/// split and the optimized one, each component a colour (the same in every bar) labelled
+/// with its share where it fits; each panel says how much of the budget the optimized design
+/// uses and whether it binds; under them, what limits each component (`bound_by`).
+pub(super) fn budget_svg(
+    title: &str,
+    shares: &[BudgetShare],
+    used: &[(&'static str, f64)],
+    bound_by: &[(String, String)],
+) -> anyhow::Result<String> {
+    let mut components: Vec<&str> = Vec::new();
+    for s in shares {
+        if !components.contains(&s.component.as_str()) {
+            components.push(&s.component);
+        }
+    }
+    let colour = |c: &str| distinct(components.iter().position(|x| *x == c).unwrap_or(0));
+    let resources: Vec<&str> = {
+        let mut r: Vec<&str> = Vec::new();
+        for s in shares {
+            if !r.contains(&s.resource) {
+                r.push(s.resource);
+            }
+        }
+        r
+    };
+    let notes: Vec<String> = bound_by
+        .iter()
+        .filter(|(_, b)| !b.is_empty())
+        .map(|(c, b)| format!("{c}: {b}"))
+        .collect();
+    let mut svg = String::new();
+    {
+        let height = 200 * resources.len().max(1) as u32 + 120;
+        let root = SVGBackend::with_string(&mut svg, (1000, height)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let root = root.titled(title, (FONT, 18))?;
+        let (panels, foot) = root.split_vertically(200 * resources.len().max(1) as u32);
+        let areas = panels.split_evenly((resources.len().max(1), 1));
+        for (area, resource) in areas.iter().zip(&resources) {
+            let (share_used, binds) = used
+                .iter()
+                .find(|(r, _)| r == resource)
+                .map_or((f64::NAN, false), |&(_, u)| (u, u > 0.99));
+            let caption = format!(
+                "{resource}: the optimized design uses {:.1}% of the budget{}",
+                100.0 * share_used,
+                if binds { " (binding)" } else { "" }
+            );
+            let mut chart = ChartBuilder::on(area)
+                .caption(caption, (FONT, 14))
+                .margin(6)
+                .margin_right(28)
+                .x_label_area_size(26)
+                .y_label_area_size(80)
+                .build_cartesian_2d(0.0..1.0f64, 0.0..2.0f64)?;
+            chart
+                .configure_mesh()
+                .disable_y_mesh()
+                .light_line_style(WHITE.mix(0.0))
+                .x_labels(11)
+                .x_label_formatter(&|x| format!("{:.0}%", 100.0 * x))
+                .y_labels(5)
+                .y_label_formatter(&|y| {
+                    if (y - 1.5).abs() < 1e-6 {
+                        "given".into()
+                    } else if (y - 0.5).abs() < 1e-6 {
+                        "optimized".into()
+                    } else {
+                        String::new()
+                    }
+                })
+                .label_style((FONT, 12))
+                .draw()?;
+            for (row, optimized) in [(1.0, false), (0.0, true)] {
+                let mut at = 0.0;
+                for s in shares.iter().filter(|s| s.resource == *resource) {
+                    let share = if optimized { s.optimized } else { s.given };
+                    if share.is_nan() || share <= 0.0 {
+                        continue;
+                    }
+                    let color = colour(&s.component);
+                    chart.draw_series(std::iter::once(Rectangle::new(
+                        [(at, row + 0.15), ((at + share).min(1.0), row + 0.85)],
+                        color.mix(0.8).filled(),
+                    )))?;
+                    if share >= 0.07 {
+                        chart.draw_series(std::iter::once(Text::new(
+                            format!("{} {:.0}%", s.component, 100.0 * share),
+                            (at + 0.005, row + 0.58),
+                            (FONT, 12).into_font().color(&WHITE),
+                        )))?;
+                    }
+                    at += share;
+                }
+            }
+        }
+        // The key (every component, small shares included) and what limits each.
+        let mut x = 20;
+        for c in &components {
+            let color = colour(c);
+            foot.draw(&Rectangle::new([(x, 8), (x + 12, 20)], color.filled()))?;
+            foot.draw(&Text::new(c.to_string(), (x + 16, 8), (FONT, 12)))?;
+            x += 30 + 8 * c.len() as i32;
+        }
+        let mut line = String::from("what limits each component (optimized): ");
+        let mut y = 34;
+        for note in &notes {
+            if line.len() + note.len() > 150 {
+                foot.draw(&Text::new(line.clone(), (20, y), (FONT, 11)))?;
+                y += 16;
+                line = String::from("    ");
+            }
+            line.push_str(note);
+            line.push_str("; ");
+        }
+        foot.draw(&Text::new(line, (20, y), (FONT, 11)))?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+/// One sensitivity at the optimum.
+pub(super) struct Shadow {
+    pub(super) label: String,
+    /// Relative change of the time per extra 1% of the resource's whole budget, %.
+    pub(super) percent: f64,
+    /// The slope in the resource's own unit, written beside its bar.
+    pub(super) slope: String,
+}
+
+/// The sensitivities (shadow prices) as bars: per component and budget, the change of the
+/// time per iteration for 1% more of that budget (negative: it helps), each labelled with
+/// its slope in the budget's unit.
+pub(super) fn sensitivity_svg(title: &str, shadows: &[Shadow]) -> anyhow::Result<String> {
+    let most = shadows
+        .iter()
+        .map(|s| s.percent.abs())
+        .filter(|p| p.is_finite())
+        .fold(0.0f64, f64::max)
+        .max(1e-3);
+    let rows = shadows.len().max(1);
+    let labels: Vec<String> = shadows.iter().map(|s| s.label.clone()).collect();
+    let mut svg = String::new();
+    {
+        let height = 26 * rows as u32 + 130;
+        let root = SVGBackend::with_string(&mut svg, (1000, height)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let root = root.titled(title, (FONT, 18))?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(12)
+            .x_label_area_size(44)
+            .y_label_area_size(170)
+            .build_cartesian_2d(-most * 1.6..most * 1.6, 0.0..rows as f64)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .light_line_style(WHITE.mix(0.0))
+            .x_desc("time per iteration per +1% of the whole budget (%; negative: it helps)")
+            .y_labels(rows * 2 + 1)
+            .y_label_formatter(&|y| {
+                let i = y - 0.5;
+                if (i - i.round()).abs() < 1e-6 && i >= 0.0 {
+                    labels
+                        .get(rows - 1 - i.round() as usize)
+                        .cloned()
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .label_style((FONT, 12))
+            .axis_desc_style((FONT, 13))
+            .draw()?;
+        for (i, s) in shadows.iter().enumerate() {
+            let y = (rows - 1 - i) as f64;
+            let color = if s.percent < 0.0 {
+                distinct(2)
+            } else {
+                distinct(1)
+            };
+            let v = if s.percent.is_finite() {
+                s.percent
+            } else {
+                0.0
+            };
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(0.0f64.min(v), y + 0.2), (0.0f64.max(v), y + 0.8)],
+                color.mix(0.8).filled(),
+            )))?;
+            // Beside the bar's end: about 6.2 px a character over some 800 px spanning
+            // 3.2 x `most`.
+            let x = if v < 0.0 {
+                v - most * 0.02 - most * 0.025 * s.slope.len() as f64
+            } else {
+                v + most * 0.02
+            };
+            chart.draw_series(std::iter::once(Text::new(
+                s.slope.clone(),
+                (x, y + 0.72),
+                (FONT, 11),
+            )))?;
+        }
+        root.present()?;
+    }
+    Ok(svg)
+}
