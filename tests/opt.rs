@@ -441,14 +441,31 @@ fn optimize_improves_the_default_and_stays_within_every_budget() {
         let c = s["component"].as_str().unwrap();
         assert!(budget_svg.contains(c), "{c} missing from budget.svg");
     }
-    for r in report["binding"].as_array().unwrap() {
-        let r = r.as_str().unwrap();
-        assert!(
-            budget_svg.contains(&format!("{r}: the optimized design uses")),
-            "{r} missing"
+    let binding: Vec<&str> = report["binding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert!(!binding.is_empty());
+    for (r, used) in report["budget_use"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| (u[0].as_str().unwrap(), u[1].as_f64().unwrap()))
+    {
+        let caption = format!(
+            "{r}: the optimized design uses {:.1}% of the budget",
+            100.0 * used
+        );
+        let marked = format!("{caption} (binding)");
+        assert!(budget_svg.contains(&caption), "{caption} missing");
+        assert_eq!(
+            budget_svg.contains(&marked),
+            binding.contains(&r),
+            "{r}: binding marked wrongly"
         );
     }
-    assert!(budget_svg.contains("(binding)"));
     let shadows = std::fs::read_to_string(out.join("sensitivities.svg")).unwrap();
     for x in report["sensitivities"].as_array().unwrap() {
         let label = format!(
@@ -461,11 +478,10 @@ fn optimize_improves_the_default_and_stays_within_every_budget() {
     assert!(shadows.contains(" s/mm2") && shadows.contains(" s/W"));
     // A co-optimization also draws its strategy search's front at the given budget.
     let co = &report["co_optimization"];
-    if !co.is_null() {
-        let svg = std::fs::read_to_string(out.join("pareto.svg")).unwrap();
-        let chosen = co["search"]["best"]["strategy"].as_str().unwrap();
-        assert!(svg.contains(chosen), "{chosen} not marked in pareto.svg");
-    }
+    assert!(!co.is_null(), "the default optimize co-optimizes");
+    let svg = std::fs::read_to_string(out.join("pareto.svg")).unwrap();
+    let chosen = co["search"]["best"]["strategy"].as_str().unwrap();
+    assert!(svg.contains(chosen), "{chosen} not marked in pareto.svg");
 }
 
 #[test]

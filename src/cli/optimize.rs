@@ -941,6 +941,7 @@ fn write_outputs(
                 },
                 slope: match &x.cliff {
                     Some(_) => "a cliff: +1% makes the design infeasible".into(),
+                    None if !x.percent_time_per_percent_budget.is_finite() => "not finite".into(),
                     None => format!("{:+.3e} s/{}", x.seconds_per_unit, x.unit),
                 },
             })

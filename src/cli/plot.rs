@@ -267,16 +267,20 @@ pub(super) fn pareto_svg(
     let times: Vec<f64> = all
         .iter()
         .filter_map(|p| p.time_s)
-        .filter(|t| *t > 0.0)
+        .filter(|t| t.is_finite() && *t > 0.0)
         .collect();
     let (t_lo, t_hi) = times
         .iter()
         .fold((f64::INFINITY, 0.0f64), |(a, b), &t| (a.min(t), b.max(t)));
+    // Each axis starts at a power of ten: plotters labels a log axis from its first power
+    // of ten up (1, 2, ..., 9 times each), so a range without one would have no labels.
+    let decade_down = |v: f64| 10f64.powf(v.log10().floor());
     let (y_lo, y_hi) = if times.is_empty() {
         (0.1, 10.0)
     } else {
-        (t_lo / 1.5, t_hi * 2.5)
+        (decade_down(t_lo / 1.5), t_hi * 2.0)
     };
+    let x_lo = decade_down(x_lo);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (960, 560)).into_drawing_area();
@@ -299,25 +303,33 @@ pub(super) fn pareto_svg(
             .draw()?;
         // The capacity, and the out-of-memory side shaded.
         let cap = capacity_bytes / GIB;
-        chart.draw_series(std::iter::once(Rectangle::new(
-            [(cap, y_lo), (x_hi, y_hi)],
-            RGBColor(214, 39, 40).mix(0.06).filled(),
-        )))?;
-        chart.draw_series(DashedLineSeries::new(
-            [(cap, y_lo), (cap, y_hi)],
-            6,
-            4,
-            RGBColor(214, 39, 40).stroke_width(2),
-        ))?;
-        chart.draw_series(std::iter::once(Text::new(
-            format!("capacity {cap:.0} GiB: out of memory to the right"),
-            (
-                cap / (x_hi / x_lo).powf(0.36),
-                y_hi / (y_hi / y_lo).powf(0.05),
-            ),
-            (FONT, 12).into_font().color(&RGBColor(214, 39, 40)),
-        )))?;
-        let at = |p: &ParetoPoint| p.time_s.map(|t| (p.memory_bytes / GIB, t));
+        if cap.is_finite() && cap > 0.0 {
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(cap, y_lo), (x_hi, y_hi)],
+                RGBColor(214, 39, 40).mix(0.06).filled(),
+            )))?;
+            chart.draw_series(DashedLineSeries::new(
+                [(cap, y_lo), (cap, y_hi)],
+                6,
+                4,
+                RGBColor(214, 39, 40).stroke_width(2),
+            ))?;
+            chart.draw_series(std::iter::once(Text::new(
+                format!("capacity {} GiB: out of memory to the right", tick(cap)),
+                (
+                    cap / (x_hi / x_lo).powf(0.36),
+                    y_hi / (y_hi / y_lo).powf(0.05),
+                ),
+                (FONT, 12).into_font().color(&RGBColor(214, 39, 40)),
+            )))?;
+        }
+        // Only points a log axis can place.
+        let at = |p: &ParetoPoint| {
+            let m = p.memory_bytes / GIB;
+            p.time_s
+                .filter(|t| t.is_finite() && *t > 0.0 && m.is_finite() && m > 0.0)
+                .map(|t| (m, t))
+        };
         let grey = RGBColor(120, 120, 120);
         chart
             .draw_series(
@@ -434,7 +446,9 @@ pub(super) fn budget_svg(
         .collect();
     let mut svg = String::new();
     {
-        let height = 200 * resources.len().max(1) as u32 + 120;
+        // The footer: the key, then the notes about 130 characters a line.
+        let note_lines = notes.iter().map(|n| n.len() + 2).sum::<usize>() / 130 + 2;
+        let height = 200 * resources.len().max(1) as u32 + 60 + 16 * note_lines as u32;
         let root = SVGBackend::with_string(&mut svg, (1000, height)).into_drawing_area();
         root.fill(&WHITE)?;
         let root = root.titled(title, (FONT, 18))?;
@@ -445,22 +459,28 @@ pub(super) fn budget_svg(
                 .iter()
                 .find(|(r, _)| r == resource)
                 .map_or((f64::NAN, false), |&(_, u)| (u, u > 0.99));
-            let caption = format!(
-                "{resource}: the optimized design uses {:.1}% of the budget{}",
-                100.0 * share_used,
-                if binds { " (binding)" } else { "" }
-            );
+            let caption = if share_used.is_finite() {
+                format!(
+                    "{resource}: the optimized design uses {:.1}% of the budget{}",
+                    100.0 * share_used,
+                    if binds { " (binding)" } else { "" }
+                )
+            } else {
+                format!("{resource}: no budget")
+            };
             let mut chart = ChartBuilder::on(area)
                 .caption(caption, (FONT, 14))
                 .margin(6)
                 .margin_right(28)
-                .x_label_area_size(26)
+                .x_label_area_size(38)
                 .y_label_area_size(80)
                 .build_cartesian_2d(0.0..1.0f64, 0.0..2.0f64)?;
             chart
                 .configure_mesh()
                 .disable_y_mesh()
                 .light_line_style(WHITE.mix(0.0))
+                .x_desc("share of the budget allocated to each component")
+                .axis_desc_style((FONT, 11))
                 .x_labels(11)
                 .x_label_formatter(&|x| format!("{:.0}%", 100.0 * x))
                 .y_labels(5)
@@ -579,8 +599,10 @@ pub(super) fn sensitivity_svg(title: &str, shadows: &[Shadow]) -> anyhow::Result
             let y = (rows - 1 - i) as f64;
             let color = if s.percent < 0.0 {
                 distinct(2)
-            } else {
+            } else if s.percent > 0.0 {
                 distinct(1)
+            } else {
+                RGBColor(150, 150, 150).to_rgba()
             };
             let v = if s.percent.is_finite() {
                 s.percent
