@@ -958,38 +958,12 @@ fn write_outputs(
     if let Some(co) = co {
         // The strategy search at the given budget (step (a)): its front, its choice and
         // the baseline, against the given design's capacity.
-        use super::plot::{pareto_svg, ParetoPoint};
-        let point = |strategy: &str, memory: f64, time: f64, feasible: bool| ParetoPoint {
-            strategy: strategy.to_string(),
-            memory_bytes: memory,
-            time_s: Some(time).filter(|t| t.is_finite()),
-            feasible,
-        };
-        let of = |c: &crate::opt::search::Candidate| {
-            point(
-                &c.strategy,
-                c.memory_per_device_bytes,
-                c.time_per_iteration_s,
-                c.feasible,
-            )
-        };
-        let kept: Vec<ParetoPoint> = co.search.top.iter().map(of).collect();
-        let front: Vec<ParetoPoint> = co.search.pareto.iter().map(of).collect();
-        let chosen = co.search.best.as_ref().map(of);
-        let base = co.search.base.as_ref().map(of);
         let capacity = crate::generator::generate(design).memory_capacity_bytes;
         let title = format!(
             "{} on {} x {}: strategies at the given budget, time against memory per device",
             report.workload, report.devices, report.system
         );
-        let svg = pareto_svg(
-            &title,
-            &kept,
-            &front,
-            chosen.as_ref(),
-            base.as_ref(),
-            capacity,
-        )?;
+        let svg = super::plot::pareto_svg(&title, &co.search, capacity)?;
         write("pareto.svg", svg.as_bytes())?;
     }
     Ok(())

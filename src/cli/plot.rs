@@ -5,6 +5,7 @@
 
 use plotters::prelude::*;
 
+use crate::opt::search::{Candidate, SearchResult};
 use crate::perf::roofline::Roofline;
 use crate::workload::KernelClass;
 
@@ -218,12 +219,23 @@ pub(super) fn roofline_svg(title: &str, r: &Roofline) -> anyhow::Result<String> 
 }
 
 /// One strategy on the Pareto chart.
-pub(super) struct ParetoPoint {
-    pub(super) strategy: String,
-    pub(super) memory_bytes: f64,
-    /// `None`: it does not fit, and was not timed.
-    pub(super) time_s: Option<f64>,
-    pub(super) feasible: bool,
+struct ParetoPoint<'a> {
+    strategy: &'a str,
+    memory_bytes: f64,
+    /// `None`: it was not timed.
+    time_s: Option<f64>,
+    feasible: bool,
+}
+
+impl<'a> ParetoPoint<'a> {
+    fn of(c: &'a Candidate) -> Self {
+        ParetoPoint {
+            strategy: &c.strategy,
+            memory_bytes: c.memory_per_device_bytes,
+            time_s: Some(c.time_per_iteration_s).filter(|t| t.is_finite()),
+            feasible: c.feasible,
+        }
+    }
 }
 
 /// The strategies a search kept, time per iteration against memory per device: the
@@ -232,16 +244,18 @@ pub(super) struct ParetoPoint {
 /// dashed line, what lies right of it out of memory.
 pub(super) fn pareto_svg(
     title: &str,
-    kept: &[ParetoPoint],
-    front: &[ParetoPoint],
-    chosen: Option<&ParetoPoint>,
-    base: Option<&ParetoPoint>,
+    r: &SearchResult,
     capacity_bytes: f64,
 ) -> anyhow::Result<String> {
     const GIB: f64 = (1u64 << 30) as f64;
+    let kept: Vec<ParetoPoint> = r.top.iter().map(ParetoPoint::of).collect();
+    let front: Vec<ParetoPoint> = r.pareto.iter().map(ParetoPoint::of).collect();
+    let chosen = r.best.as_ref().map(ParetoPoint::of);
+    let base = r.base.as_ref().map(ParetoPoint::of);
+    let (chosen, base) = (chosen.as_ref(), base.as_ref());
     let all = kept
         .iter()
-        .chain(front)
+        .chain(&front)
         .chain(chosen)
         .chain(base)
         .collect::<Vec<_>>();

@@ -586,28 +586,8 @@ fn table(s: &mut String, rows: &[Candidate]) {
 /// Writes the Pareto chart (`pareto.svg`) and its data (`pareto.csv`, as `--csv` writes
 /// it) into `dir`, created if missing; each file atomically.
 fn write_pareto(dir: &Path, title: &str, r: &SearchResult, capacity: f64) -> anyhow::Result<()> {
-    use super::plot::{pareto_svg, ParetoPoint};
     super::plot::prepare(dir)?;
-    fn point(c: &search::Candidate) -> ParetoPoint {
-        ParetoPoint {
-            strategy: c.strategy.clone(),
-            memory_bytes: c.memory_per_device_bytes,
-            time_s: Some(c.time_per_iteration_s).filter(|t| t.is_finite()),
-            feasible: c.feasible,
-        }
-    }
-    let kept: Vec<ParetoPoint> = r.top.iter().map(point).collect();
-    let front: Vec<ParetoPoint> = r.pareto.iter().map(point).collect();
-    let chosen = r.best.as_ref().map(point);
-    let base = r.base.as_ref().map(point);
-    let svg = pareto_svg(
-        title,
-        &kept,
-        &front,
-        chosen.as_ref(),
-        base.as_ref(),
-        capacity,
-    )?;
+    let svg = super::plot::pareto_svg(title, r, capacity)?;
     let path = dir.join("pareto.svg");
     write_atomic(&path, svg.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     write_csv(&dir.join("pareto.csv"), r)

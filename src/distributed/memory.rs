@@ -78,10 +78,7 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
     let expert_params = expert_stage / (s.expert * s.tensor) as f64;
     // A stage's parameters on one device before ZeRO-3 sharding; the adapters' rank-thin
     // matrices that tensor parallelism keeps whole on every rank are not split.
-    let whole = |st: &StageWork| match s.kernel {
-        None => graph.adapter_replicated * st.layers as f64 / graph.layers.max(1) as f64,
-        Some(_) => 0.0,
-    };
+    let whole = |st: &StageWork| graph.adapters_in(st.layers, s.kernel.is_none()).1;
     let held = |st: &StageWork| {
         (st.parameters - expert_stage - whole(st)) / model_shard + whole(st) + expert_params
     };

@@ -231,18 +231,11 @@ fn memory(
     };
     // Adapters (LoRA) stay in precision; their rank-thin matrices kept whole on every
     // tensor rank are not split.
-    let adapters = |st: &StageWork| {
-        let of_stage = st.layers as f64 / graph.layers.max(1) as f64;
-        (
-            graph.adapter_parameters * of_stage,
-            graph.adapter_replicated * of_stage,
-        )
-    };
     let weights_bytes = work
         .prefill_stages
         .iter()
         .map(|st| {
-            let (adapter, whole) = adapters(st);
+            let (adapter, whole) = graph.adapters_in(st.layers, s.kernel.is_none());
             let layers = (layer_share(st) - adapter).max(0.0);
             (layers * narrow + (st.parameters - layers - whole) * full) / t + whole * full
         })

@@ -604,13 +604,8 @@ fn stage_weights(graph: &Graph, s: &Strategy, stage: u64) -> StageWork {
     if graph.adapter_parameters > 0.0 {
         // LoRA: the adapters of the stage's layers train, split by tensor parallelism
         // except their whole part (A beside a column-parallel product, B beside a row one).
-        // Two-dimensional kernel splits (RC, CR) split every weight.
-        let whole = match s.kernel {
-            None => graph.adapter_replicated,
-            Some(_) => 0.0,
-        };
-        let of_stage = layers as f64 / graph.layers.max(1) as f64;
-        w.trained = of_stage * ((graph.adapter_parameters - whole) / model_shard + whole);
+        let (adapters, whole) = graph.adapters_in(layers, s.kernel.is_none());
+        w.trained = (adapters - whole) / model_shard + whole;
         return w;
     }
     w.trained = trained / model_shard;

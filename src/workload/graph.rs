@@ -420,6 +420,19 @@ impl Graph {
             .sum()
     }
 
+    /// The adapters (LoRA) of `layers` of the repeated layers: all their parameters, and
+    /// the part tensor parallelism leaves whole on every rank when `whole_kept` (two-
+    /// dimensional kernel splits split every weight).
+    pub fn adapters_in(&self, layers: u64, whole_kept: bool) -> (f64, f64) {
+        let of = layers as f64 / self.layers.max(1) as f64;
+        let whole = if whole_kept {
+            self.adapter_replicated
+        } else {
+            0.0
+        };
+        (self.adapter_parameters * of, whole * of)
+    }
+
     /// FLOPs of the matrix products only.
     pub fn matmul_flops(&self) -> f64 {
         self.kernels

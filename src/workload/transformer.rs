@@ -749,6 +749,13 @@ pub(super) fn lora_tune(mut g: Graph) -> Graph {
         );
         !(backward && k.position == Position::Head)
     });
+    train_share(&mut g, share);
+    g
+}
+
+/// Fine-tuning trains `share` of the parameters: the optimizer's step, the gradients and
+/// the optimizer state scale to it.
+fn train_share(g: &mut Graph, share: f64) {
     for k in g.kernels.iter_mut().filter(|k| k.phase == Phase::Update) {
         if let Op::Stream {
             read_bytes,
@@ -764,7 +771,6 @@ pub(super) fn lora_tune(mut g: Graph) -> Graph {
     g.memory.gradients_bytes *= share;
     g.memory.optimizer_state_bytes *= share;
     g.trainable_share = share;
-    g
 }
 
 /// Fine-tuning with the first `layers - trainable` layers and the embedding frozen: no
@@ -790,23 +796,9 @@ pub(super) fn fine_tune(mut g: Graph, layers: u64, trainable: u64) -> Graph {
             _ => true,
         }
     });
-    for k in g.kernels.iter_mut().filter(|k| k.phase == Phase::Update) {
-        if let Op::Stream {
-            read_bytes,
-            write_bytes,
-            flops,
-        } = &mut k.op
-        {
-            *read_bytes *= trainable_share;
-            *write_bytes *= trainable_share;
-            *flops *= trainable_share;
-        }
-    }
-    g.memory.gradients_bytes *= trainable_share;
-    g.memory.optimizer_state_bytes *= trainable_share;
+    train_share(&mut g, trainable_share);
     g.memory.activations_bytes *= share;
     g.memory.replicated_activations_bytes *= share;
-    g.trainable_share = trainable_share;
     g.trainable_layers = trainable;
     g
 }
