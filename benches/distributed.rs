@@ -12,6 +12,7 @@
 //!   Megatron's strategy (top 10);
 //! - DLRM-B on one Zion with its tables in the hosts' DDR (`templates/zion.yaml`, `d8`):
 //!   placement and host pricing on every prediction, warm;
+//! - trace: GPT-3 175B's iteration as a timeline (`predict --trace`), from its plan;
 //! - per layer type: Megatron's GPT-3 strategy for every layer type priced part by part
 //!   (`predict_layered`, warm), and the per-layer-type search of DLRM-A-Transformer on
 //!   ZionEX from its best uniform strategy.
@@ -25,7 +26,7 @@ use std::path::Path;
 use criterion::{criterion_group, criterion_main, Criterion};
 use stackflow::config::Source;
 use stackflow::distributed::{
-    evaluate_with, predict, predict_layered, predict_with, LayerStrategy,
+    evaluate_with, predict, predict_layered, predict_with, LayerStrategy, Plan,
 };
 use stackflow::network::System;
 use stackflow::opt::search::{enumerate_from, search, Settings};
@@ -95,6 +96,15 @@ fn bench(c: &mut Criterion) {
     let mut ev = stackflow::distributed::Workspace::new(&v100);
     g.bench_function("predict dlrm-b on zion, tables in host memory, warm", |b| {
         b.iter(|| predict_with(std::hint::black_box(&dlrm), &v100, &net, &d8, &mut ev))
+    });
+    // The timeline of GPT-3 175B on 1024 A100s (`predict --trace`): 12,288 steps simulated
+    // one by one and drawn with their collectives, from a planned strategy.
+    let gpt3 = Workload::load(Source::Embedded, Path::new("workloads/gpt3-175b.yaml")).unwrap();
+    let net = system.network(&a100, 1024).unwrap();
+    let megatron = Strategy::parse("t8-p16-d8-mb1-i2-sp-rc=selective").unwrap();
+    let plan = Plan::new(&gpt3, &a100, &net, &megatron).unwrap();
+    g.bench_function("trace gpt3-175b on 1024 a100 (12,288 steps)", |b| {
+        b.iter(|| std::hint::black_box(&plan).trace(&net))
     });
     g.finish();
     let mut g = c.benchmark_group("search");

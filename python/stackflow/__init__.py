@@ -160,6 +160,8 @@ def predict(
     pue: Optional[float] = None,
     csv: Optional[Union[str, "os.PathLike[str]"]] = None,
     plot: Optional[Union[str, "os.PathLike[str]"]] = None,
+    trace: Optional[Union[str, "os.PathLike[str]"]] = None,
+    report: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Dict[str, Any]:
     """Predict one training iteration or served batch (``stackflow predict``).
 
@@ -171,7 +173,9 @@ def predict(
     and ``host_transfers`` (``"direct"``, ``"staged"``) place a recommendation model's
     embedding tables; ``grid_kg_per_kwh`` and ``pue`` add operational CO2e; ``csv`` also
     writes the kernels or collectives to that file; ``plot`` writes the roofline charts and
-    their data (``roofline*.svg``, ``roofline.csv``) to that directory. Returns ``predict --json``'s report
+    their data (``roofline*.svg``, ``roofline.csv``) to that directory; ``trace`` (with a
+    ``system``) writes the iteration's timeline as Chrome trace-event JSON (Perfetto) to that
+    file; ``report`` writes the run as one self-contained HTML page. Returns ``predict --json``'s report
     (``time_per_iteration_s``, ``feasible``, ``violations``, per-kernel classes, energy, ...).
 
     >>> p = stackflow.predict("workloads/gemm-8192.yaml", budget="budgets/a100.yaml")
@@ -198,6 +202,8 @@ def predict(
     line.value("--pue", pue)
     line.value("--csv", os.fspath(csv) if csv is not None else None)
     line.value("--plot", os.fspath(plot) if plot is not None else None)
+    line.value("--trace", os.fspath(trace) if trace is not None else None)
+    line.value("--report", os.fspath(report) if report is not None else None)
     return line.run()
 
 
@@ -227,6 +233,7 @@ def search(
     memory_utilization: Optional[float] = None,
     chunked_prefill: bool = False,
     no_evict: bool = False,
+    report: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Dict[str, Any]:
     """Search parallelism strategies for a workload on a system (``stackflow search``).
 
@@ -235,7 +242,7 @@ def search(
     strategies are listed by time; ``exhaustive`` prices every strategy that fits instead of
     pruning by lower bounds; ``per_layer_type`` then splits each layer type its own way;
     ``plot`` writes the Pareto chart and its data (``pareto.svg``, ``pareto.csv``) to that
-    directory.
+    directory; ``report`` writes the search as one self-contained HTML page.
     Returns ``search --json``'s report: the best strategy, the top N, the Pareto front of time
     against memory per device, and the search's counts (its ``wall_s`` is the search's own
     time). When nothing fits, the report says so (the command exits 3; this returns it).
@@ -281,6 +288,7 @@ def search(
     line.value("--memory-utilization", memory_utilization)
     line.switch("--chunked-prefill", chunked_prefill)
     line.switch("--no-evict", no_evict)
+    line.value("--report", os.fspath(report) if report is not None else None)
     return line.run()
 
 
@@ -303,6 +311,7 @@ def optimize(
     slo_tpot_ms: Optional[float] = None,
     max_batch: Optional[int] = None,
     out: Optional[Union[str, "os.PathLike[str]"]] = None,
+    report: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Dict[str, Any]:
     """Reallocate area, power and perimeter budgets and search strategies (``stackflow optimize``).
 
@@ -311,7 +320,9 @@ def optimize(
     100 ``steps`` from ``seed`` 0, each finished by a ``"transfer"`` search (``finish="none"``:
     DeepFlow's optimizer as published). A fixed ``strategy`` optimizes budgets only unless
     ``search_strategy``; ``bounds`` caps each component's share. ``out`` also writes
-    budget.yaml, report.json, trace.csv and convergence.svg there. Returns ``optimize --json``'s
+    budget.yaml, report.json, trace.csv and the charts (convergence.svg, budget.svg,
+    sensitivities.svg, pareto.svg) there; ``report`` writes the run as one self-contained
+    HTML page. Returns ``optimize --json``'s
     report (as report.json holds it); when nothing is feasible it says so (exit 3 on the
     command line). A served transformer needs ``slo_ttft_ms`` and ``slo_tpot_ms``: its budget
     is optimized for goodput per device within them (the report's ``serving``).
@@ -338,6 +349,7 @@ def optimize(
     line.value("--slo-tpot-ms", slo_tpot_ms)
     line.value("--max-batch", max_batch)
     line.value("--out", os.fspath(out) if out is not None else None)
+    line.value("--report", os.fspath(report) if report is not None else None)
     return line.run()
 
 
@@ -364,6 +376,7 @@ def sweep(
     jobs: Optional[int] = None,
     shard: Optional[str] = None,
     resume: bool = False,
+    report: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Dict[str, Any]:
     """Evaluate a study's grid of roadmap points in parallel (``stackflow sweep``).
 
@@ -371,7 +384,8 @@ def sweep(
     ``points.jsonl``); without it the sweep runs in a temporary folder that is removed
     afterwards, and the answer's ``out`` is None. ``jobs`` worker threads (default: one per
     core), ``shard`` ``"K/N"`` evaluates every N-th point, ``resume`` keeps the points ``out``
-    already holds. Returns ``sweep --json``'s results (``points``, ``axes``, ``counts``);
+    already holds; ``report`` writes the sweep as one self-contained HTML page. Returns
+    ``sweep --json``'s results (``points``, ``axes``, ``counts``);
     :func:`sweep_rows` flattens them for ``pandas.DataFrame``.
 
     >>> r = stackflow.sweep("studies/dlrm-fabric.yaml")
@@ -383,6 +397,7 @@ def sweep(
     line.value("--jobs", jobs)
     line.value("--shard", shard)
     line.switch("--resume", resume)
+    line.value("--report", os.fspath(report) if report is not None else None)
     if out is not None:
         line.value("--out", os.fspath(out))
         return line.run()

@@ -33,9 +33,19 @@ pub struct Args<'a> {
     pub csv: Option<&'a Path>,
     /// `--plot`: the roofline chart of each kind of stage into this directory.
     pub plot: Option<&'a Path>,
+    /// `--trace`: the iteration's timeline to this file (Chrome trace-event JSON).
+    pub trace: Option<&'a Path>,
+    /// `--report`: the run as one HTML page.
+    pub report: Option<&'a Path>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(path) = args.trace {
+        super::output_file("--trace", path)?;
+    }
+    if let Some(path) = args.report {
+        super::output_file("--report", path)?;
+    }
     let (source, workload_file) = match args.workload {
         Some(p) => (Source::Disk, p.to_path_buf()),
         None => (Source::Embedded, PathBuf::from(DEFAULT_WORKLOAD)),
@@ -84,6 +94,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if args.plot.is_some() {
             bail!("--plot: a per-layer-type prediction has no roofline chart yet; give one strategy for every layer");
         }
+        if args.trace.is_some() {
+            bail!("--trace: a per-layer-type prediction has no timeline yet; give one strategy for every layer");
+        }
         let s = LayerStrategy::parse(text)?;
         let p = predict_layered(
             &workload,
@@ -96,24 +109,32 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let serving = workload
             .queries_per_batch()
             .map(|q| Serving::of(q, p.serving_latency_s, p.time_per_iteration_s, None));
+        let mut value = serde_json::to_value(&p)?;
+        if let Some(s) = &serving {
+            value["serving"] = serde_json::to_value(s)?;
+        }
+        let mut text = format!(
+            "System: {} ({} devices of {}).\n\n",
+            system.name, devices, accelerator
+        );
+        if let Some(s) = &serving {
+            let _ = writeln!(text, "{}", s.render());
+        }
+        text.push_str(&render_layered(&p, unit_of(&workload)));
         if args.json {
-            let mut value = serde_json::to_value(&p)?;
-            if let Some(s) = &serving {
-                value["serving"] = serde_json::to_value(s)?;
-            }
             super::print_json(&value)?;
         } else {
-            println!(
-                "System: {} ({} devices of {}).\n",
-                system.name, devices, accelerator
-            );
-            if let Some(s) = &serving {
-                println!("{}", s.render());
-            }
-            print!("{}", render_layered(&p, unit_of(&workload)));
+            print!("{text}");
         }
         if let Some(path) = args.csv {
             super::predict::write_csv(path, &serde_json::to_value(&p)?)?;
+        }
+        if let Some(path) = args.report {
+            let title = format!(
+                "stackflow predict: {} on {} x {}",
+                p.workload, devices, system.name
+            );
+            plain_report(path, &title, &text, &value, &args, &workload_file)?;
         }
         return Ok(());
     }
@@ -125,6 +146,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => load_strategy(args.strategy, &system, devices)?,
     };
     if let Some((t, spec)) = workload.serving() {
+        if args.trace.is_some() {
+            bail!(
+                "--trace: a served model's prefill and decode have no timeline; the trace is \
+                 of a training (or batch inference) iteration"
+            );
+        }
         if args.plot.is_some() {
             bail!(
                 "--plot: a served model's roofline is drawn on one accelerator (--budget, no \
@@ -133,24 +160,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         let p = predict_inference(t, spec, &arch, &network, &strategy)?;
         let carbon = args.carbon.map(|r| r.kg_per_joule() * p.joules_per_token);
+        let mut value = serde_json::to_value(&p)?;
+        if let Some(kg) = carbon {
+            value["co2e_kg_per_token"] = kg.into();
+        }
+        let mut text = format!(
+            "System: {} ({} devices of {}).\n\n{}",
+            system.name,
+            devices,
+            accelerator,
+            render_inference(&p)
+        );
+        if let Some(kg) = carbon {
+            let _ = writeln!(text, "operational CO2e    {kg:.3e} kg per output token");
+        }
         if args.json {
-            let mut value = serde_json::to_value(&p)?;
-            if let Some(kg) = carbon {
-                value["co2e_kg_per_token"] = kg.into();
-            }
             super::print_json(&value)?;
         } else {
-            println!(
-                "System: {} ({} devices of {}).\n",
-                system.name, devices, accelerator
-            );
-            print!("{}", render_inference(&p));
-            if let Some(kg) = carbon {
-                println!("operational CO2e    {kg:.3e} kg per output token");
-            }
+            print!("{text}");
         }
         if let Some(path) = args.csv {
             super::predict::write_csv(path, &serde_json::to_value(&p)?)?;
+        }
+        if let Some(path) = args.report {
+            let title = format!(
+                "stackflow predict: {} served on {} x {}",
+                p.workload, devices, system.name
+            );
+            plain_report(path, &title, &text, &value, &args, &workload_file)?;
         }
         return Ok(());
     }
@@ -158,9 +195,31 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         super::plot::prepare(dir)?;
     }
     let prediction = predict(&workload, &arch, &network, &strategy)?;
+    let rooflines = || stage_rooflines(&workload, &arch, &strategy, &prediction);
     if let Some(dir) = args.plot {
-        stage_rooflines(dir, &workload, &arch, &strategy, &prediction)?;
+        rooflines()?.write(dir)?;
     }
+    // A timeline of an iteration that never ends (a collective or a wait that cannot
+    // finish: the prediction's violations say why) has nothing to draw.
+    let finite = prediction.time_per_iteration_s.is_finite();
+    if args.trace.is_some() && !finite {
+        bail!(
+            "--trace: the iteration's time is not finite ({}), so it has no timeline",
+            prediction
+                .violations
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    let trace = match args.trace.or(args.report) {
+        Some(_) if finite => {
+            let plan = crate::distributed::Plan::new(&workload, &arch, &network, &strategy)?;
+            Some(plan.trace(&network))
+        }
+        _ => None,
+    };
     // Operational emissions of every device's energy (TPU v4 paper Sec. 7.6).
     let carbon = args.carbon.map(|r| r.kg_per_joule() * prediction.energy_j);
     let serving = workload.queries_per_batch().map(|q| {
@@ -171,52 +230,45 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Some(prediction.energy_j),
         )
     });
-    if args.json {
-        let mut value = serde_json::to_value(&prediction)?;
-        if let Some(s) = &serving {
-            value["serving"] = serde_json::to_value(s)?;
-        }
-        if let Some(kg) = carbon {
-            value["co2e_kg_per_iteration"] = kg.into();
-        }
-        if arch.pinned.is_some() {
-            // No power figures: no energy, rather than 0 J.
-            for key in ["energy_j", "average_power_w", "joules_per_token"] {
-                value[key] = serde_json::Value::Null;
-            }
-        }
-        super::print_json(&value).context("writing the prediction")?;
-        if let Some(path) = args.csv {
-            super::predict::write_csv(path, &serde_json::to_value(&prediction)?)?;
-        }
-        return Ok(());
+    let mut value = serde_json::to_value(&prediction)?;
+    if let Some(s) = &serving {
+        value["serving"] = serde_json::to_value(s)?;
     }
-    if args.workload.is_none() {
-        println!("No --workload given: using the embedded default {DEFAULT_WORKLOAD}.");
+    if let Some(kg) = carbon {
+        value["co2e_kg_per_iteration"] = kg.into();
     }
-    println!(
-        "System: {} ({} devices of {}).\n",
+    if arch.pinned.is_some() {
+        // No power figures: no energy, rather than 0 J.
+        for key in ["energy_j", "average_power_w", "joules_per_token"] {
+            value[key] = serde_json::Value::Null;
+        }
+    }
+    let mut text = format!(
+        "System: {} ({} devices of {}).\n\n",
         system.name, devices, accelerator
     );
     if let Some(s) = &serving {
-        println!("{}", s.render());
+        let _ = writeln!(text, "{}", s.render());
     }
-    print!(
-        "{}",
-        render(&prediction, arch.peak_flops_per_s, unit_of(&workload))
-    );
+    text.push_str(&render(
+        &prediction,
+        arch.peak_flops_per_s,
+        unit_of(&workload),
+    ));
     // The CPU sockets' share, when they hold tables, apart from the devices'.
     let host_w = prediction
         .host_tables
         .as_ref()
         .map_or(0.0, |h| h.energy_j / prediction.time_per_iteration_s);
     if arch.pinned.is_some() {
-        println!(
+        let _ = writeln!(
+            text,
             "\nenergy / iteration  not modelled: a pinned processor (a Calculon system) gives \
              no power figures"
         );
     } else {
-        println!(
+        let _ = writeln!(
+            text,
             "\nenergy / iteration  {} on {} devices{}; average {} ({} per device{}){}",
             si(prediction.energy_j, "J"),
             devices,
@@ -232,27 +284,120 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     if let Some(kg) = carbon {
-        println!("operational CO2e    {kg:.3e} kg per iteration");
+        let _ = writeln!(text, "operational CO2e    {kg:.3e} kg per iteration");
+    }
+    if args.json {
+        super::print_json(&value).context("writing the prediction")?;
+    } else {
+        if args.workload.is_none() {
+            println!("No --workload given: using the embedded default {DEFAULT_WORKLOAD}.");
+        }
+        print!("{text}");
     }
     if !prediction.feasible && prediction.violations.is_empty() {
         bail!("infeasible prediction without reasons");
     }
     if let Some(path) = args.csv {
-        super::predict::write_csv(path, &serde_json::to_value(&prediction)?)?;
+        super::predict::write_csv(path, &value)?;
+    }
+    if let (Some(path), Some(trace)) = (args.trace, &trace) {
+        crate::config::write_atomic(path, super::trace::chrome_json(trace).as_bytes())
+            .with_context(|| format!("--trace: writing {}", path.display()))?;
+    }
+    if let Some(path) = args.report {
+        let title = format!(
+            "stackflow predict: {} on {} x {}, {}",
+            prediction.workload, devices, system.name, prediction.strategy
+        );
+        let mut r = super::report::Report::new(&title, &super::command_line());
+        r.headline(&format!(
+            "{} per iteration, {:.1}% model FLOPs utilization, {} per device{}",
+            super::predict::seconds(prediction.time_per_iteration_s),
+            100.0 * prediction.model_flops_utilization,
+            gib(prediction.memory_per_device_bytes),
+            if prediction.feasible {
+                ""
+            } else {
+                ": INFEASIBLE (see the report)"
+            }
+        ));
+        r.heading("The iteration's timeline");
+        if let Some(trace) = &trace {
+            let name = format!("{}, {}", prediction.workload, prediction.strategy);
+            let whole = (0.0, trace.time_per_iteration_s);
+            let svg = super::plot::timeline_svg(&format!("{name}: one iteration"), trace, whole)?;
+            r.chart(&svg, None);
+            if let Some([fill, drain]) = super::plot::timeline_windows(trace) {
+                for (what, window) in [
+                    ("zoomed on the pipeline filling", fill),
+                    (
+                        "zoomed on the pipeline draining, gradients and update",
+                        drain,
+                    ),
+                ] {
+                    let title = format!("{name}: {what}");
+                    r.chart(&super::plot::timeline_svg(&title, trace, window)?, None);
+                }
+            }
+        } else {
+            r.paragraph("The iteration's time is not finite: no timeline (see the violations).");
+        }
+        r.heading("Roofline of each kind of stage");
+        rooflines()?.report(&mut r);
+        r.text("Prediction", &text);
+        r.tables("The numbers (as --json gives them)", &value);
+        report_inputs(&mut r, &args, &workload_file);
+        r.write(path)?;
     }
     Ok(())
+}
+
+/// The input files of a distributed prediction, for its report.
+fn report_inputs(r: &mut super::report::Report, args: &Args, workload_file: &Path) {
+    use super::report::Input::{Default, Given};
+    let workload = match args.workload {
+        Some(_) => Given("workload", Some(workload_file)),
+        None => Default("workload", workload_file),
+    };
+    super::report::add_inputs(
+        r,
+        &[
+            workload,
+            Given("system", Some(args.system)),
+            Given("strategy", args.strategy.map(Path::new)),
+            Given("budget", args.accelerator.0),
+            Given("template", args.accelerator.1),
+            Given("technology", args.accelerator.2),
+        ],
+    );
+}
+
+/// A report without charts (per-layer-type strategies, distributed serving): the printed
+/// report, the numbers, the inputs.
+fn plain_report(
+    path: &Path,
+    title: &str,
+    text: &str,
+    value: &serde_json::Value,
+    args: &Args,
+    workload_file: &Path,
+) -> anyhow::Result<()> {
+    let mut r = super::report::Report::new(title, &super::command_line());
+    r.text("Prediction", text);
+    r.tables("The numbers (as --json gives them)", value);
+    report_inputs(&mut r, args, workload_file);
+    r.write(path)
 }
 
 /// The roofline of one device of every pipeline stage (one chart per run of stages with the
 /// same kernels: a pipeline's first, middle and last stages), each kernel at its
 /// micro-batch's size, timed as the prediction times it.
 fn stage_rooflines(
-    dir: &Path,
     workload: &Workload,
     arch: &crate::generator::Architecture,
     s: &Strategy,
     p: &DistPrediction,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<super::predict::Rooflines> {
     use crate::perf::roofline::Roofline;
     use crate::perf::{Evaluator, KernelReport};
     let graph = workload.graph();
@@ -286,7 +431,7 @@ fn stage_rooflines(
         .iter()
         .map(|(n, r)| (n.as_str(), r.clone()))
         .collect();
-    super::predict::write_rooflines(dir, &p.workload, &arch.template, &named)
+    super::predict::rooflines(&p.workload, &arch.template, &named)
 }
 
 /// Whether `--strategy` gives a strategy per layer type (`attention:t8-d16,dense:...`)

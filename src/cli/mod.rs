@@ -15,10 +15,12 @@ mod intensity;
 mod optimize;
 mod plot;
 mod predict;
+mod report;
 mod search;
 mod serve;
 mod sweep;
 mod table;
+mod trace;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -147,9 +149,16 @@ enum Command {
         /// A served transformer: the engine's batch cap per replica (vLLM's max_num_seqs).
         #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65536))]
         max_batch: u64,
-        /// Directory for budget.yaml, report.json, trace.csv and convergence.svg.
+        /// Directory for budget.yaml, report.json, trace.csv and the charts
+        /// (convergence.svg, budget.svg, sensitivities.svg and, searching strategies too,
+        /// pareto.svg).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Write one self-contained HTML page of this run to this file: the report, the
+        /// chip's budgets drawn before and after, the sensitivities, the Pareto front, the
+        /// numbers as tables, the command line and the input files.
+        #[arg(long)]
+        report: Option<PathBuf>,
         /// Print the report as JSON (as report.json holds it) instead of tables.
         #[arg(long)]
         json: bool,
@@ -175,6 +184,10 @@ enum Command {
         /// of the table of the fastest points.
         #[arg(long)]
         json: bool,
+        /// Write one self-contained HTML page of this sweep to this file: its plots, its
+        /// summary, every point as a table, the command line and the study file.
+        #[arg(long)]
+        report: Option<PathBuf>,
     },
     /// Join the output folders of sharded sweeps into one.
     Merge {
@@ -271,6 +284,11 @@ fn grammar() -> clap::Command {
 /// Runs the command line and returns the process exit code: 0 done, 2 bad input (or a
 /// failed validation), 3 a search that ran but found nothing feasible.
 pub fn run() -> i32 {
+    COMMAND_LINE.with(|c| {
+        *c.borrow_mut() = std::env::args_os()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    });
     let cli = match Cli::from_arg_matches(&grammar().get_matches()) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
@@ -350,6 +368,13 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    COMMAND_LINE.with(|c| {
+        *c.borrow_mut() = args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    });
     let matches = grammar()
         .try_get_matches_from(args)
         .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().trim_end()))?;
@@ -381,6 +406,7 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
             shard,
             resume,
             json,
+            report,
         } => {
             return sweep::run(sweep::Args {
                 study,
@@ -389,6 +415,7 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
                 shard,
                 resume,
                 json,
+                report,
             })
         }
         Command::Merge {
@@ -419,6 +446,7 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
             slo_tpot_ms,
             max_batch,
             out,
+            report,
             json,
         } => {
             return optimize::run(optimize::Args {
@@ -442,6 +470,7 @@ fn execute(cli: Cli) -> anyhow::Result<Outcome> {
                     ..Default::default()
                 },
                 out,
+                report,
                 json,
             })
         }
@@ -623,6 +652,16 @@ struct PredictArgs {
     /// it (roofline.csv).
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Write the iteration's timeline to this file as Chrome trace-event JSON (open it in
+    /// ui.perfetto.dev or chrome://tracing): per pipeline stage its compute, its sends and,
+    /// per fabric, its blocking collectives and communication stream (with --system).
+    #[arg(long, requires = "system")]
+    trace: Option<PathBuf>,
+    /// Write one self-contained HTML page of this run to this file: the report, the
+    /// roofline (and on a system the timeline) charts, the numbers as tables, the command
+    /// line and the input files.
+    #[arg(long)]
+    report: Option<PathBuf>,
 }
 
 /// Runs `predict`: distributed on `--system`, else one iteration on one accelerator.
@@ -644,6 +683,8 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
             json: a.json,
             csv: a.csv.as_deref(),
             plot: a.plot.as_deref(),
+            trace: a.trace.as_deref(),
+            report: a.report.as_deref(),
         })
         .map(|()| Outcome::Done);
     }
@@ -658,6 +699,9 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
     };
     if let Some(dir) = &a.plot {
         plot::prepare(dir)?;
+    }
+    if let Some(path) = &a.report {
+        output_file("--report", path)?;
     }
     let wl = import::workload(source, &workload_file, None)?;
     let (architecture, described) = load_architecture(&a)?;
@@ -683,13 +727,27 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
         if let Some(path) = &a.csv {
             predict::write_csv(path, &serde_json::to_value(&p)?)?;
         }
+        let m = &evaluator.machine;
+        let charts = [
+            ("prefill", Roofline::of(m, &p.prefill.kernels)),
+            ("decode", Roofline::of(m, &p.decode.kernels)),
+        ];
         if let Some(dir) = &a.plot {
-            let m = &evaluator.machine;
-            let charts = [
-                ("prefill", Roofline::of(m, &p.prefill.kernels)),
-                ("decode", Roofline::of(m, &p.decode.kernels)),
-            ];
-            predict::write_rooflines(dir, &p.workload, &architecture.template, &charts)?;
+            predict::rooflines(&p.workload, &architecture.template, &charts)?.write(dir)?;
+        }
+        if let Some(path) = &a.report {
+            let text = format!(
+                "Accelerator: {described}.\n\n{}",
+                predict::render_inference(&p, &architecture)
+            );
+            let charts = predict::rooflines(&p.workload, &architecture.template, &charts)?;
+            let headline = format!(
+                "time to first token {}, time per output token {}",
+                predict::seconds(p.time_to_first_token_s),
+                predict::seconds(p.time_per_output_token_s)
+            );
+            let value = serde_json::to_value(&p)?;
+            predict_report(path, &a, (&p.workload, &headline), &text, &charts, &value)?;
         }
         return Ok(Outcome::Done);
     }
@@ -720,12 +778,111 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
     if let Some(path) = &a.csv {
         predict::write_csv(path, &serde_json::to_value(&prediction)?)?;
     }
-    if let Some(dir) = &a.plot {
+    let chart = || {
         let r = Roofline::of(&evaluator.machine, &prediction.kernels);
         let device = &architecture.template;
-        predict::write_rooflines(dir, &prediction.workload, device, &[("step", r)])?;
+        predict::rooflines(&prediction.workload, device, &[("step", r)])
+    };
+    if let Some(dir) = &a.plot {
+        chart()?.write(dir)?;
+    }
+    if let Some(path) = &a.report {
+        let text = format!(
+            "Accelerator: {described}.\n\n{}{}",
+            predict::render(&prediction, architecture.peak_flops_per_s, a.kernels),
+            predict::render_energy(&energy, carbon, distributed::unit_of(&wl))
+        );
+        let mut value = serde_json::to_value(&prediction)?;
+        value["energy"] = serde_json::to_value(&energy)?;
+        if let Some(kg) = carbon {
+            value["co2e_kg_per_iteration"] = kg.into();
+        }
+        let headline = format!(
+            "{} per iteration, {:.1}% of the peak{}",
+            predict::seconds(prediction.time_per_iteration_s),
+            100.0 * prediction.utilization,
+            if prediction.feasible {
+                ""
+            } else {
+                ": INFEASIBLE (see the report)"
+            }
+        );
+        let name = (prediction.workload.as_str(), headline.as_str());
+        predict_report(path, &a, name, &text, &chart()?, &value)?;
     }
     Ok(Outcome::Done)
+}
+
+/// `predict --report` on one accelerator: the report, the roofline, the answer's numbers,
+/// the inputs.
+fn predict_report(
+    path: &std::path::Path,
+    a: &PredictArgs,
+    (workload, headline): (&str, &str),
+    text: &str,
+    charts: &predict::Rooflines,
+    value: &serde_json::Value,
+) -> anyhow::Result<()> {
+    let mut r = report::Report::new(&format!("stackflow predict: {workload}"), &command_line());
+    r.headline(headline);
+    r.heading("Roofline");
+    charts.report(&mut r);
+    r.text("Prediction", text);
+    r.tables("The numbers (as --json gives them)", value);
+    use report::Input::{Default, Given};
+    let workload = match &a.workload {
+        Some(w) => Given("workload", Some(w)),
+        None => Default("workload", DEFAULT_WORKLOAD.as_ref()),
+    };
+    report::add_inputs(
+        &mut r,
+        &[
+            workload,
+            Given("budget", a.budget.as_deref()),
+            Given("template", a.template.as_deref()),
+            Given("technology", a.tech.as_deref()),
+            Given("architecture", a.arch.as_deref()),
+        ],
+    );
+    r.write(path)
+}
+
+std::thread_local! {
+    /// The command line being run (the program name first), for reports to quote.
+    static COMMAND_LINE: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The command line being run, as a report quotes it (`stackflow` and its arguments).
+pub(super) fn command_line() -> Vec<String> {
+    COMMAND_LINE.with(|c| {
+        let mut args = c.borrow().clone();
+        if let Some(first) = args.first_mut() {
+            *first = "stackflow".into();
+        }
+        args
+    })
+}
+
+/// Refuses an output file `--flag path` that cannot be written whole: a directory, or a
+/// file in a folder that does not exist (checked before any work, so nothing is left half
+/// done).
+pub(super) fn output_file(flag: &str, path: &std::path::Path) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !path.is_dir(),
+        "{flag} {}: a directory, not a file to write",
+        path.display()
+    );
+    let parent = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    anyhow::ensure!(
+        parent.is_dir(),
+        "{flag} {}: the folder {} does not exist",
+        path.display(),
+        parent.display()
+    );
+    Ok(())
 }
 
 /// The accelerator `predict` runs on, from `--arch` or a budget, and how to describe it.

@@ -48,6 +48,8 @@ pub struct Args {
     pub slo_ms: Option<(f64, f64)>,
     pub max_batch: u64,
     pub out: Option<PathBuf>,
+    /// `--report`: the run as one HTML page.
+    pub report: Option<PathBuf>,
     pub json: bool,
 }
 
@@ -225,6 +227,9 @@ fn headline(
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    if let Some(path) = &args.report {
+        super::output_file("--report", path)?;
+    }
     // The note on the embedded default only when every input is the default's.
     let defaults = args.workload.is_none()
         && args.system.is_none()
@@ -375,11 +380,53 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     } else {
         Outcome::NothingFeasible
     };
+    let text = render_report(&report, &best, &best_design, co.as_ref(), unit);
+    if let Some(path) = &args.report {
+        let title = format!(
+            "stackflow optimize: {} on {} x {}",
+            report.workload, report.devices, report.system
+        );
+        let mut page = super::report::Report::new(&title, &super::command_line());
+        page.headline(text.lines().next().unwrap_or_default());
+        let mut charts = charts(&problem.design, &report, &result, co.as_ref())?;
+        // The chip first, the optimizer's convergence last.
+        charts.rotate_left(1);
+        page.heading("The chip, the shadow prices, the strategies");
+        for (_, _, svg) in &charts {
+            page.chart(svg, None);
+        }
+        page.text("Optimization", &text);
+        page.tables(
+            "The numbers (as --json gives them)",
+            &serde_json::to_value(&report)?,
+        );
+        use super::report::Input::{Default, Given};
+        let workload = match &args.workload {
+            Some(w) => Given("workload", Some(w)),
+            None => Default("workload", DEFAULT_WORKLOAD.as_ref()),
+        };
+        let system_file = match &args.system {
+            Some(s) => Given("system", Some(s)),
+            None => Default("system", DEFAULT_SYSTEM.as_ref()),
+        };
+        super::report::add_inputs(
+            &mut page,
+            &[
+                workload,
+                system_file,
+                Given("budget", args.budget.as_deref()),
+                Given("template", args.template.as_deref()),
+                Given("technology", args.tech.as_deref()),
+                Given("strategy", args.strategy.as_deref().map(Path::new)),
+                Given("share bounds", args.bounds.as_deref()),
+            ],
+        );
+        page.write(path)?;
+    }
     if args.json {
         super::print_json(&report)?;
         return Ok(outcome);
     }
-    let text = render_report(&report, &best, &best_design, co.as_ref(), unit);
     let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
     println!("{first}");
     if defaults {
@@ -892,10 +939,26 @@ fn write_outputs(
         }
     }
     write("trace.csv", &csv.into_inner()?)?;
-    write(
+    for (file, _, svg) in charts(&problem.design, report, result, co)? {
+        write(file, svg.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The charts of an optimization: (file name, title, SVG) of its convergence, the budgets'
+/// split given and optimized, the sensitivities and, co-optimizing, the strategies' Pareto
+/// front at the given budget.
+fn charts(
+    design: &Design,
+    report: &Report,
+    result: &BudgetResult,
+    co: Option<&CoOptimization>,
+) -> anyhow::Result<Vec<(&'static str, String, String)>> {
+    let mut out = vec![(
         "convergence.svg",
-        convergence_svg(&result.trace)?.as_bytes(),
-    )?;
+        "the objective at each step of each restart".to_string(),
+        convergence_svg(&result.trace)?,
+    )];
     // The chip drawn: its budgets' split before and after, and the shadow prices.
     {
         use super::plot::{budget_svg, sensitivity_svg, BudgetShare, Shadow};
@@ -925,10 +988,8 @@ fn write_outputs(
             "{} on {} x {}: the budgets' split, given and optimized",
             report.workload, report.devices, report.system
         );
-        write(
-            "budget.svg",
-            budget_svg(&title, &shares, &used, &bound_by)?.as_bytes(),
-        )?;
+        let svg = budget_svg(&title, &shares, &used, &bound_by)?;
+        out.push(("budget.svg", title, svg));
         let shadows: Vec<Shadow> = report
             .sensitivities
             .iter()
@@ -950,10 +1011,8 @@ fn write_outputs(
             "{}: sensitivities at the optimum (shadow prices)",
             report.workload
         );
-        write(
-            "sensitivities.svg",
-            sensitivity_svg(&title, &shadows)?.as_bytes(),
-        )?;
+        let svg = sensitivity_svg(&title, &shadows)?;
+        out.push(("sensitivities.svg", title, svg));
     }
     if let Some(co) = co {
         // The strategy search at the given budget (step (a)): its front, its choice and
@@ -964,9 +1023,9 @@ fn write_outputs(
             report.workload, report.devices, report.system
         );
         let svg = super::plot::pareto_svg(&title, &co.search, capacity)?;
-        write("pareto.svg", svg.as_bytes())?;
+        out.push(("pareto.svg", title, svg));
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Where a design's template and technology file were read from.

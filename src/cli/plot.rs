@@ -391,9 +391,17 @@ pub(super) fn pareto_svg(
                     } else {
                         xy.1 / ys.powf(0.07)
                     };
+                    let x = x.max(x_lo);
+                    // A leader from the label's end nearest the dot to the dot, so that a
+                    // label landing by another point still names its own.
+                    let near = if x < xy.0 { x * xs.powf(width) } else { x };
+                    chart.draw_series(LineSeries::new(
+                        [(near, y / ys.powf(0.015)), xy],
+                        color.mix(0.6).stroke_width(1),
+                    ))?;
                     chart.draw_series(std::iter::once(Text::new(
                         label,
-                        (x.max(x_lo), y),
+                        (x, y),
                         (FONT, 12).into_font().color(&color),
                     )))?;
                 }
@@ -594,6 +602,12 @@ pub(super) fn sensitivity_svg(title: &str, shadows: &[Shadow]) -> anyhow::Result
             .disable_y_mesh()
             .light_line_style(WHITE.mix(0.0))
             .x_desc("time per iteration per +1% of the whole budget (%; negative: it helps)")
+            .x_label_formatter(&|x| {
+                // Digits to tell ticks about a tenth of the axis apart; no "-0.0" at zero.
+                let digits = (-(most * 0.32).log10().floor()).max(0.0) as usize;
+                let x = if x.abs() < most * 1e-9 { 0.0 } else { *x };
+                format!("{x:.digits$}")
+            })
             .y_labels(rows * 2 + 1)
             .y_label_formatter(&|y| {
                 let i = y - 0.5;
@@ -643,4 +657,237 @@ pub(super) fn sensitivity_svg(title: &str, shadows: &[Shadow]) -> anyhow::Result
         root.present()?;
     }
     Ok(svg)
+}
+
+/// The colour of a timeline slice and its name in the key.
+fn slice_style(kind: crate::distributed::trace::SliceKind) -> (RGBColor, &'static str) {
+    use crate::distributed::trace::SliceKind as K;
+    match kind {
+        K::Forward => (RGBColor(31, 119, 180), "forward"),
+        K::Recompute => (RGBColor(188, 189, 34), "recompute"),
+        K::Backward => (RGBColor(255, 127, 14), "backward"),
+        K::Bubble => (RGBColor(225, 225, 225), "bubble"),
+        K::Wait => (
+            RGBColor(214, 39, 40),
+            "waiting (gradients, slowed collectives)",
+        ),
+        K::Update => (RGBColor(44, 160, 44), "optimizer update"),
+        K::Collective => (RGBColor(148, 103, 189), "collective"),
+        K::Send => (RGBColor(140, 86, 75), "pipeline send"),
+        K::Sparse => (RGBColor(23, 190, 207), "embedding engines"),
+    }
+}
+
+/// The iteration's timeline ([`Trace`](crate::distributed::Trace)) between `from_s` and
+/// `to_s` as a chart: per pipeline stage a row of its compute and a row of its network
+/// (blocking collectives, the communication stream and the sends together). Each pixel
+/// column is coloured by what ran in it, the kinds' colours mixed in proportion to their
+/// time and faded to white by the time nothing ran: slices wider than a pixel keep their
+/// colour, thousands of interleaved steps show as their mix, and the chart stays of a
+/// bounded size however many steps the iteration has.
+pub(super) fn timeline_svg(
+    title: &str,
+    t: &crate::distributed::Trace,
+    (from_s, to_s): (f64, f64),
+) -> anyhow::Result<String> {
+    use crate::distributed::trace::{SliceKind, TrackKind};
+    const COLUMNS: usize = 860;
+    const KINDS: [SliceKind; 9] = [
+        SliceKind::Forward,
+        SliceKind::Recompute,
+        SliceKind::Backward,
+        SliceKind::Bubble,
+        SliceKind::Wait,
+        SliceKind::Update,
+        SliceKind::Collective,
+        SliceKind::Send,
+        SliceKind::Sparse,
+    ];
+    let stages = t.steps.len().max(1);
+    let rows = 2 * stages;
+    let span = (to_s - from_s).max(1e-30);
+    // The unit of the time axis.
+    let (scale, unit) = if to_s >= 1.0 {
+        (1.0, "s")
+    } else if to_s >= 1e-3 {
+        (1e3, "ms")
+    } else {
+        (1e6, "us")
+    };
+    let index = |k: SliceKind| KINDS.iter().position(|x| *x == k).unwrap_or(0);
+    let width = span / COLUMNS as f64;
+    // Per row and pixel column: the share of the column's time per kind.
+    let mut busy = vec![[0.0f64; KINDS.len()]; rows * COLUMNS];
+    let mut used = [false; KINDS.len()];
+    for track in &t.tracks {
+        // One device per stage; the hosts' track (past the last stage) is not drawn.
+        if track.stage >= stages {
+            continue;
+        }
+        let row = 2 * track.stage + usize::from(track.kind != TrackKind::Compute);
+        for s in &track.slices {
+            let (a, b) = ((s.start_s - from_s) / width, (s.end_s() - from_s) / width);
+            if b <= 0.0 || a >= COLUMNS as f64 {
+                continue;
+            }
+            used[index(s.kind)] = true;
+            let mut c = a.floor().max(0.0) as usize;
+            while (c as f64) < b && c < COLUMNS {
+                let overlap = (b.min(c as f64 + 1.0) - a.max(c as f64)).max(0.0);
+                busy[row * COLUMNS + c][index(s.kind)] += overlap;
+                c += 1;
+            }
+        }
+    }
+    // A column's colour: its kinds mixed by time, faded to white by its idle share;
+    // quantized so that runs of alike columns merge into one rectangle.
+    let colour_of = |cell: &[f64; KINDS.len()]| -> Option<(u8, u8, u8)> {
+        let total: f64 = cell.iter().sum();
+        if total < 0.02 {
+            return None;
+        }
+        let mut mix = [0.0f64; 3];
+        for (k, share) in cell.iter().enumerate() {
+            let c = slice_style(KINDS[k]).0;
+            for (m, v) in mix.iter_mut().zip([c.0, c.1, c.2]) {
+                *m += share / total * v as f64;
+            }
+        }
+        let fill = total.min(1.0);
+        let q = |v: f64| ((255.0 - (255.0 - v) * fill) / 12.0).round() as u8 * 12;
+        Some((q(mix[0]), q(mix[1]), q(mix[2])))
+    };
+    let mut svg = String::new();
+    {
+        let plot = (18 * rows).clamp(100, 640) as u32;
+        let height = plot + 150;
+        let root = SVGBackend::with_string(&mut svg, (1000, height)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let root = root.titled(title, (FONT, 16))?;
+        let (area, foot) = root.split_vertically(plot + 60);
+        let mut chart = ChartBuilder::on(&area)
+            .margin(8)
+            .margin_right(24)
+            .x_label_area_size(40)
+            .y_label_area_size(110)
+            .build_cartesian_2d(from_s * scale..to_s * scale, 0.0..rows as f64)?;
+        // Every row labelled while they fit; past 24 rows, every few stages' compute.
+        let every = (rows / 32).max(1);
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .light_line_style(WHITE.mix(0.0))
+            .x_desc(format!("time in the iteration ({unit})"))
+            .y_labels(2 * rows + 1)
+            .y_label_formatter(&|y| {
+                let i = y - 0.5;
+                if (i - i.round()).abs() < 1e-6 && i >= 0.0 {
+                    let r = rows - 1 - i.round() as usize;
+                    if r % 2 == 1 {
+                        return if rows <= 24 {
+                            "network".into()
+                        } else {
+                            String::new()
+                        };
+                    }
+                    if (r / 2) % every == 0 {
+                        return format!("stage {} compute", r / 2);
+                    }
+                }
+                String::new()
+            })
+            .label_style((FONT, 11))
+            .axis_desc_style((FONT, 12))
+            .draw()?;
+        let x = |c: usize| (from_s + c as f64 * width) * scale;
+        for r in 0..rows {
+            let y = (rows - 1 - r) as f64;
+            let mut run: Option<(usize, (u8, u8, u8))> = None;
+            let mut rects = Vec::new();
+            for c in 0..=COLUMNS {
+                let k = if c < COLUMNS {
+                    colour_of(&busy[r * COLUMNS + c])
+                } else {
+                    None
+                };
+                if run.map(|x| Some(x.1)) != Some(k) {
+                    if let Some((start, colour)) = run.take() {
+                        rects.push((start, c, colour));
+                    }
+                    run = k.map(|k| (c, k));
+                }
+            }
+            for (a, b, (red, green, blue)) in rects {
+                chart.draw_series(std::iter::once(Rectangle::new(
+                    [(x(a), y + 0.12), (x(b), y + 0.88)],
+                    RGBColor(red, green, blue).filled(),
+                )))?;
+            }
+        }
+        // The key, for the kinds drawn.
+        let mut at = 20;
+        for (_, kind) in KINDS.iter().enumerate().filter(|(k, _)| used[*k]) {
+            let (colour, name) = slice_style(*kind);
+            foot.draw(&Rectangle::new([(at, 10), (at + 12, 22)], colour.filled()))?;
+            foot.draw(&Text::new(name.to_string(), (at + 16, 10), (FONT, 12)))?;
+            at += 30 + 7 * name.len() as i32;
+        }
+        foot.draw(&Text::new(
+            format!(
+                "{} micro-batches on {} devices, one device per stage drawn. Mixed colours: \
+                 steps shorter than a pixel (forward and backward interleaved); pale: idle \
+                 part of the pixel.",
+                t.micro_batches, t.devices
+            ),
+            (20, 36),
+            (FONT, 11),
+        ))?;
+        foot.draw(&Text::new(
+            "Every step, collective and send with its name and size: predict --trace \
+             FILE.json (Perfetto)."
+                .to_string(),
+            (20, 52),
+            (FONT, 11),
+        ))?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+/// Windows of a timeline worth drawing apart from the whole: the pipeline filling (until
+/// the first stage's first backward step has run a few steps) and draining (from the
+/// earliest last forward step of any stage to the end), each at least 2% of the
+/// iteration; `None` for a timeline without a pipeline.
+pub(super) fn timeline_windows(t: &crate::distributed::Trace) -> Option<[(f64, f64); 2]> {
+    use crate::distributed::trace::{SliceKind, TrackKind};
+    let end = t.time_per_iteration_s;
+    if t.steps.len() <= 1 || end.is_nan() || end <= 0.0 {
+        return None;
+    }
+    let compute = |stage: usize| {
+        t.tracks
+            .iter()
+            .find(|k| k.stage == stage && k.kind == TrackKind::Compute)
+    };
+    let first_backward = compute(0)?
+        .slices
+        .iter()
+        .filter(|s| s.kind == SliceKind::Backward)
+        .nth(3)
+        .map_or(end, |s| s.end_s());
+    let last_forward = (0..t.steps.len())
+        .filter_map(|i| {
+            compute(i)?
+                .slices
+                .iter()
+                .rev()
+                .find(|s| s.kind == SliceKind::Forward)
+                .map(|s| s.start_s)
+        })
+        .fold(end, f64::min);
+    let least = 0.02 * end;
+    Some([
+        (0.0, first_backward.max(least).min(end)),
+        (last_forward.min(end - least).max(0.0), end),
+    ])
 }

@@ -270,16 +270,15 @@ pub fn write_csv(path: &std::path::Path, report: &serde_json::Value) -> anyhow::
     Ok(rows)
 }
 
-/// Writes each named roofline's chart (`roofline.svg`, or `roofline-NAME.svg` for several)
-/// and the data behind every one (`roofline.csv`: a row per ceiling, roof and kernel, with
-/// the chart it belongs to) into `dir`, created if missing; each file atomically.
-pub fn write_rooflines(
-    dir: &std::path::Path,
+/// Draws each named roofline's chart (`roofline.svg`, or `roofline-NAME.svg` for several)
+/// and lists the data behind every one (`roofline.csv`: a row per ceiling, roof and
+/// kernel, with the chart it belongs to).
+pub fn rooflines(
     workload: &str,
     device: &str,
     charts: &[(&str, Roofline)],
-) -> anyhow::Result<()> {
-    super::plot::prepare(dir)?;
+) -> anyhow::Result<Rooflines> {
+    let mut svgs = Vec::new();
     let mut csv = csv::Writer::from_writer(Vec::new());
     csv.write_record([
         "chart",
@@ -300,9 +299,7 @@ pub fn write_rooflines(
         };
         let title = format!("Roofline: {workload} ({chart}) on {device}");
         let svg = super::plot::roofline_svg(&title, r)?;
-        let path = dir.join(&file);
-        crate::config::write_atomic(&path, svg.as_bytes())
-            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+        svgs.push((file, title, svg));
         for c in &r.ceilings {
             let bw = c.bandwidth_bytes_per_s.to_string();
             csv.write_record([chart, "ceiling", &c.level, "", "", "", "", &bw, "", ""])?;
@@ -337,12 +334,44 @@ pub fn write_rooflines(
             ])?;
         }
     }
-    let path = dir.join("roofline.csv");
-    crate::config::write_atomic(&path, &csv.into_inner()?)
-        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
-    eprintln!(
-        "wrote the roofline chart and roofline.csv to {}",
-        dir.display()
-    );
-    Ok(())
+    Ok(Rooflines {
+        charts: svgs,
+        csv: String::from_utf8(csv.into_inner()?)?,
+    })
+}
+
+/// Roofline charts: (file name, title, SVG) each, and the data behind them all as CSV.
+pub struct Rooflines {
+    pub charts: Vec<(String, String, String)>,
+    pub csv: String,
+}
+
+impl Rooflines {
+    /// Writes the charts and roofline.csv into `dir` (`--plot DIR`).
+    pub fn write(&self, dir: &std::path::Path) -> anyhow::Result<()> {
+        super::plot::prepare(dir)?;
+        let files = self
+            .charts
+            .iter()
+            .map(|(file, _, svg)| (file.as_str(), svg.as_bytes()))
+            .chain(std::iter::once(("roofline.csv", self.csv.as_bytes())));
+        for (file, bytes) in files {
+            let path = dir.join(file);
+            crate::config::write_atomic(&path, bytes)
+                .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+        }
+        eprintln!(
+            "wrote the roofline chart and roofline.csv to {}",
+            dir.display()
+        );
+        Ok(())
+    }
+
+    /// Adds the charts, and their data under the last, to a report.
+    pub(super) fn report(&self, report: &mut super::report::Report) {
+        for (i, (_, _, svg)) in self.charts.iter().enumerate() {
+            let last = i + 1 == self.charts.len();
+            report.chart(svg, last.then_some(self.csv.as_str()));
+        }
+    }
 }

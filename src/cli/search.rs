@@ -65,6 +65,10 @@ pub struct SearchArgs {
     /// chosen strategy and the base marked) and its data (pareto.csv).
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Write one self-contained HTML page of this search to this file: the report, the
+    /// Pareto chart, the candidates as tables, the command line and the input files.
+    #[arg(long)]
+    report: Option<PathBuf>,
     /// A serving workload only: leave prefill/decode disaggregation out of the search.
     #[arg(long)]
     no_disaggregate: bool,
@@ -98,6 +102,9 @@ struct Report<'a> {
 }
 
 pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
+    if let Some(path) = &a.report {
+        super::output_file("--report", path)?;
+    }
     let (source, workload_file) = match &a.workload {
         Some(p) => (Source::Disk, p.clone()),
         None => (Source::Embedded, PathBuf::from(DEFAULT_WORKLOAD)),
@@ -204,21 +211,38 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
     if let Some(path) = &a.csv {
         write_csv(path, &r)?;
     }
+    let title = format!(
+        "{} on {} x {}: time against memory per device",
+        workload.name(),
+        devices,
+        system.name
+    );
     if let Some(dir) = &a.plot {
-        let title = format!(
-            "{} on {} x {}: time against memory per device",
+        write_pareto(dir, &title, &r, arch.memory_capacity_bytes)?;
+    }
+    let text = render(&report);
+    let mut value = serde_json::to_value(&report)?;
+    value["headline"] = headline(&report).into();
+    if let Some(path) = &a.report {
+        let heading = format!(
+            "stackflow search: {} on {} x {}",
             workload.name(),
             devices,
             system.name
         );
-        write_pareto(dir, &title, &r, arch.memory_capacity_bytes)?;
+        let mut page = super::report::Report::new(&heading, &super::command_line());
+        page.headline(text.lines().next().unwrap_or_default());
+        page.heading("Pareto front");
+        let svg = super::plot::pareto_svg(&title, &r, arch.memory_capacity_bytes)?;
+        page.chart(&svg, Some(&csv_text(&r)?));
+        page.text("Search", &text);
+        page.tables("The numbers (as --json gives them)", &value);
+        inputs(&mut page, &a, &workload_file);
+        page.write(path)?;
     }
     if a.json {
-        let mut value = serde_json::to_value(&report)?;
-        value["headline"] = headline(&report).into();
         super::print_json(&value)?;
     } else {
-        let text = render(&report);
         let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
         println!("{first}");
         if a.workload.is_none() {
@@ -278,18 +302,30 @@ fn run_serving(a: &SearchArgs, workload: &Workload, file: &Path) -> anyhow::Resu
         &settings,
     )?;
     let wall_s = start.elapsed().as_secs_f64();
+    let mut value = serde_json::to_value(&r)?;
+    value["workload"] = workload.name().into();
+    value["system"] = system.name.clone().into();
+    value["devices"] = devices.into();
+    value["arrivals"] = setup.arrivals.name().into();
+    let text = render_serving(&r, &workload.name(), &system.name, devices, &slo, wall_s);
     if a.json {
-        let mut value = serde_json::to_value(&r)?;
-        value["workload"] = workload.name().into();
-        value["system"] = system.name.clone().into();
-        value["devices"] = devices.into();
-        value["arrivals"] = setup.arrivals.name().into();
         super::print_json(&value)?;
     } else {
-        print!(
-            "{}",
-            render_serving(&r, &workload.name(), &system.name, devices, &slo, wall_s)
+        print!("{text}");
+    }
+    if let Some(path) = &a.report {
+        let heading = format!(
+            "stackflow search: serving {} on {} x {}",
+            workload.name(),
+            devices,
+            system.name
         );
+        let mut page = super::report::Report::new(&heading, &super::command_line());
+        page.headline(text.lines().next().unwrap_or_default());
+        page.text("Search", &text);
+        page.tables("The numbers (as --json gives them)", &value);
+        inputs(&mut page, a, file);
+        page.write(path)?;
     }
     Ok(if r.best.is_some() {
         Outcome::Done
@@ -593,8 +629,34 @@ fn write_pareto(dir: &Path, title: &str, r: &SearchResult, capacity: f64) -> any
     write_csv(&dir.join("pareto.csv"), r)
 }
 
+/// The input files of a search, for its report.
+fn inputs(page: &mut super::report::Report, a: &SearchArgs, workload_file: &Path) {
+    use super::report::Input::{Default, Given};
+    let workload = match &a.workload {
+        Some(_) => Given("workload", Some(workload_file)),
+        None => Default("workload", workload_file),
+    };
+    super::report::add_inputs(
+        page,
+        &[
+            workload,
+            Given("system", Some(&a.system)),
+            Given("base strategy", a.base.as_deref().map(Path::new)),
+        ],
+    );
+}
+
 /// The top N and the Pareto front, one row each, written atomically.
 fn write_csv(path: &Path, r: &SearchResult) -> anyhow::Result<()> {
+    let bytes = csv_text(r)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    write_atomic(path, bytes.as_bytes()).with_context(|| format!("writing {}", path.display()))
+}
+
+/// The top N and the Pareto front as CSV text, one row each.
+fn csv_text(r: &SearchResult) -> anyhow::Result<String> {
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record([
         "list",
@@ -621,8 +683,5 @@ fn write_csv(path: &Path, r: &SearchResult) -> anyhow::Result<()> {
         }
     }
     let bytes = w.into_inner().context("writing the CSV")?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    write_atomic(path, &bytes).with_context(|| format!("writing {}", path.display()))
+    Ok(String::from_utf8(bytes)?)
 }

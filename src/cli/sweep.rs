@@ -35,6 +35,8 @@ pub struct Args {
     pub resume: bool,
     /// Print the results as JSON (as `results.json` holds them, with the counts).
     pub json: bool,
+    /// `--report`: the sweep as one HTML page.
+    pub report: Option<PathBuf>,
 }
 
 /// How many of the fastest feasible points the sweep's table shows.
@@ -84,6 +86,9 @@ fn read_journal(path: &Path) -> anyhow::Result<BTreeMap<usize, PointResult>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    if let Some(path) = &args.report {
+        super::output_file("--report", path)?;
+    }
     let study = Study::load(&args.study)?;
     let total = study.len();
     let (k, n) = match &args.shard {
@@ -130,14 +135,40 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         .into_values()
         .filter(|p| p.index % n == k - 1)
         .collect();
-    write_results(&study.outline, &out, &results)?;
+    let written = write_results(&study.outline, &out, &results)?;
+    let summary = summarize(&study.outline, &results);
+    if let Some(path) = &args.report {
+        let title = format!("stackflow sweep: study {}", study.outline.name);
+        let mut page = super::report::Report::new(&title, &super::command_line());
+        let c = Counts::of(&results);
+        page.headline(&format!(
+            "{} points evaluated: {} feasible, {} infeasible, {} could not run; results in {}",
+            c.evaluated,
+            c.feasible,
+            c.infeasible,
+            c.could_not_run,
+            out.display()
+        ));
+        if !written.plots.is_empty() {
+            page.heading("Plots");
+        }
+        for svg in &written.plots {
+            page.chart(svg, None);
+        }
+        page.text("Summary", &format!("{preamble}\n{summary}"));
+        page.heading("Every point");
+        page.csv("results.csv", &written.csv);
+        let study_file = super::report::Input::Given("study", Some(&args.study));
+        super::report::add_inputs(&mut page, &[study_file]);
+        page.write(path)?;
+    }
     if args.json {
         let mut value = serde_json::to_value(results_file(&study.outline, &results))?;
         value["out"] = out.display().to_string().into();
         value["counts"] = serde_json::to_value(Counts::of(&results))?;
         super::print_json(&value)?;
     } else {
-        print!("{}", summarize(&study.outline, &results));
+        print!("{summary}");
     }
     Ok(if results.iter().any(|r| r.feasible) {
         Outcome::Done
@@ -584,7 +615,7 @@ fn results_file<'a>(study: &'a Outline, results: &'a [PointResult]) -> ResultsFi
     }
 }
 
-fn write_results(study: &Outline, out: &Path, results: &[PointResult]) -> anyhow::Result<()> {
+fn write_results(study: &Outline, out: &Path, results: &[PointResult]) -> anyhow::Result<Written> {
     // The journal in index order: a folder's files depend on its points, not on the order
     // its workers finished them.
     let journal: String = results
@@ -641,13 +672,22 @@ fn write_results(study: &Outline, out: &Path, results: &[PointResult]) -> anyhow
         ]);
         csv.write_record(&row)?;
     }
-    write_atomic(&out.join("results.csv"), &csv.into_inner()?)?;
+    let csv = String::from_utf8(csv.into_inner()?)?;
+    write_atomic(&out.join("results.csv"), csv.as_bytes())?;
+    let mut plots = Vec::new();
     for (i, p) in study.plots.iter().enumerate() {
         let svg = plot(study, p, results)?;
         let name = format!("plot-{}-{}.svg", i + 1, p.x);
         write_atomic(&out.join(name), svg.as_bytes())?;
+        plots.push(svg);
     }
-    Ok(())
+    Ok(Written { csv, plots })
+}
+
+/// What [`write_results`] wrote that a report shows: the results as CSV, the plots.
+struct Written {
+    csv: String,
+    plots: Vec<String>,
 }
 
 /// What a sweep's points came to.

@@ -17,6 +17,7 @@
 //!   (GPipe in closed form, 1F1B and interleaved 1F1B in rounds with periodic jumps;
 //!   Narayanan et al. 2021), whose reference is [`schedule`]'s event simulation, reported
 //!   (`report.rs`); lower bounds for a mapping and for a strategy, which searches prune with;
+//!   [`trace`]: the iteration as a timeline of tracks per stage and fabric;
 //! - [`predict()`]: the plan under the best mapping that
 //!   [`crate::parallel::mapping::best_placement`] finds (orderings priced from the lowest
 //!   bound up); [`Workspace`]: kernel times and graphs kept between predictions;
@@ -47,6 +48,7 @@ mod report;
 pub mod schedule;
 pub mod serve;
 pub mod timeline;
+pub mod trace;
 mod work;
 
 pub use fit::FitError;
@@ -55,4 +57,5 @@ pub use layered::{predict_layered, LayerStrategy, LayeredPlan, LayeredPrediction
 pub use predict::{evaluate, evaluate_with, predict, predict_with, Plan, Workspace};
 pub use report::{CommReport, ComputeReport, DistPrediction, LayerTimes};
 pub use serve::{predict_inference, DistInference};
+pub use trace::Trace;
 pub use work::{device_kernels, micro_batch_kernels};

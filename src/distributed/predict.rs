@@ -375,6 +375,19 @@ impl Plan {
         })
     }
 
+    /// The iteration under the best mapping as a timeline: every step, collective, send and
+    /// bubble of every stage ([`super::trace`]).
+    pub fn trace(&self, net: &Network) -> super::Trace {
+        let (map, _, _) = self
+            .best(net, f64::INFINITY, false)
+            .expect("without a bound to beat a mapping is priced");
+        let inputs = self.inputs();
+        let (mut eval, recording) = timeline::record(&inputs, &map);
+        self.settle(&mut eval);
+        let eval_of = (eval.time_s, eval.context);
+        super::trace::build(&inputs, &map, net, &recording, eval_of, self.host.as_ref())
+    }
+
     /// Whether a mapping must also measure every device as one group.
     pub fn needs_all_devices(&self) -> bool {
         self.table_wise

@@ -21,11 +21,21 @@ pub struct Timeline {
     pub last_backward: Vec<Vec<(f64, f64)>>,
 }
 
+/// One step of the schedule: a micro-batch's forward or backward through one chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Step {
-    micro_batch: usize,
-    chunk: usize,
-    backward: bool,
+pub struct Step {
+    pub micro_batch: usize,
+    pub chunk: usize,
+    pub backward: bool,
+}
+
+/// When one step ran on its stage's compute stream.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepSpan {
+    pub stage: usize,
+    pub step: Step,
+    pub start_s: f64,
+    pub end_s: f64,
 }
 
 /// The order one stage runs its steps in.
@@ -87,6 +97,18 @@ pub fn simulate(
     micro_batches: usize,
     transfer_s: f64,
     gpipe: bool,
+) -> Timeline {
+    simulate_recorded(steps, micro_batches, transfer_s, gpipe, None)
+}
+
+/// [`simulate`], recording every step's span into `record` (when given) in the order the
+/// steps are scheduled.
+pub fn simulate_recorded(
+    steps: &[Vec<StageSteps>],
+    micro_batches: usize,
+    transfer_s: f64,
+    gpipe: bool,
+    mut record: Option<&mut Vec<StepSpan>>,
 ) -> Timeline {
     let stages = steps.len();
     let chunks = steps[0].len();
@@ -165,6 +187,14 @@ pub fn simulate(
                 free[s] = end;
                 if st.backward {
                     last_backward[s][st.chunk] = (start, end);
+                }
+                if let Some(r) = record.as_deref_mut() {
+                    r.push(StepSpan {
+                        stage: s,
+                        step: st,
+                        start_s: start,
+                        end_s: end,
+                    });
                 }
                 next[s] += 1;
                 remaining -= 1;
@@ -248,12 +278,25 @@ impl<'a> Flow<'a> {
 /// running at once on the same fabric share its ports equally; on different fabrics they
 /// do not meet.
 pub fn shared_step(pieces: &[Piece], start: f64, sync_free: f64) -> SharedStep {
+    shared_step_recorded(pieces, start, sync_free, None)
+}
+
+/// [`shared_step`], recording into `record` (when given) each bucket's span on the
+/// gradient stream: (index of its piece in `pieces`, start, end).
+pub fn shared_step_recorded(
+    pieces: &[Piece],
+    start: f64,
+    sync_free: f64,
+    mut record: Option<&mut Vec<(usize, f64, f64)>>,
+) -> SharedStep {
     let mut now = start;
     let mut next = 0;
     let mut compute_left = 0.0f64;
     let mut block: Option<Flow> = None;
-    let mut queue: std::collections::VecDeque<&[(usize, f64)]> = Default::default();
+    let mut queue: std::collections::VecDeque<(usize, &[(usize, f64)])> = Default::default();
     let mut sync: Option<Flow> = None;
+    // The bucket on the gradient stream: its piece and when it started.
+    let mut sending = (0usize, 0.0f64);
     let mut sync_end = sync_free;
     let mut delay = 0.0;
     let mut end = None;
@@ -269,7 +312,7 @@ pub fn shared_step(pieces: &[Piece], start: f64, sync_free: f64) -> SharedStep {
             match pieces.get(next) {
                 Some(Piece::Compute(t)) => compute_left = *t,
                 Some(Piece::Blocking(p)) => block = Flow::start(p),
-                Some(Piece::Bucket(p)) => queue.push_back(p),
+                Some(Piece::Bucket(p)) => queue.push_back((next, p)),
                 Some(Piece::Await(i)) => waiting = (done <= *i).then_some(*i),
                 None => {
                     end.get_or_insert(now);
@@ -279,9 +322,10 @@ pub fn shared_step(pieces: &[Piece], start: f64, sync_free: f64) -> SharedStep {
             next += 1;
         }
         if sync.is_none() && now >= sync_free {
-            while let Some(p) = queue.pop_front() {
+            while let Some((k, p)) = queue.pop_front() {
                 sync = Flow::start(p);
                 if sync.is_some() {
+                    sending = (k, now);
                     break;
                 }
                 done += 1;
@@ -322,6 +366,9 @@ pub fn shared_step(pieces: &[Piece], start: f64, sync_free: f64) -> SharedStep {
                 sync = None;
                 sync_end = now;
                 done += 1;
+                if let Some(r) = record.as_deref_mut() {
+                    r.push((sending.0, sending.1, now));
+                }
             }
         }
     }

@@ -20,9 +20,66 @@ struct Ledger<'a> {
     comms: Vec<CommReport>,
     /// How the context-parallel ranks exchange keys and values under this mapping.
     context: Option<ContextAttention>,
+    /// When tracing: the gradient stream's buckets of the stage being synchronised.
+    buckets: Option<Vec<BucketSpan>>,
+}
+
+/// One message on a stage's communication stream, as a trace draws it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct BucketSpan {
+    pub(super) name: &'static str,
+    pub(super) collective: Collective,
+    pub(super) bytes: f64,
+    pub(super) start_s: f64,
+    pub(super) end_s: f64,
+    /// (fabric, s) alone on the network, in order.
+    pub(super) phases: Vec<(usize, f64)>,
+}
+
+/// What follows stage `i`'s last step in a traced iteration.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(super) struct StageEnd {
+    /// End of its last step in the schedule.
+    pub(super) schedule_end_s: f64,
+    /// Blocking collectives' time lost to gradient traffic on their fabric.
+    pub(super) delay_s: f64,
+    /// ZeRO-3 reduce-scatters outlasting compute.
+    pub(super) tail_s: f64,
+    /// When its communication stream is free.
+    pub(super) comm_free_s: f64,
+    /// The optimizer update, then what follows it (ZeRO-1/2's gather of updated weights).
+    pub(super) update_s: f64,
+    pub(super) after_s: f64,
+    pub(super) end_s: f64,
+    pub(super) buckets: Vec<BucketSpan>,
+    /// The embedding engines' busy time on this stage.
+    pub(super) sparse_s: f64,
+}
+
+/// One iteration's schedule as run: what [`finish_parts`] records for a trace.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Recording {
+    /// Per stage and chunk: one step's durations as scheduled (blocking collectives and
+    /// blocking sends inside).
+    pub(super) steps: Vec<Vec<StageSteps>>,
+    /// Every step's span.
+    pub(super) spans: Vec<schedule::StepSpan>,
+    /// One hand-off between stages beside compute (0 when sends block, folded into the
+    /// steps: `folded_send_s`).
+    pub(super) transfer_s: f64,
+    pub(super) folded_send_s: f64,
+    pub(super) stages: Vec<StageEnd>,
 }
 
 impl Ledger<'_> {
+    /// Records a message on the communication stream when tracing.
+    fn trace(&mut self, span: impl FnOnce(&Mapping) -> BucketSpan) {
+        let map = self.map;
+        if let Some(b) = &mut self.buckets {
+            b.push(span(map));
+        }
+    }
+
     /// Whether `need` runs under this mapping: every need but the context-parallel
     /// exchanges of the kind not taken.
     fn keeps(&self, need: &Need) -> bool {
@@ -322,6 +379,7 @@ pub(super) fn stage_steps(inputs: &Inputs, map: &Mapping) -> Steps {
         map,
         comms: Vec::new(),
         context: context_choice(inputs, map),
+        buckets: None,
     };
     let p = s.pipeline as usize;
     let mut steps = Vec::with_capacity(p);
@@ -405,6 +463,24 @@ pub(super) fn finish(inputs: &Inputs, map: &Mapping, steps: Steps) -> Eval {
     finish_parts(&[part], &[map], vec![steps], &[])
 }
 
+/// [`finish`] recording the schedule as run (for a trace).
+pub(super) fn record(inputs: &Inputs, map: &Mapping) -> (Eval, Recording) {
+    let part = Part {
+        inputs,
+        label: "",
+        hands_on: true,
+    };
+    let mut recording = Recording::default();
+    let eval = finish_recorded(
+        &[part],
+        &[map],
+        vec![stage_steps(inputs, map)],
+        &[],
+        Some(&mut recording),
+    );
+    (eval, recording)
+}
+
 /// One part of an iteration whose layer types are split their own ways (see
 /// [`finish_parts`]): its inputs, and the prefix of its collectives' names.
 pub(super) struct Part<'a> {
@@ -426,6 +502,18 @@ pub(super) fn finish_parts(
     maps: &[&Mapping],
     steps_of: Vec<Steps>,
     extra: &[(f64, f64)],
+) -> Eval {
+    finish_recorded(parts, maps, steps_of, extra, None)
+}
+
+/// [`finish_parts`], recording the schedule into `record` when given (one part: several
+/// parts' joint gradient buckets are not recorded).
+fn finish_recorded(
+    parts: &[Part],
+    maps: &[&Mapping],
+    steps_of: Vec<Steps>,
+    extra: &[(f64, f64)],
+    mut record: Option<&mut Recording>,
 ) -> Eval {
     let first = parts[0].inputs;
     let (s, m) = (first.s, first.m);
@@ -449,6 +537,7 @@ pub(super) fn finish_parts(
             map,
             comms,
             context,
+            buckets: record.as_ref().map(|_| Vec::new()),
         };
         if part.hands_on {
             transfer = transfer.max(own_transfer);
@@ -486,6 +575,7 @@ pub(super) fn finish_parts(
     }
     // Blocking sends: a step that hands its activations (or gradients) on ends when the
     // send does; the receiver then has them at once.
+    let unfolded = transfer;
     let transfer = if s.send_overlap || steps.len() <= 1 {
         transfer
     } else {
@@ -502,7 +592,16 @@ pub(super) fn finish_parts(
         }
         0.0
     };
-    let timeline = pipeline::solve(&steps, m as usize, transfer, s.gpipe);
+    let timeline = match record.as_deref_mut() {
+        Some(r) => {
+            r.steps = steps.clone();
+            r.transfer_s = transfer;
+            r.folded_send_s = if transfer == 0.0 { unfolded } else { 0.0 };
+            let spans = Some(&mut r.spans);
+            schedule::simulate_recorded(&steps, m as usize, transfer, s.gpipe, spans)
+        }
+        None => pipeline::solve(&steps, m as usize, transfer, s.gpipe),
+    };
     let mut end = 0.0f64;
     let mut dense_end = 0.0f64;
     let mut sparse_busy = 0.0f64;
@@ -531,6 +630,31 @@ pub(super) fn finish_parts(
             (comm_free, delay, after)
         };
         let stage_end = (timeline.end_s[i] + delay + tail).max(comm_free) + after;
+        if let Some(r) = record.as_deref_mut() {
+            let update_s = parts.iter().map(|p| p.inputs.stages[i].update_s).sum();
+            let buckets = ledgers
+                .iter_mut()
+                .flat_map(|l| l.buckets.as_mut().map(std::mem::take).unwrap_or_default())
+                .map(|mut b| {
+                    // What follows the update ends with the stage.
+                    if b.start_s.is_nan() {
+                        (b.start_s, b.end_s) = (stage_end - b.end_s, stage_end);
+                    }
+                    b
+                })
+                .collect();
+            r.stages.push(StageEnd {
+                schedule_end_s: timeline.end_s[i],
+                delay_s: delay,
+                tail_s: *tail,
+                comm_free_s: comm_free,
+                update_s,
+                after_s: after,
+                end_s: stage_end,
+                buckets,
+                sparse_s: 0.0,
+            });
+        }
         end = end.max(stage_end);
         dense_end = dense_end.max(stage_end);
         for (part, ledger) in parts.iter().zip(&mut ledgers) {
@@ -550,7 +674,11 @@ pub(super) fn finish_parts(
                         ledger.charge(&label, n, *count, false, report)
                     })
                     .sum();
-                sparse_busy = sparse_busy.max(m as f64 * (st.sparse_s + exchange));
+                let busy = m as f64 * (st.sparse_s + exchange);
+                if let Some(last) = record.as_deref_mut().and_then(|r| r.stages.last_mut()) {
+                    last.sparse_s += busy;
+                }
+                sparse_busy = sparse_busy.max(busy);
                 end = end.max(sparse_busy);
             }
         }
@@ -655,7 +783,7 @@ fn stage_step(inputs: &Inputs, ledger: &mut Ledger, i: usize, st: &StageWork) ->
 /// which run beside the products ([`beside`]), and context parallelism's ring steps, each
 /// beside the attention of the chunk before; not the vocabulary-parallel embedding's
 /// reduce-scatter nor the expert layers' all-reduce.
-fn blocks_compute(s: &Strategy, n: &Need) -> bool {
+pub(super) fn blocks_compute(s: &Strategy, n: &Need) -> bool {
     !(s.tp_overlap && n.of_linear || n.context == Some(ContextAttention::Ring))
 }
 
@@ -781,8 +909,8 @@ fn zero3_step(
     }
 }
 
-/// Activations handed between stages, per micro-batch: listed, and the time of one.
-fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
+/// One micro-batch's activations (or their gradients) handed between stages, bytes.
+pub(super) fn boundary_bytes(inputs: &Inputs) -> f64 {
     let s = inputs.s;
     let sp_share = if s.sequence_parallel {
         s.tensor as f64
@@ -790,7 +918,13 @@ fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
         1.0
     };
     // A context-parallel rank sends on its share of the tokens.
-    let boundary = inputs.graph.boundary_bytes * inputs.f_tok / sp_share / s.context as f64;
+    inputs.graph.boundary_bytes * inputs.f_tok / sp_share / s.context as f64
+}
+
+/// Activations handed between stages, per micro-batch: listed, and the time of one.
+fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
+    let s = inputs.s;
+    let boundary = boundary_bytes(inputs);
     let transfer = ledger
         .map
         .link(Axis::Pipeline)
@@ -838,7 +972,16 @@ fn stage_sync(
         // One flat synchronisation of every gradient once the stage's backward is done.
         if !sync.axes.is_empty() && sync.stage_bytes > 0.0 {
             let t = sync.charge(ledger, &sync.expert_axes, sync.stage_bytes);
-            comm_free = comm_free.max(timeline.end_s[i]) + t;
+            let start = comm_free.max(timeline.end_s[i]);
+            comm_free = start + t;
+            ledger.trace(|map| BucketSpan {
+                name: "gradient sync",
+                collective: sync.collective,
+                bytes: sync.stage_bytes,
+                start_s: start,
+                end_s: comm_free,
+                phases: sync.phases(map, sync.stage_bytes),
+            });
         }
         return (comm_free, 0.0, after_of(inputs, ledger, st, &sync));
     }
@@ -849,25 +992,56 @@ fn stage_sync(
             break;
         }
         let (start, stop) = timeline.last_backward[i][c];
-        let pieces = if by_weight {
-            weight_buckets(ledger, st, &sync, v as f64)
+        // Each bucket's bytes: the weight's own (weight by weight), or one per layer alike.
+        let (pieces, (listed, each)) = if by_weight {
+            let (pieces, buckets) = weight_buckets(ledger, st, &sync, v as f64);
+            (pieces, (buckets, 0.0))
         } else {
             match layer_buckets(inputs, ledger, st, &sync, (start, stop)) {
-                Buckets::Pieces(pieces) => pieces,
-                Buckets::Apart(send) => {
+                Buckets::Pieces(pieces, bytes) => (pieces, (Vec::new(), bytes)),
+                Buckets::Apart(send, bytes, phases) => {
                     // Nothing meets on a fabric: each bucket leaves as its layer ends.
                     let layers = layers_per_chunk(inputs, st);
                     let layer = (stop - start) / layers as f64;
                     for j in 0..layers {
-                        comm_free = comm_free.max(start + layer * (j + 1) as f64) + send;
+                        let from = comm_free.max(start + layer * (j + 1) as f64);
+                        comm_free = from + send;
+                        ledger.trace(|_| BucketSpan {
+                            name: "gradient sync",
+                            collective: sync.collective,
+                            bytes,
+                            start_s: from,
+                            end_s: comm_free,
+                            phases: phases.clone(),
+                        });
                     }
                     continue;
                 }
             }
         };
-        let shared = schedule::shared_step(&pieces, start, comm_free);
+        let mut sent = Vec::new();
+        let record = ledger.buckets.is_some().then_some(&mut sent);
+        let shared = schedule::shared_step_recorded(&pieces, start, comm_free, record);
         comm_free = shared.sync_end_s;
         delay += shared.delay_s;
+        // The k-th bucket handed over carries the k-th of `bytes` (layers: all alike).
+        for (k, from, to) in sent {
+            let nth = pieces[..k]
+                .iter()
+                .filter(|p| matches!(p, Piece::Bucket(_)))
+                .count();
+            let Piece::Bucket(phases) = &pieces[k] else {
+                continue;
+            };
+            ledger.trace(|_| BucketSpan {
+                name: "gradient sync",
+                collective: sync.collective,
+                bytes: listed.get(nth).map_or(each, |b| b.0),
+                start_s: from,
+                end_s: to,
+                phases: phases.clone(),
+            });
+        }
     }
     (comm_free, delay, after_of(inputs, ledger, st, &sync))
 }
@@ -917,7 +1091,20 @@ fn after_of(inputs: &Inputs, ledger: &mut Ledger, st: &StageWork, sync: &Sync) -
         // The updated weights, in their own precision (the gradients' may differ).
         let bytes = sync.stage_bytes / inputs.gradient_bytes * inputs.weight_bytes;
         let need = (Collective::AllGather, bytes);
-        after += ledger.charge_parts("updated weights", &parts, need, 1.0, false, sync.report);
+        let t = ledger.charge_parts("updated weights", &parts, need, 1.0, false, sync.report);
+        after += t;
+        // Drawn after the update, once the stage's end is known.
+        ledger.trace(|map| BucketSpan {
+            name: "updated weights",
+            collective: Collective::AllGather,
+            bytes,
+            start_s: f64::NAN,
+            end_s: t,
+            phases: parts
+                .iter()
+                .flat_map(|&(axis, f)| map.link(axis).phases(Collective::AllGather, bytes * f))
+                .collect(),
+        });
     }
     after
 }
@@ -1063,6 +1250,14 @@ struct Sync<'a> {
 }
 
 impl Sync<'_> {
+    /// The phases of one bucket of `bytes` over the stage's axes.
+    fn phases(&self, map: &Mapping, bytes: f64) -> Vec<(usize, f64)> {
+        self.expert_axes
+            .iter()
+            .flat_map(|&(axis, f)| map.link(axis).phases(self.collective, bytes * f))
+            .collect()
+    }
+
     /// Charges (and lists) one bucket of `bytes` synchronised over `parts`; its time.
     fn charge(&self, ledger: &mut Ledger, parts: &[(Axis, f64)], bytes: f64) -> f64 {
         let need = (self.collective, bytes);
@@ -1077,7 +1272,13 @@ fn layers_per_chunk(inputs: &Inputs, st: &StageWork) -> usize {
 
 /// A bucket per weight, when its gradient is computed (DDP's order: last layers first); an
 /// expert's among its replicas. `chunks`: the stage's chunks (the step is one of them).
-fn weight_buckets(ledger: &mut Ledger, st: &StageWork, sync: &Sync, chunks: f64) -> Vec<Piece> {
+/// Returns the step's pieces and each bucket's bytes (and whether an expert's), in order.
+fn weight_buckets(
+    ledger: &mut Ledger,
+    st: &StageWork,
+    sync: &Sync,
+    chunks: f64,
+) -> (Vec<Piece>, Vec<(f64, bool)>) {
     let (dense, experts) = (
         sync_parts(sync.axes, 0.0, sync.context),
         sync_parts(sync.axes, 1.0, sync.context),
@@ -1100,15 +1301,16 @@ fn weight_buckets(ledger: &mut Ledger, st: &StageWork, sync: &Sync, chunks: f64)
         let parts = if expert { &experts } else { &dense };
         sync.charge(ledger, parts, bytes);
     }
-    pieces
+    (pieces, buckets)
 }
 
 /// Layered graphs' buckets: one per layer, layers spread evenly over the step.
 enum Buckets {
-    /// The step as pieces to share the stream.
-    Pieces(Vec<Piece>),
-    /// No bucket meets a blocking collective on a fabric: each bucket's send time.
-    Apart(f64),
+    /// The step as pieces to share the stream, and each bucket's bytes.
+    Pieces(Vec<Piece>, f64),
+    /// No bucket meets a blocking collective on a fabric: each bucket's send time, bytes
+    /// and phases.
+    Apart(f64, f64, Vec<(usize, f64)>),
 }
 
 /// A bucket per layer of the chunk that ran over `(start, stop)`; every bucket is charged.
@@ -1147,7 +1349,8 @@ fn layer_buckets(
         for _ in 0..layers {
             charge(ledger);
         }
-        return Buckets::Apart(bucket_phases.iter().map(|p| p.1).sum());
+        let send = bucket_phases.iter().map(|p| p.1).sum();
+        return Buckets::Apart(send, bucket, bucket_phases);
     }
     // The step's own length per layer (it may also hold ZeRO gathers): what blocking
     // collectives leave of it is compute.
@@ -1160,7 +1363,7 @@ fn layer_buckets(
         pieces.push(Piece::Bucket(bucket_phases.clone()));
         charge(ledger);
     }
-    Buckets::Pieces(pieces)
+    Buckets::Pieces(pieces, bucket)
 }
 
 /// End of the iteration with every communication free: the schedule's compute alone.
