@@ -159,6 +159,29 @@ fn predict_report_of_gpt3_on_1024_a100s() {
     assert_eq!(charts(&html), 3 + 3);
 }
 
+/// A per-layer-type strategy: a roofline per kind of stage, each layer type's kernels split
+/// its own way.
+#[test]
+fn predict_report_per_layer_type() {
+    let html = report_of(
+        "report-layered",
+        &[
+            "predict",
+            "--workload",
+            "workloads/llama2-70b.yaml",
+            "--system",
+            "templates/dgx-a100.yaml",
+            "--devices",
+            "64",
+            "--strategy",
+            "embedding:t8-p2-d4,attention:t8-p2-d4,dense:t4-p2-d8",
+        ],
+    );
+    assert_eq!(charts(&html), 2);
+    assert!(html.contains("Roofline: llama2-70b (stage 1)"));
+    assert!(html.contains("per iteration"));
+}
+
 /// One accelerator, a served model (a roofline per phase) and training (one roofline).
 #[test]
 fn predict_report_on_one_accelerator() {

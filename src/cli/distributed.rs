@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::Source;
 use crate::distributed::{
-    predict, predict_inference, predict_layered, DistInference, DistPrediction, LayerStrategy,
+    predict, predict_inference, DistInference, DistPrediction, LayerStrategy, LayeredPlan,
     LayeredPrediction, Workspace,
 };
 use crate::network::System;
@@ -91,14 +91,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                  one strategy for every layer"
             );
         }
-        if args.plot.is_some() {
-            bail!("--plot: a per-layer-type prediction has no roofline chart yet; give one strategy for every layer");
-        }
         if args.trace.is_some() {
             bail!("--trace: a per-layer-type prediction has no timeline yet; give one strategy for every layer");
         }
         let s = LayerStrategy::parse(text)?;
-        let p = predict_layered(
+        if let Some(dir) = args.plot {
+            super::plot::prepare(dir)?;
+        }
+        let plan = LayeredPlan::new(
             &workload,
             &arch,
             &network,
@@ -106,6 +106,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             &s,
             &mut Workspace::new(&arch),
         )?;
+        let p = plan.predict(&network);
+        // Each layer type's kernels split its own way, on one device of each kind of stage.
+        let kernels = |stage| plan.stage_kernels(stage);
+        let rooflines = || rooflines_of(&p.workload, &arch, plan.stages(), &kernels);
+        if let Some(dir) = args.plot {
+            rooflines()?.write(dir)?;
+        }
         let serving = workload
             .queries_per_batch()
             .map(|q| Serving::of(q, p.serving_latency_s, p.time_per_iteration_s, None));
@@ -131,10 +138,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         if let Some(path) = args.report {
             let title = format!(
-                "stackflow predict: {} on {} x {}",
-                p.workload, devices, system.name
+                "stackflow predict: {} on {} x {}, {}",
+                p.workload, devices, system.name, p.strategy
             );
-            plain_report(path, &title, &text, &value, &args, &workload_file)?;
+            let mut r = super::report::Report::new(&title, &super::command_line());
+            r.headline(&headline(
+                p.time_per_iteration_s,
+                p.model_flops_utilization,
+                p.memory_per_device_bytes,
+                p.feasible,
+            ));
+            r.heading("Roofline of each kind of stage");
+            rooflines()?.report(&mut r);
+            r.text("Prediction", &text);
+            r.tables("The numbers (as --json gives them)", &value);
+            report_inputs(&mut r, &args, &workload_file);
+            r.write(path)?;
         }
         return Ok(());
     }
@@ -310,16 +329,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             prediction.workload, devices, system.name, prediction.strategy
         );
         let mut r = super::report::Report::new(&title, &super::command_line());
-        r.headline(&format!(
-            "{} per iteration, {:.1}% model FLOPs utilization, {} per device{}",
-            super::predict::seconds(prediction.time_per_iteration_s),
-            100.0 * prediction.model_flops_utilization,
-            gib(prediction.memory_per_device_bytes),
-            if prediction.feasible {
-                ""
-            } else {
-                ": INFEASIBLE (see the report)"
-            }
+        r.headline(&headline(
+            prediction.time_per_iteration_s,
+            prediction.model_flops_utilization,
+            prediction.memory_per_device_bytes,
+            prediction.feasible,
         ));
         r.heading("The iteration's timeline");
         if let Some(trace) = &trace {
@@ -352,6 +366,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A training prediction's report in a line.
+fn headline(time_s: f64, mfu: f64, memory_bytes: f64, feasible: bool) -> String {
+    format!(
+        "{} per iteration, {:.1}% model FLOPs utilization, {} per device{}",
+        super::predict::seconds(time_s),
+        100.0 * mfu,
+        gib(memory_bytes),
+        if feasible {
+            ""
+        } else {
+            ": INFEASIBLE (see the report)"
+        }
+    )
+}
+
 /// The input files of a distributed prediction, for its report.
 fn report_inputs(r: &mut super::report::Report, args: &Args, workload_file: &Path) {
     use super::report::Input::{Default, Given};
@@ -372,7 +401,7 @@ fn report_inputs(r: &mut super::report::Report, args: &Args, workload_file: &Pat
     );
 }
 
-/// A report without charts (per-layer-type strategies, distributed serving): the printed
+/// A report without charts (distributed serving): the printed
 /// report, the numbers, the inputs.
 fn plain_report(
     path: &Path,
@@ -398,16 +427,28 @@ fn stage_rooflines(
     s: &Strategy,
     p: &DistPrediction,
 ) -> anyhow::Result<super::predict::Rooflines> {
-    use crate::perf::roofline::Roofline;
-    use crate::perf::{Evaluator, KernelReport};
     let graph = workload.graph();
     let f_tok = p.micro_batch as f64 / graph.samples.max(1.0);
+    let kernels = |stage| crate::distributed::micro_batch_kernels(&graph, s, stage, f_tok);
+    rooflines_of(&p.workload, arch, s.pipeline, &kernels)
+}
+
+/// The roofline of one device of each kind of stage of `stages`, from each stage's kernels
+/// for one micro-batch (`kernels_of`).
+fn rooflines_of(
+    workload: &str,
+    arch: &crate::generator::Architecture,
+    stages: u64,
+    kernels_of: &dyn Fn(u64) -> Vec<(crate::workload::Kernel, u64)>,
+) -> anyhow::Result<super::predict::Rooflines> {
+    use crate::perf::roofline::Roofline;
+    use crate::perf::{Evaluator, KernelReport};
     let mut evaluator = Evaluator::new(arch);
     let mut charts: Vec<(String, Roofline)> = Vec::new();
     let mut last: Option<Vec<(String, u64)>> = None;
     let mut first_of_run = 0;
-    for stage in 0..s.pipeline {
-        let kernels = crate::distributed::micro_batch_kernels(&graph, s, stage, f_tok);
+    for stage in 0..stages {
+        let kernels = kernels_of(stage);
         let shape: Vec<(String, u64)> = kernels.iter().map(|(k, c)| (k.name.clone(), *c)).collect();
         if last.as_ref() == Some(&shape) {
             if let Some(chart) = charts.last_mut() {
@@ -421,7 +462,7 @@ fn stage_rooflines(
             .iter()
             .map(|(k, count)| KernelReport::of(k, *count, evaluator.kernel(k)))
             .collect();
-        let name = match s.pipeline {
+        let name = match stages {
             1 => "step".to_string(),
             _ => format!("stage {stage}"),
         };
@@ -431,7 +472,7 @@ fn stage_rooflines(
         .iter()
         .map(|(n, r)| (n.as_str(), r.clone()))
         .collect();
-    super::predict::rooflines(&p.workload, &arch.template, &named)
+    super::predict::rooflines(workload, &arch.template, &named)
 }
 
 /// Whether `--strategy` gives a strategy per layer type (`attention:t8-d16,dense:...`)

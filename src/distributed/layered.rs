@@ -433,6 +433,20 @@ impl LayeredPlan {
         })
     }
 
+    /// Pipeline stages (every layer type shares them).
+    pub fn stages(&self) -> u64 {
+        self.parts[0].strategy().pipeline
+    }
+
+    /// Every kernel one device of stage `stage` runs for one micro-batch, each layer type's
+    /// split its own way ([`Plan::stage_kernels`] of each part).
+    pub fn stage_kernels(&self, stage: u64) -> Vec<(crate::workload::Kernel, u64)> {
+        self.parts
+            .iter()
+            .flat_map(|p| p.stage_kernels(stage))
+            .collect()
+    }
+
     /// The workload's layer types, in the order of their first forward kernel.
     pub fn types(&self) -> &[LayerType] {
         &self.types

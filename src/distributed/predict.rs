@@ -388,6 +388,12 @@ impl Plan {
         super::trace::build(&inputs, &map, net, &recording, eval_of, self.host.as_ref())
     }
 
+    /// Every kernel one device of pipeline stage `stage` runs for one micro-batch, at the
+    /// size the step runs it, with its instances (what its roofline draws).
+    pub fn stage_kernels(&self, stage: u64) -> Vec<(crate::workload::Kernel, u64)> {
+        super::work::micro_batch_kernels(&self.fit.graph, &self.strategy, stage, self.fit.f_tok)
+    }
+
     /// Whether a mapping must also measure every device as one group.
     pub fn needs_all_devices(&self) -> bool {
         self.table_wise
