@@ -10,22 +10,21 @@ use common::{root, stackflow, Scratch};
 use serde_json::Value;
 use stackflow::config::Source;
 use stackflow::distributed::trace::{SliceKind, Trace, TrackKind};
-use stackflow::distributed::{predict, Plan};
+use stackflow::distributed::{predict, DistPrediction, Plan};
 use stackflow::network::System;
 use stackflow::parallel::Strategy;
 use stackflow::workload::Workload;
 
-/// The trace of `workload` on `devices` of `system` under `strategy`, and the prediction's
-/// time per iteration.
-fn trace_of(workload: &str, system: &str, devices: u64, strategy: &str) -> (Trace, f64) {
+/// The trace of `workload` on `devices` of `system` under `strategy`, and the prediction.
+fn trace_of(workload: &str, system: &str, devices: u64, strategy: &str) -> (Trace, DistPrediction) {
     let w = Workload::load(Source::Disk, &root().join(workload)).unwrap();
     let sys = System::load(Source::Disk, &root().join(system)).unwrap();
     let arch = stackflow::perf::as_run(&sys.accelerator().unwrap(), &w.graph());
     let net = sys.network(&arch, devices).unwrap();
     let s = Strategy::parse(strategy).unwrap();
-    let time = predict(&w, &arch, &net, &s).unwrap().time_per_iteration_s;
+    let p = predict(&w, &arch, &net, &s).unwrap();
     let trace = Plan::new(&w, &arch, &net, &s).unwrap().trace(&net);
-    (trace, time)
+    (trace, p)
 }
 
 /// No two slices of a track overlap, none is empty, every one starts at or after 0, and
@@ -157,7 +156,9 @@ fn gpt3_trace_is_valid_trace_event_json() {
     }
     // Every stage has its compute, sends, tensor-parallel collectives on NVLink and
     // gradient stream on InfiniBand; every track with slices is named.
-    for stage in 0..16u64 {
+    // Processes and threads count from 1 (Perfetto's pid 0 is the idle process).
+    assert!(!names.keys().any(|k| k.0 == 0 || k.1 == 0));
+    for stage in 1..=16u64 {
         let tracks: Vec<&str> = names
             .iter()
             .filter(|(k, _)| k.0 == stage)
@@ -197,7 +198,7 @@ fn gpt3_trace_is_valid_trace_event_json() {
         "{end_us} us vs {time_s} s"
     );
     // Stage 0's steps: 192 micro-batches x 2 chunks forward and backward, each named.
-    let compute = &slices[&(0, 0)];
+    let compute = &slices[&(1, 1)];
     let forwards = compute
         .iter()
         .filter(|s| s.2.starts_with("forward"))
@@ -222,12 +223,12 @@ fn gpt3_trace_is_valid_trace_event_json() {
     let track_of = |track: &str| -> Vec<&Value> {
         let tid = names
             .iter()
-            .find(|(k, n)| k.0 == 0 && n.as_str() == track)
+            .find(|(k, n)| k.0 == 1 && n.as_str() == track)
             .map(|(k, _)| k.1)
             .unwrap();
         events
             .iter()
-            .filter(|e| e["ph"] == "X" && e["pid"] == 0 && e["tid"] == tid)
+            .filter(|e| e["ph"] == "X" && e["pid"] == 1 && e["tid"] == tid)
             .collect()
     };
     let sum = |slices: &[&Value], name: &str, field: &str| -> f64 {
@@ -258,12 +259,13 @@ fn gpt3_trace_is_valid_trace_event_json() {
     );
 
     // The same through the library: steps sum as scheduled, the end is the prediction's.
-    let (trace, time) = trace_of(
+    let (trace, p) = trace_of(
         "workloads/gpt3-175b.yaml",
         "templates/dgx-a100.yaml",
         1024,
         strategy,
     );
+    let time = p.time_per_iteration_s;
     assert!((time - time_s).abs() <= 1e-12 * time_s);
     assert_tracks_sequential(&trace);
     assert_schedule(&trace, time);
@@ -285,15 +287,51 @@ fn traces_end_with_the_prediction_under_every_schedule() {
         "t8-p4-d2-mb1-sp-tp=overlap",
         "t8-d8-mb4-z3",
         "t8-d8-mb4-z3-hs4",
+        "t2-p2-d16-mb1-i2",
     ] {
-        let (trace, time) = trace_of(
+        let (trace, p) = trace_of(
             "workloads/llama2-70b.yaml",
             "templates/dgx-a100.yaml",
             64,
             strategy,
         );
         assert_tracks_sequential(&trace);
-        assert_schedule(&trace, time);
+        assert_schedule(&trace, p.time_per_iteration_s);
+        // Stage 0's gradient buckets carry the bytes the prediction lists, on every fabric
+        // they cross (a hierarchical all-reduce's inner and outer steps, t2-p2-d16).
+        let listed: f64 = p
+            .communication
+            .iter()
+            .filter(|c| c.name == "gradient sync")
+            .map(|c| c.bytes * c.calls)
+            .sum();
+        let streams: Vec<_> = trace
+            .tracks
+            .iter()
+            .filter(|t| t.stage == 0 && t.kind == TrackKind::Stream)
+            .collect();
+        for t in &streams {
+            let sent: f64 = t
+                .slices
+                .iter()
+                .filter(|s| s.name.starts_with("gradient sync"))
+                .filter_map(|s| s.bytes)
+                .sum();
+            if sent > 0.0 {
+                assert!(
+                    (sent / listed - 1.0).abs() < 1e-9,
+                    "{strategy} {}: {sent} vs {listed}",
+                    t.name
+                );
+            }
+        }
+        if strategy == "t2-p2-d16-mb1-i2" {
+            assert_eq!(
+                streams.len(),
+                2,
+                "{strategy}: a bucket crosses NVLink and InfiniBand"
+            );
+        }
         let names: Vec<&str> = trace
             .tracks
             .iter()

@@ -46,6 +46,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(path) = args.report {
         super::output_file("--report", path)?;
     }
+    if let (Some(t), Some(r)) = (args.trace, args.report) {
+        if t == r {
+            bail!(
+                "--trace and --report name the same file {}: give each its own",
+                t.display()
+            );
+        }
+    }
     let (source, workload_file) = match args.workload {
         Some(p) => (Source::Disk, p.to_path_buf()),
         None => (Source::Embedded, PathBuf::from(DEFAULT_WORKLOAD)),

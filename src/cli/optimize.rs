@@ -381,6 +381,22 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         Outcome::NothingFeasible
     };
     let text = render_report(&report, &best, &best_design, co.as_ref(), unit);
+    // The answer first: a page that cannot be written loses no result.
+    if args.json {
+        super::print_json(&report)?;
+    } else {
+        let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+        println!("{first}");
+        if defaults {
+            println!(
+                "(no inputs given: the embedded default, DeepFlow Sec. 9's LSTM \
+                 ({DEFAULT_WORKLOAD}) on {DEFAULT_SYSTEM}: 512 nodes, N7, HBM2e, 200 GB/s \
+                 InfiniBand XDR, from DeepFlow Fig. 4's budget split)"
+            );
+        }
+        print!("{rest}");
+        print_footer(&args, report.feasible, report.co_optimization.is_some());
+    }
     if let Some(path) = &args.report {
         let title = format!(
             "stackflow optimize: {} on {} x {}",
@@ -423,21 +439,6 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         );
         page.write(path)?;
     }
-    if args.json {
-        super::print_json(&report)?;
-        return Ok(outcome);
-    }
-    let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
-    println!("{first}");
-    if defaults {
-        println!(
-            "(no inputs given: the embedded default, DeepFlow Sec. 9's LSTM ({DEFAULT_WORKLOAD}) \
-             on {DEFAULT_SYSTEM}: 512 nodes, N7, HBM2e, 200 GB/s InfiniBand XDR, from DeepFlow \
-             Fig. 4's budget split)"
-        );
-    }
-    print!("{rest}");
-    print_footer(&args, report.feasible, report.co_optimization.is_some());
     Ok(outcome)
 }
 

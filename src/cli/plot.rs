@@ -674,7 +674,7 @@ fn slice_style(kind: crate::distributed::trace::SliceKind) -> (RGBColor, &'stati
         K::Update => (RGBColor(44, 160, 44), "optimizer update"),
         K::Collective => (RGBColor(148, 103, 189), "collective"),
         K::Send => (RGBColor(140, 86, 75), "pipeline send"),
-        K::Sparse => (RGBColor(23, 190, 207), "embedding engines"),
+        K::Sparse => (RGBColor(23, 190, 207), "embedding tables (engines, hosts)"),
     }
 }
 
@@ -704,7 +704,11 @@ pub(super) fn timeline_svg(
         SliceKind::Sparse,
     ];
     let stages = t.steps.len().max(1);
-    let rows = 2 * stages;
+    // Per stage its compute and its network (with its embedding engines, if any); the
+    // hosts' tables, when they keep some, in a row of their own at the bottom.
+    let hosts = t.tracks.iter().any(|k| k.kind == TrackKind::Host);
+    let engines = t.tracks.iter().any(|k| k.kind == TrackKind::Sparse);
+    let rows = 2 * stages + usize::from(hosts);
     let span = (to_s - from_s).max(1e-30);
     // The unit of the time axis.
     let (scale, unit) = if to_s >= 1.0 {
@@ -720,11 +724,13 @@ pub(super) fn timeline_svg(
     let mut busy = vec![[0.0f64; KINDS.len()]; rows * COLUMNS];
     let mut used = [false; KINDS.len()];
     for track in &t.tracks {
-        // One device per stage; the hosts' track (past the last stage) is not drawn.
-        if track.stage >= stages {
+        let row = if track.kind == TrackKind::Host {
+            2 * stages
+        } else if track.stage < stages {
+            2 * track.stage + usize::from(track.kind != TrackKind::Compute)
+        } else {
             continue;
-        }
-        let row = 2 * track.stage + usize::from(track.kind != TrackKind::Compute);
+        };
         for s in &track.slices {
             let (a, b) = ((s.start_s - from_s) / width, (s.end_s() - from_s) / width);
             if b <= 0.0 || a >= COLUMNS as f64 {
@@ -783,11 +789,14 @@ pub(super) fn timeline_svg(
                 let i = y - 0.5;
                 if (i - i.round()).abs() < 1e-6 && i >= 0.0 {
                     let r = rows - 1 - i.round() as usize;
+                    if hosts && r == 2 * stages {
+                        return "hosts' tables".into();
+                    }
                     if r % 2 == 1 {
-                        return if rows <= 24 {
-                            "network".into()
-                        } else {
-                            String::new()
+                        return match (rows <= 24, engines) {
+                            (true, false) => "network".into(),
+                            (true, true) => "network, engines".into(),
+                            (false, _) => String::new(),
                         };
                     }
                     if (r / 2) % every == 0 {
@@ -834,10 +843,12 @@ pub(super) fn timeline_svg(
         }
         foot.draw(&Text::new(
             format!(
-                "{} micro-batches on {} devices, one device per stage drawn. Mixed colours: \
+                "{} micro-batch{} on {} devices, one device per stage drawn. Mixed colours: \
                  steps shorter than a pixel (forward and backward interleaved); pale: idle \
                  part of the pixel.",
-                t.micro_batches, t.devices
+                t.micro_batches,
+                if t.micro_batches == 1 { "" } else { "es" },
+                t.devices
             ),
             (20, 36),
             (FONT, 11),
@@ -886,8 +897,13 @@ pub(super) fn timeline_windows(t: &crate::distributed::Trace) -> Option<[(f64, f
         })
         .fold(end, f64::min);
     let least = 0.02 * end;
-    Some([
+    let windows = [
         (0.0, first_backward.max(least).min(end)),
         (last_forward.min(end - least).max(0.0), end),
-    ])
+    ];
+    // A window of most of the iteration shows nothing the whole does not.
+    windows
+        .iter()
+        .all(|w| w.1 - w.0 <= 0.6 * end)
+        .then_some(windows)
 }

@@ -323,7 +323,8 @@ pub(super) fn add_inputs(report: &mut Report, inputs: &[Input]) {
             Input::Given(_, None) => {}
             Input::Given(what, Some(path)) => {
                 let name = format!("{what}: {}", path.display());
-                match std::fs::read_to_string(path) {
+                // From disk, or from memory where the Python package put it.
+                match crate::config::Source::Disk.read(path) {
                     Ok(text) => report.input(&name, &text),
                     Err(_) => report.input(&name, &path.display().to_string()),
                 }

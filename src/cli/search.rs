@@ -223,6 +223,19 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
     let text = render(&report);
     let mut value = serde_json::to_value(&report)?;
     value["headline"] = headline(&report).into();
+    if a.json {
+        super::print_json(&value)?;
+    } else {
+        let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+        println!("{first}");
+        if a.workload.is_none() {
+            println!("(no --workload given: the embedded default {DEFAULT_WORKLOAD})");
+        }
+        print!("{rest}");
+        if let Some(path) = &a.csv {
+            println!("\nwrote {}", path.display());
+        }
+    }
     if let Some(path) = &a.report {
         let heading = format!(
             "stackflow search: {} on {} x {}",
@@ -239,19 +252,6 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
         page.tables("The numbers (as --json gives them)", &value);
         inputs(&mut page, &a, &workload_file);
         page.write(path)?;
-    }
-    if a.json {
-        super::print_json(&value)?;
-    } else {
-        let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
-        println!("{first}");
-        if a.workload.is_none() {
-            println!("(no --workload given: the embedded default {DEFAULT_WORKLOAD})");
-        }
-        print!("{rest}");
-        if let Some(path) = &a.csv {
-            println!("\nwrote {}", path.display());
-        }
     }
     Ok(if r.best.is_some() {
         Outcome::Done

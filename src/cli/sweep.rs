@@ -137,6 +137,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         .collect();
     let written = write_results(&study.outline, &out, &results)?;
     let summary = summarize(&study.outline, &results);
+    if args.json {
+        let mut value = serde_json::to_value(results_file(&study.outline, &results))?;
+        value["out"] = out.display().to_string().into();
+        value["counts"] = serde_json::to_value(Counts::of(&results))?;
+        super::print_json(&value)?;
+    } else {
+        print!("{summary}");
+    }
     if let Some(path) = &args.report {
         let title = format!("stackflow sweep: study {}", study.outline.name);
         let mut page = super::report::Report::new(&title, &super::command_line());
@@ -161,14 +169,6 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         let study_file = super::report::Input::Given("study", Some(&args.study));
         super::report::add_inputs(&mut page, &[study_file]);
         page.write(path)?;
-    }
-    if args.json {
-        let mut value = serde_json::to_value(results_file(&study.outline, &results))?;
-        value["out"] = out.display().to_string().into();
-        value["counts"] = serde_json::to_value(Counts::of(&results))?;
-        super::print_json(&value)?;
-    } else {
-        print!("{summary}");
     }
     Ok(if results.iter().any(|r| r.feasible) {
         Outcome::Done

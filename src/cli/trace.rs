@@ -87,7 +87,9 @@ pub fn chrome_json(t: &Trace) -> String {
         })
         .collect();
     let mut events = Vec::new();
+    // Processes and threads numbered from 1 (Perfetto treats pid 0 as the idle process).
     for (i, name) in names.iter().enumerate() {
+        let i = i + 1;
         for (ph, args) in [
             (
                 "process_name",
@@ -111,7 +113,7 @@ pub fn chrome_json(t: &Trace) -> String {
                 ts: None,
                 dur: None,
                 pid: i,
-                tid: 0,
+                tid: 1,
                 args,
             });
         }
@@ -120,7 +122,7 @@ pub fn chrome_json(t: &Trace) -> String {
     let mut stage = usize::MAX;
     for track in &t.tracks {
         if track.stage != stage {
-            (stage, tid) = (track.stage, 0);
+            (stage, tid) = (track.stage, 1);
         }
         for (ph, args) in [
             (
@@ -144,7 +146,7 @@ pub fn chrome_json(t: &Trace) -> String {
                 ph: "M",
                 ts: None,
                 dur: None,
-                pid: stage,
+                pid: stage + 1,
                 tid,
                 args,
             });
@@ -158,7 +160,7 @@ pub fn chrome_json(t: &Trace) -> String {
                 ph: "X",
                 ts: Some(from as f64 / 1e3),
                 dur: Some((to - from) as f64 / 1e3),
-                pid: stage,
+                pid: stage + 1,
                 tid,
                 args: Args {
                     bytes: s.bytes,

@@ -977,7 +977,7 @@ fn stage_sync(
             ledger.trace(|map| BucketSpan {
                 name: "gradient sync",
                 collective: sync.collective,
-                bytes: sync.stage_bytes,
+                bytes: on_wire(map, &sync.expert_axes, sync.stage_bytes),
                 start_s: start,
                 end_s: comm_free,
                 phases: sync.phases(map, sync.stage_bytes),
@@ -1006,10 +1006,10 @@ fn stage_sync(
                     for j in 0..layers {
                         let from = comm_free.max(start + layer * (j + 1) as f64);
                         comm_free = from + send;
-                        ledger.trace(|_| BucketSpan {
+                        ledger.trace(|map| BucketSpan {
                             name: "gradient sync",
                             collective: sync.collective,
-                            bytes,
+                            bytes: on_wire(map, &sync.expert_axes, bytes),
                             start_s: from,
                             end_s: comm_free,
                             phases: phases.clone(),
@@ -1033,10 +1033,16 @@ fn stage_sync(
             let Piece::Bucket(phases) = &pieces[k] else {
                 continue;
             };
-            ledger.trace(|_| BucketSpan {
+            // A weight's bucket goes among the data group, an expert's among its replicas.
+            let (bytes, expert) = listed.get(nth).copied().unwrap_or((each, false));
+            let parts = match (listed.is_empty(), expert) {
+                (true, _) => sync.expert_axes.clone(),
+                (false, e) => sync_parts(sync.axes, if e { 1.0 } else { 0.0 }, sync.context),
+            };
+            ledger.trace(|map| BucketSpan {
                 name: "gradient sync",
                 collective: sync.collective,
-                bytes: listed.get(nth).map_or(each, |b| b.0),
+                bytes: on_wire(map, &parts, bytes),
                 start_s: from,
                 end_s: to,
                 phases: phases.clone(),
@@ -1044,6 +1050,16 @@ fn stage_sync(
         }
     }
     (comm_free, delay, after_of(inputs, ledger, st, &sync))
+}
+
+/// The bytes `bytes` split over `parts` (axis, fraction) put on the network: the parts
+/// whose group has more than one device (a trace's label for a message).
+fn on_wire(map: &Mapping, parts: &[(Axis, f64)], bytes: f64) -> f64 {
+    parts
+        .iter()
+        .filter(|(axis, _)| map.link(*axis).p > 1)
+        .map(|(_, f)| bytes * f)
+        .sum()
 }
 
 /// Whether a stage's gradients leave weight by weight (graphs without repeated layers).
@@ -1097,7 +1113,7 @@ fn after_of(inputs: &Inputs, ledger: &mut Ledger, st: &StageWork, sync: &Sync) -
         ledger.trace(|map| BucketSpan {
             name: "updated weights",
             collective: Collective::AllGather,
-            bytes,
+            bytes: on_wire(map, &parts, bytes),
             start_s: f64::NAN,
             end_s: t,
             phases: parts

@@ -284,23 +284,25 @@ pub(super) fn build(
             // Blocking sends are inside the steps: every step that sends ends with one; the
             // end stages' v - 1 sends of a direction spread evenly over their v chunks.
             let end_stage = if back { i == 0 } else { i + 1 == p };
+            let share = if end_stage {
+                (v - 1) as f64 / v as f64
+            } else {
+                1.0
+            };
             let folded = if rec.folded_send_s > 0.0 && p > 1 {
-                rec.folded_send_s
-                    * if end_stage {
-                        (v - 1) as f64 / v as f64
-                    } else {
-                        1.0
-                    }
+                rec.folded_send_s * share
             } else {
                 0.0
             };
             if folded > 0.0 {
-                let name = if sends && !end_stage {
-                    format!("{what} mb {mb} to stage {to} (blocking)")
-                } else {
-                    format!("a share of the stage's {} blocking sends of {what}", v - 1)
+                let name = match (sends, end_stage) {
+                    (true, false) => format!("{what} mb {mb} to stage {to} (blocking)"),
+                    (true, true) => format!(
+                        "{what} mb {mb} to stage {to} (blocking; its share of the chunks' sends)"
+                    ),
+                    (false, _) => format!("its share of the stage's blocking sends of {what}"),
                 };
-                let send = message(name, SliceKind::Send, folded, boundary, 1.0);
+                let send = message(name, SliceKind::Send, folded, boundary, share);
                 t.get(kind, None).push(send, span.end_s - folded);
             } else if sends {
                 let name = format!("{what} mb {mb} to stage {to}");
@@ -404,14 +406,15 @@ pub(super) fn build(
             push(wait("waiting for updated weights", end.end_s - at), &mut at);
         }
         for b in &end.buckets {
-            // A bucket's span split over its fabrics as their phases' times alone share it
-            // (a fabric's phases one after another drawn as one slice).
+            // A bucket's span split over its fabrics as their phases' times alone share it,
+            // one slice per fabric (a hierarchical collective's inner steps and its launch
+            // folded together, in the order the fabrics are first met).
             let alone: f64 = b.phases.iter().map(|x| x.1).sum();
             let mut runs: Vec<(usize, f64)> = Vec::new();
             for &(fabric, each) in &b.phases {
-                match runs.last_mut() {
-                    Some(r) if r.0 == fabric => r.1 += each,
-                    _ => runs.push((fabric, each)),
+                match runs.iter_mut().find(|r| r.0 == fabric) {
+                    Some(r) => r.1 += each,
+                    None => runs.push((fabric, each)),
                 }
             }
             let mut from = b.start_s;
@@ -431,7 +434,7 @@ pub(super) fn build(
             let m = inputs.m as usize;
             let each = end.sparse_s / m as f64;
             for mb in 0..m {
-                let name = format!("lookups mb {mb}");
+                let name = format!("lookups, updates and all-to-alls mb {mb}");
                 let slice = step_slice(name, SliceKind::Sparse, each, mb);
                 t.get(TrackKind::Sparse, None).push(slice, each * mb as f64);
             }
