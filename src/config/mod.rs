@@ -343,14 +343,16 @@ pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
     let tmp = dir
         .map_or_else(std::path::PathBuf::new, |d| d.to_path_buf())
         .join(format!(".{name}.tmp-{}", std::process::id()));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
+    let written = std::fs::File::create(&tmp).and_then(|mut f| {
         f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+        f.sync_all()
+    });
+    // A failed write (a full disk) or rename leaves no temporary file behind.
+    written
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
 }
 
 /// Sets the field at `path` (`a.b[2].c`) of YAML `text` to `value`, for sweeps over any
