@@ -287,6 +287,7 @@ fn traces_end_with_the_prediction_under_every_schedule() {
         "t8-p4-d2-mb1-sp-tp=overlap",
         "t8-d8-mb4-z3",
         "t8-d8-mb4-z3-hs4",
+        "t8-d8-mb4-z3-prefetch=off-grad=after",
         "t2-p2-d16-mb1-i2",
     ] {
         let (trace, p) = trace_of(
@@ -324,6 +325,23 @@ fn traces_end_with_the_prediction_under_every_schedule() {
                     t.name
                 );
             }
+        }
+        if strategy.contains("z3") {
+            // A gather before every step, a reduce-scatter after every backward step.
+            let zero = trace
+                .tracks
+                .iter()
+                .find(|t| t.stage == 0 && t.kind == TrackKind::Zero)
+                .unwrap_or_else(|| panic!("{strategy}: no ZeRO-3 track"));
+            let count = |prefix: &str| {
+                zero.slices
+                    .iter()
+                    .filter(|s| s.name.starts_with(prefix))
+                    .count() as u64
+            };
+            let m = trace.micro_batches;
+            assert_eq!(count("weight gather"), 2 * m, "{strategy}");
+            assert_eq!(count("gradient reduce-scatter"), m, "{strategy}");
         }
         if strategy == "t2-p2-d16-mb1-i2" {
             assert_eq!(

@@ -921,6 +921,44 @@ pub(super) fn boundary_bytes(inputs: &Inputs) -> f64 {
     inputs.graph.boundary_bytes * inputs.f_tok / sp_share / s.context as f64
 }
 
+/// A message as a trace draws it: its bytes on the network and its phases (fabric, s).
+pub(super) type Message = (f64, Vec<(usize, f64)>);
+
+/// ZeRO-3's weight gather before each step and gradient reduce-scatter after each backward
+/// step of stage `st` under `map`, as [`zero3_step`] prices them: per message its bytes on
+/// the network and its phases (fabric, s) alone; `None` without ZeRO-3. For a trace.
+pub(super) fn zero3_messages(
+    inputs: &Inputs,
+    map: &Mapping,
+    st: &StageWork,
+) -> Option<[Message; 2]> {
+    let s = inputs.s;
+    if s.zero < 3 {
+        return None;
+    }
+    let v = s.interleave as f64;
+    let axis = s.shard_axis();
+    let message = |collective, bytes: f64, experts| {
+        let parts = sync_parts(&[axis], experts, 1);
+        let phases = parts
+            .iter()
+            .flat_map(|&(a, f)| map.link(a).phases(collective, bytes * f))
+            .collect();
+        (on_wire(map, &parts, bytes), phases)
+    };
+    let gather = message(
+        Collective::AllGather,
+        inputs.stage_param_bytes / v,
+        inputs.expert_param_share,
+    );
+    let scatter = message(
+        Collective::ReduceScatter,
+        st.trained * inputs.gradient_bytes / v,
+        st.expert_share(),
+    );
+    Some([gather, scatter])
+}
+
 /// Activations handed between stages, per micro-batch: listed, and the time of one.
 fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
     let s = inputs.s;

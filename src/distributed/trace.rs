@@ -12,7 +12,9 @@
 //! an order: a step's blocking collectives are drawn together at its end, the collectives
 //! beside the products from its start, its recomputation before its backward, and the
 //! time its blocking collectives lose to gradient traffic after the stage's last step.
-//! Weight gathers and reduce-scatters of ZeRO-3 stay inside the steps they are priced in.
+//! ZeRO-3's weight gathers and gradient reduce-scatters (repeated layers) get a track per
+//! fabric, placed in each step as `timeline::zero3_step` prices them; weight by weight they
+//! stay inside the steps.
 //!
 //! Owns [`Trace`]; [`crate::distributed::Plan::trace`] builds one. Output formats (Chrome
 //! trace-event JSON, SVG) belong to the CLI.
@@ -86,6 +88,8 @@ pub enum TrackKind {
     Beside,
     /// The communication stream on one fabric: gradient buckets, gathers.
     Stream,
+    /// ZeRO-3's weight gathers and gradient reduce-scatters on one fabric.
+    Zero,
 }
 
 /// One track of one stage (one device of it: every device of a stage runs the same).
@@ -114,6 +118,7 @@ impl Track {
             (TrackKind::Blocking, f) => format!("{}: blocking collectives", f.unwrap_or("")),
             (TrackKind::Beside, f) => format!("{}: beside the products", f.unwrap_or("")),
             (TrackKind::Stream, f) => format!("{}: communication stream", f.unwrap_or("")),
+            (TrackKind::Zero, f) => format!("{}: ZeRO-3 gathers and scatters", f.unwrap_or("")),
         };
         Track {
             stage,
@@ -232,6 +237,30 @@ pub(super) fn build(
             list: vec![Track::new(i, TrackKind::Compute, None)],
         };
         let recompute: f64 = st.by_layer.iter().map(|l| l.recompute_s).sum::<f64>() / v as f64;
+        // ZeRO-3's messages per step (graphs of repeated layers; weight by weight they stay
+        // inside the steps).
+        let zero3 = if inputs.graph.layers > 0 {
+            super::timeline::zero3_messages(inputs, map, st)
+        } else {
+            None
+        };
+        // A ZeRO-3 message from `from`, one slice per fabric its phases cross.
+        let draw =
+            |t: &mut Tracks, name: String, bytes: f64, phases: &[(usize, f64)], from: f64| {
+                let mut runs: Vec<(usize, f64)> = Vec::new();
+                for &(fabric, each) in phases {
+                    match runs.iter_mut().find(|r| r.0 == fabric) {
+                        Some(r) => r.1 += each,
+                        None => runs.push((fabric, each)),
+                    }
+                }
+                let mut at = from;
+                for (fabric, d) in runs {
+                    let slice = message(name.clone(), SliceKind::Collective, d, bytes, 1.0);
+                    t.get(TrackKind::Zero, Some(fabric)).push(slice, at);
+                    at += d;
+                }
+            };
         let mut spans: Vec<&StepSpan> = rec.spans.iter().filter(|x| x.stage == i).collect();
         spans.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
         for span in spans {
@@ -353,7 +382,30 @@ pub(super) fn build(
                 .filter(|b| b.0)
                 .map(|b| b.2.duration_s)
                 .sum();
-            let mut at = (span.end_s - folded - total).max(span.start_s);
+            // ZeRO-3 (repeated layers): each step's weights gathered from its start
+            // (prefetched beside compute, or before it); a backward step's gradients
+            // reduce-scattered after the gather beside compute, or at its end.
+            let mut scatter_at_end = 0.0;
+            if let Some([(gather_bytes, gather), (scatter_bytes, scatter)]) = &zero3 {
+                let g: f64 = gather.iter().map(|x| x.1).sum();
+                let r: f64 = scatter.iter().map(|x| x.1).sum();
+                let how = if s.prefetch { "prefetched" } else { "blocking" };
+                let name = format!("weight gather all-gather ({how})");
+                draw(&mut t, name, *gather_bytes, gather, span.start_s);
+                if back && inputs.graph.trains && r > 0.0 {
+                    let (name, from) = if s.grad_overlap {
+                        ("gradient reduce-scatter", span.start_s + g)
+                    } else {
+                        scatter_at_end = r;
+                        (
+                            "gradient reduce-scatter (blocking)",
+                            span.end_s - folded - r,
+                        )
+                    };
+                    draw(&mut t, name.into(), *scatter_bytes, scatter, from);
+                }
+            }
+            let mut at = (span.end_s - folded - scatter_at_end - total).max(span.start_s);
             let mut beside_at = span.start_s;
             for (blocks, fabric, slice) in blocking {
                 let d = slice.duration_s;
