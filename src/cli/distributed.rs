@@ -145,17 +145,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             super::predict::write_csv(path, &serde_json::to_value(&p)?)?;
         }
         if let Some(path) = args.report {
-            let title = format!(
-                "stackflow predict: {} on {} x {}, {}",
-                p.workload, devices, system.name, p.strategy
+            let on = (devices, system.name.as_str());
+            let mut r = training_page(
+                &p.workload,
+                on,
+                &p.strategy,
+                &headline(
+                    p.time_per_iteration_s,
+                    p.model_flops_utilization,
+                    p.memory_per_device_bytes,
+                    p.feasible,
+                ),
             );
-            let mut r = super::report::Report::new(&title, &super::command_line());
-            r.headline(&headline(
-                p.time_per_iteration_s,
-                p.model_flops_utilization,
-                p.memory_per_device_bytes,
-                p.feasible,
-            ));
             r.heading("Roofline of each kind of stage");
             rooflines()?.report(&mut r);
             r.text("Prediction", &text);
@@ -332,17 +333,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .with_context(|| format!("--trace: writing {}", path.display()))?;
     }
     if let Some(path) = args.report {
-        let title = format!(
-            "stackflow predict: {} on {} x {}, {}",
-            prediction.workload, devices, system.name, prediction.strategy
+        let on = (devices, system.name.as_str());
+        let p = &prediction;
+        let mut r = training_page(
+            &p.workload,
+            on,
+            &p.strategy,
+            &headline(
+                p.time_per_iteration_s,
+                p.model_flops_utilization,
+                p.memory_per_device_bytes,
+                p.feasible,
+            ),
         );
-        let mut r = super::report::Report::new(&title, &super::command_line());
-        r.headline(&headline(
-            prediction.time_per_iteration_s,
-            prediction.model_flops_utilization,
-            prediction.memory_per_device_bytes,
-            prediction.feasible,
-        ));
         r.heading("The iteration's timeline");
         if let Some(trace) = &trace {
             let name = format!("{}, {}", prediction.workload, prediction.strategy);
@@ -372,6 +375,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         r.write(path)?;
     }
     Ok(())
+}
+
+/// The page of a training prediction of `workload` on `(devices, system)` under `strategy`:
+/// its title and headline.
+fn training_page(
+    workload: &str,
+    (devices, system): (u64, &str),
+    strategy: &str,
+    headline: &str,
+) -> super::report::Report {
+    let title = format!("stackflow predict: {workload} on {devices} x {system}, {strategy}");
+    let mut r = super::report::Report::new(&title, &super::command_line());
+    r.headline(headline);
+    r
 }
 
 /// A training prediction's report in a line.

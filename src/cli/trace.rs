@@ -71,6 +71,39 @@ fn category(kind: SliceKind) -> &'static str {
     }
 }
 
+/// A process's or thread's name and sort index as metadata events ("ph": "M") at (pid, tid).
+fn metadata<'a>(
+    events: &mut Vec<Event<'a>>,
+    (pid, tid): (usize, usize),
+    (name_event, name): (&'static str, &'a str),
+    (sort_event, index): (&'static str, usize),
+) {
+    let event = |ph_name, args| Event {
+        name: ph_name,
+        cat: None,
+        ph: "M",
+        ts: None,
+        dur: None,
+        pid,
+        tid,
+        args,
+    };
+    events.push(event(
+        name_event,
+        Args {
+            name: Some(name),
+            ..Args::default()
+        },
+    ));
+    events.push(event(
+        sort_event,
+        Args {
+            sort_index: Some(index),
+            ..Args::default()
+        },
+    ));
+}
+
 /// `t` s in whole nanoseconds (saturating; an iteration is far shorter than 292 years).
 fn ns(t: f64) -> i64 {
     (t * 1e9).round() as i64
@@ -89,34 +122,13 @@ pub fn chrome_json(t: &Trace) -> String {
     let mut events = Vec::new();
     // Processes and threads numbered from 1 (Perfetto treats pid 0 as the idle process).
     for (i, name) in names.iter().enumerate() {
-        let i = i + 1;
-        for (ph, args) in [
-            (
-                "process_name",
-                Args {
-                    name: Some(name),
-                    ..Args::default()
-                },
-            ),
-            (
-                "process_sort_index",
-                Args {
-                    sort_index: Some(i),
-                    ..Args::default()
-                },
-            ),
-        ] {
-            events.push(Event {
-                name: ph,
-                cat: None,
-                ph: "M",
-                ts: None,
-                dur: None,
-                pid: i,
-                tid: 1,
-                args,
-            });
-        }
+        let pid = i + 1;
+        metadata(
+            &mut events,
+            (pid, 1),
+            ("process_name", name),
+            ("process_sort_index", pid),
+        );
     }
     let mut tid = 0;
     let mut stage = usize::MAX;
@@ -124,33 +136,13 @@ pub fn chrome_json(t: &Trace) -> String {
         if track.stage != stage {
             (stage, tid) = (track.stage, 1);
         }
-        for (ph, args) in [
-            (
-                "thread_name",
-                Args {
-                    name: Some(&track.name),
-                    ..Args::default()
-                },
-            ),
-            (
-                "thread_sort_index",
-                Args {
-                    sort_index: Some(tid),
-                    ..Args::default()
-                },
-            ),
-        ] {
-            events.push(Event {
-                name: ph,
-                cat: None,
-                ph: "M",
-                ts: None,
-                dur: None,
-                pid: stage + 1,
-                tid,
-                args,
-            });
-        }
+        let at = (stage + 1, tid);
+        metadata(
+            &mut events,
+            at,
+            ("thread_name", &track.name),
+            ("thread_sort_index", tid),
+        );
         for s in &track.slices {
             // Whole nanoseconds, in microseconds: slices that abut keep abutting.
             let (from, to) = (ns(s.start_s), ns(s.end_s()));

@@ -152,6 +152,20 @@ impl Ledger<'_> {
     }
 }
 
+/// The per-fabric phases of `collective` on `bytes` split over `parts` (axis, fraction), one
+/// part after another.
+fn parts_phases(
+    map: &Mapping,
+    parts: &[(Axis, f64)],
+    collective: Collective,
+    bytes: f64,
+) -> Vec<(usize, f64)> {
+    parts
+        .iter()
+        .flat_map(|&(axis, f)| map.link(axis).phases(collective, bytes * f))
+        .collect()
+}
+
 /// The per-fabric phases of `scale` calls of `need` under `map`.
 fn need_phases(map: &Mapping, need: &Need, scale: f64) -> Vec<(usize, f64)> {
     let mut out = map.link(need.axis).phases(need.collective, need.bytes);
@@ -940,10 +954,7 @@ pub(super) fn zero3_messages(
     let axis = s.shard_axis();
     let message = |collective, bytes: f64, experts| {
         let parts = sync_parts(&[axis], experts, 1);
-        let phases = parts
-            .iter()
-            .flat_map(|&(a, f)| map.link(a).phases(collective, bytes * f))
-            .collect();
+        let phases = parts_phases(map, &parts, collective, bytes);
         (on_wire(map, &parts, bytes), phases)
     };
     let gather = message(
@@ -1154,10 +1165,7 @@ fn after_of(inputs: &Inputs, ledger: &mut Ledger, st: &StageWork, sync: &Sync) -
             bytes: on_wire(map, &parts, bytes),
             start_s: f64::NAN,
             end_s: t,
-            phases: parts
-                .iter()
-                .flat_map(|&(axis, f)| map.link(axis).phases(Collective::AllGather, bytes * f))
-                .collect(),
+            phases: parts_phases(map, &parts, Collective::AllGather, bytes),
         });
     }
     after
@@ -1212,10 +1220,7 @@ fn joint_layer_sync(
                     .flat_map(|(count, n)| need_phases(map, n, count / (vf * l)))
                     .collect(),
                 bucket: if bytes > 0.0 {
-                    sync.expert_axes
-                        .iter()
-                        .flat_map(|&(axis, f)| map.link(axis).phases(sync.collective, bytes * f))
-                        .collect()
+                    sync.phases(map, bytes)
                 } else {
                     Vec::new()
                 },
@@ -1306,10 +1311,7 @@ struct Sync<'a> {
 impl Sync<'_> {
     /// The phases of one bucket of `bytes` over the stage's axes.
     fn phases(&self, map: &Mapping, bytes: f64) -> Vec<(usize, f64)> {
-        self.expert_axes
-            .iter()
-            .flat_map(|&(axis, f)| map.link(axis).phases(self.collective, bytes * f))
-            .collect()
+        parts_phases(map, &self.expert_axes, self.collective, bytes)
     }
 
     /// Charges (and lists) one bucket of `bytes` synchronised over `parts`; its time.
@@ -1389,10 +1391,7 @@ fn layer_buckets(
         .flat_map(|(count, n)| need_phases(map, n, count / (vf * l)))
         .collect();
     let bucket = sync.stage_bytes / (vf * l);
-    let bucket_phases: Vec<(usize, f64)> = sync_axes
-        .iter()
-        .flat_map(|&(axis, f)| map.link(axis).phases(sync.collective, bucket * f))
-        .collect();
+    let bucket_phases = sync.phases(map, bucket);
     let charge = |ledger: &mut Ledger| {
         sync.charge(ledger, sync_axes, bucket);
     };

@@ -210,6 +210,19 @@ impl Tracks<'_> {
     }
 }
 
+/// A message's phases (fabric, s) summed per fabric, the fabrics in the order first met: a
+/// hierarchical collective's inner steps together, its launch with the steps on its fabric.
+fn per_fabric(phases: &[(usize, f64)]) -> Vec<(usize, f64)> {
+    let mut out: Vec<(usize, f64)> = Vec::new();
+    for &(fabric, each) in phases {
+        match out.iter_mut().find(|r| r.0 == fabric) {
+            Some(r) => r.1 += each,
+            None => out.push((fabric, each)),
+        }
+    }
+    out
+}
+
 /// The name of a collective need: its axis and collective.
 fn need_name(n: &Need) -> String {
     format!("{} {}", n.axis.name(), n.collective.name())
@@ -247,15 +260,8 @@ pub(super) fn build(
         // A ZeRO-3 message from `from`, one slice per fabric its phases cross.
         let draw =
             |t: &mut Tracks, name: String, bytes: f64, phases: &[(usize, f64)], from: f64| {
-                let mut runs: Vec<(usize, f64)> = Vec::new();
-                for &(fabric, each) in phases {
-                    match runs.iter_mut().find(|r| r.0 == fabric) {
-                        Some(r) => r.1 += each,
-                        None => runs.push((fabric, each)),
-                    }
-                }
                 let mut at = from;
-                for (fabric, d) in runs {
+                for (fabric, d) in per_fabric(phases) {
                     let slice = message(name.clone(), SliceKind::Collective, d, bytes, 1.0);
                     t.get(TrackKind::Zero, Some(fabric)).push(slice, at);
                     at += d;
@@ -352,14 +358,8 @@ pub(super) fn build(
                 let calls = count / v as f64;
                 let blocks = super::timeline::blocks_compute(s, n);
                 let name = need_name(n);
-                let mut per_fabric: Vec<(usize, f64)> = Vec::new();
-                for (fabric, each) in map.link(n.axis).phases(n.collective, n.bytes) {
-                    match per_fabric.iter_mut().find(|x| x.0 == fabric) {
-                        Some(x) => x.1 += each,
-                        None => per_fabric.push((fabric, each)),
-                    }
-                }
-                for (fabric, each) in per_fabric {
+                let phases = map.link(n.axis).phases(n.collective, n.bytes);
+                for (fabric, each) in per_fabric(&phases) {
                     let same = blocking.iter_mut().find(|(b, f, x)| {
                         *b == blocks && *f == fabric && x.name == name && x.bytes == Some(n.bytes)
                     });
@@ -462,15 +462,8 @@ pub(super) fn build(
             // one slice per fabric (a hierarchical collective's inner steps and its launch
             // folded together, in the order the fabrics are first met).
             let alone: f64 = b.phases.iter().map(|x| x.1).sum();
-            let mut runs: Vec<(usize, f64)> = Vec::new();
-            for &(fabric, each) in &b.phases {
-                match runs.iter_mut().find(|r| r.0 == fabric) {
-                    Some(r) => r.1 += each,
-                    None => runs.push((fabric, each)),
-                }
-            }
             let mut from = b.start_s;
-            for (fabric, each) in runs {
+            for (fabric, each) in per_fabric(&b.phases) {
                 let d = if alone > 0.0 {
                     (b.end_s - b.start_s) * each / alone
                 } else {
