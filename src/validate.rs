@@ -1079,7 +1079,7 @@ pub fn megatron_gpt(r: &MegatronRow) -> Result<Workload, ConfigError> {
     let text = format!(
         "version: 1\nkind: transformer\nname: gpt-{}b\nhidden: {}\nlayers: {}\nheads: {}\n\
          ffn_hidden: {}\nsequence: 2048\nvocab: 51200\nglobal_batch: {}\nprecision: bf16\n\
-         recompute: full\ndropout: 0.1\ntie_embeddings: true\n",
+         recompute: full\ndropout: 0.1\ntie_embeddings: true\nloss: fp32\n",
         r.params_b,
         r.hidden,
         r.layers,

@@ -1264,6 +1264,107 @@ fn flash_attention_keeps_nothing_quadratic_and_skips_masked_tiles() {
     assert!(decode.kernels.iter().all(|k| k.phase == Phase::Forward));
 }
 
+/// The loss over the vocabulary as it runs: `loss: fp32` (the default, Megatron-LM's
+/// vocab-parallel cross-entropy on an FP32 copy of the logits) moves 38 bytes per 16-bit
+/// logit forward and 14 backward and keeps the FP32 softmax; `loss: fused` reads the logits
+/// forward, reads them and writes their gradient backward and keeps them (16 bits). Serving
+/// has no loss: `loss:` leaves its sampling softmax alone.
+#[test]
+fn the_loss_over_the_vocabulary_moves_what_its_kernels_move() {
+    let text = |loss: &str, inference: &str| {
+        format!(
+            "version: 1\nkind: transformer\nname: t\nhidden: 1024\nlayers: 2\nheads: 16\n\
+             ffn_hidden: 4096\nsequence: 2048\nvocab: 32000\nglobal_batch: 4\nprecision: bf16\n\
+             {loss}{inference}"
+        )
+    };
+    let graph = |loss: &str, inference: &str| {
+        Workload::from_yaml("t.yaml", &text(loss, inference))
+            .unwrap()
+            .graph()
+    };
+    let bytes = |g: &stackflow::workload::Graph, name: &str| -> f64 {
+        let k = g.kernels.iter().find(|k| k.name == name).unwrap();
+        let Op::Stream {
+            read_bytes,
+            write_bytes,
+            ..
+        } = k.op
+        else {
+            panic!("{name} is not a stream")
+        };
+        read_bytes + write_bytes
+    };
+    let logits = 4.0 * 2048.0 * 32000.0;
+    let (default, fp32, fused) = (
+        graph("", ""),
+        graph("loss: fp32\n", ""),
+        graph("loss: fused\n", ""),
+    );
+    for (g, forward, backward) in [(&fp32, 38.0, 14.0), (&fused, 2.0, 4.0)] {
+        assert_close(
+            "forward",
+            bytes(g, "softmax cross-entropy"),
+            forward * logits,
+            1e-12,
+        );
+        assert_close(
+            "backward",
+            bytes(g, "softmax cross-entropy backward"),
+            backward * logits,
+            1e-12,
+        );
+    }
+    assert_eq!(
+        bytes(&default, "softmax cross-entropy"),
+        bytes(&fp32, "softmax cross-entropy")
+    );
+    // FP32 keeps its softmax (4 bytes per logit), fused keeps the 16-bit logits.
+    assert_close(
+        "kept",
+        fp32.memory.activations_bytes - fused.memory.activations_bytes,
+        2.0 * logits,
+        1e-12,
+    );
+    // On an A100 the FP32 loss costs its bytes at the memory's rate: slower.
+    let a = arch("budgets/a100.yaml");
+    let mut ev = Evaluator::new(&a);
+    let mut time = |g: &stackflow::workload::Graph| -> f64 {
+        g.kernels
+            .iter()
+            .filter(|k| k.name.starts_with("softmax cross-entropy"))
+            .map(|k| ev.kernel(k).time_s)
+            .sum()
+    };
+    let (slow, fast) = (time(&fp32), time(&fused));
+    assert!(slow > 5.0 * fast, "{slow} vs {fast}");
+    // Serving samples from the logits whatever `loss:` says.
+    let serve = "inference: {batch: 2, prompt_tokens: 128, output_tokens: 16}\n";
+    let prefill = |loss: &str| {
+        let w = Workload::from_yaml("t.yaml", &text(loss, serve)).unwrap();
+        let (t, spec) = w.serving().unwrap();
+        stackflow::workload::inference::prefill_graph(t, spec)
+    };
+    let (a, b) = (prefill("loss: fp32\n"), prefill("loss: fused\n"));
+    assert_eq!(
+        bytes(&a, "softmax cross-entropy"),
+        bytes(&b, "softmax cross-entropy")
+    );
+    assert_close(
+        "sampling softmax",
+        bytes(&a, "softmax cross-entropy"),
+        2.0 * 2.0 * 2.0 * 128.0 * 32000.0,
+        1e-12,
+    );
+    // A kernel the workload cannot name is an error naming the key.
+    let err = Workload::from_yaml("t.yaml", &text("loss: fp16\n", ""))
+        .unwrap_err()
+        .to_string();
+    for piece in ["t.yaml", "loss", "fp16", "fused"] {
+        assert!(err.contains(piece), "expected {piece:?} in: {err}");
+    }
+}
+
 /// Parallel blocks (GPT-J, PaLM): one norm feeds attention and feed-forward, one add sums
 /// both into the residual: one norm's parameters and kernels fewer per layer, the same
 /// products. An attention width apart from hidden (`head_dim`) sizes Q, the output

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::domain::{
-    AttentionKernel, Dataflow, EmbeddingOptimizer, Interaction, KernelSplitKind, McuShape,
-    Optimizer, Precision, Recompute, Scope, Topology,
+    AttentionKernel, Dataflow, EmbeddingOptimizer, Interaction, KernelSplitKind, LossKernel,
+    McuShape, Optimizer, Precision, Recompute, Scope, Topology,
 };
 
 // ---------------------------------------------------------------- technology library
@@ -363,6 +363,10 @@ pub struct TransformerRaw {
     /// How the attention core runs (`materialized` or `flash`); materialized when absent.
     #[serde(default)]
     pub attention: AttentionKernel,
+    /// How the loss over the vocabulary runs in training (`fp32` or `fused`); fp32 when
+    /// absent.
+    #[serde(default)]
+    pub loss: LossKernel,
     /// Dropout probability in training (on the embeddings, the attention probabilities and
     /// both residual branches, as Megatron-LM and GPT-2/3); 0 when absent.
     #[serde(default)]

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::domain::{Optimizer, Precision, Precisions, Recompute, StorageFormat};
+use crate::domain::{LossKernel, Optimizer, Precision, Precisions, Recompute, StorageFormat};
 
 /// What a kernel is, for the breakdown table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -1314,6 +1314,61 @@ impl Builder {
                 read_bytes: (saved + 1.0) * elements * b + mask,
                 write_bytes: inputs * elements * b,
                 flops: 2.0 * flops_per_element * elements,
+            },
+        );
+    }
+
+    /// The loss over the vocabulary, softmax cross-entropy on `elements` logits (tokens x
+    /// vocabulary) in the builder's precision, run as `kernel` says. Per logit of `b` bytes:
+    /// - [`LossKernel::Fp32`]: forward casts to FP32 (reads b, writes 4), takes the maximum
+    ///   (reads 4), subtracts it (reads 4, writes 4), exponentiates (reads 4, writes 4), sums
+    ///   (reads 4) and divides (reads 4, writes 4), keeping the FP32 softmax (4); backward
+    ///   scales it in place (reads 4, writes 4) and casts the gradient back (reads 4,
+    ///   writes b);
+    /// - [`LossKernel::Fused`]: forward reads the logits, kept for backward (b); backward
+    ///   reads them and writes their gradient (b each).
+    ///
+    /// The per-token reductions (maxima, sums, losses and, under tensor parallelism, their
+    /// all-reduces over tokens) are a vocabulary's fraction of this and are not priced.
+    pub fn cross_entropy(&mut self, name: &str, elements: f64, kernel: LossKernel) {
+        const FP32: f64 = 4.0;
+        let b = self.bytes();
+        // (forward read, forward write, kept, backward read, backward write, forward
+        // FLOPs, backward FLOPs) per logit.
+        let (fr, fw, kept, br, bw, ff, bf) = match kernel {
+            LossKernel::Fp32 => (
+                b + 5.0 * FP32,
+                4.0 * FP32,
+                FP32,
+                2.0 * FP32,
+                FP32 + b,
+                5.0,
+                2.0,
+            ),
+            LossKernel::Fused => (b, 0.0, b, b, b, 5.0, 5.0),
+        };
+        let class = KernelClass::Pointwise;
+        self.push(
+            name,
+            class,
+            1,
+            Op::Stream {
+                read_bytes: fr * elements,
+                write_bytes: fw * elements,
+                flops: ff * elements,
+            },
+            true,
+        );
+        self.save(kept * elements, 1, false, class);
+        self.push_backward(
+            format!("{name} backward"),
+            class,
+            Phase::BackwardInput,
+            1,
+            Op::Stream {
+                read_bytes: br * elements,
+                write_bytes: bw * elements,
+                flops: bf * elements,
             },
         );
     }

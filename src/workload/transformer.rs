@@ -13,7 +13,9 @@ use super::graph::{
 use super::{inference, Workload};
 use crate::config::raw::{LoraRaw, MoeRaw, TransformerRaw};
 use crate::config::{Checker, ConfigError};
-use crate::domain::{AttentionKernel, Optimizer, Precision, Precisions, Recompute, StorageFormat};
+use crate::domain::{
+    AttentionKernel, LossKernel, Optimizer, Precision, Precisions, Recompute, StorageFormat,
+};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Transformer {
@@ -39,6 +41,8 @@ pub struct Transformer {
     pub tie_embeddings: bool,
     /// How the attention core runs.
     pub attention: AttentionKernel,
+    /// How the loss over the vocabulary runs in training.
+    pub loss: LossKernel,
     /// Dropout probability in training (0: none). Its cost does not depend on the value:
     /// the masks are written, kept and read whatever it is.
     pub dropout: f64,
@@ -372,6 +376,7 @@ pub(super) fn transformer(
         recompute: raw.recompute,
         tie_embeddings: raw.tie_embeddings,
         attention: raw.attention,
+        loss: raw.loss,
         dropout: match raw.dropout {
             None => 0.0,
             Some(p) if (0.0..1.0).contains(&p) => p,
@@ -897,7 +902,7 @@ pub(super) fn transformer_pass(
     }
     g.set_in_layer(false);
     if head {
-        output_head(&mut g, w, tokens, h);
+        output_head(&mut g, w, tokens, h, training);
     }
     let mut graph = g.finish(
         w.name.clone(),
@@ -923,8 +928,9 @@ pub(super) fn transformer_pass(
     graph
 }
 
-/// The output head: the final norm, the logits over the vocabulary and the loss.
-fn output_head(g: &mut Builder, w: &Transformer, tokens: u64, h: u64) {
+/// The output head: the final norm, the logits over the vocabulary and, in training, the
+/// loss over them (in serving, the softmax the sampling reads).
+fn output_head(g: &mut Builder, w: &Transformer, tokens: u64, h: u64, training: bool) {
     let t = tokens as f64;
     layer_norm(g, "final layer norm", 1, t * h as f64);
     g.split = Split::Column;
@@ -937,15 +943,20 @@ fn output_head(g: &mut Builder, w: &Transformer, tokens: u64, h: u64) {
         // The logits reuse the embedding matrix: count its parameters once.
         g.dense_parameters(-(w.vocab as f64 * h as f64));
     }
-    g.pointwise(
-        "softmax cross-entropy",
-        KernelClass::Pointwise,
-        1,
-        t * w.vocab as f64,
-        1.0,
-        5.0,
-        1.0,
-    );
+    let logits = t * w.vocab as f64;
+    if training {
+        g.cross_entropy("softmax cross-entropy", logits, w.loss);
+    } else {
+        g.pointwise(
+            "softmax cross-entropy",
+            KernelClass::Pointwise,
+            1,
+            logits,
+            1.0,
+            5.0,
+            1.0,
+        );
+    }
 }
 
 /// `l` transformer layers over `batch` sequences of `s` queries attending to `keys` keys:
