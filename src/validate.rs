@@ -43,6 +43,11 @@ struct CaseRaw {
     /// `compute.max_utilization`): a calibration case, judged apart from the held-out ones.
     #[serde(default)]
     calibrates: Option<String>,
+    /// The bound on its family's mean signed error (a fraction, or points for percentages):
+    /// a family of three or more counted cases whose errors lean one way by more fails even
+    /// when each case is within its tolerance. Unbounded when absent.
+    #[serde(default)]
+    mean_signed_within: Option<f64>,
 }
 
 /// A distributed run: a system, a device count, a workload and a strategy.
@@ -123,12 +128,11 @@ enum Run {
         tolerance: f64,
     },
     /// Megatron weak scaling rows (`file`): per-GPU TFLOP/s by Narayanan Eq. 3, each within
-    /// `tolerance`, and at least `min_within` of them.
+    /// `tolerance`.
     Megatron {
         file: String,
         system: String,
         tolerance: f64,
-        min_within: usize,
     },
     /// TPU v4 Table 3 (`file`): best over baseline throughput, within `tolerance`.
     TpuTable3 {
@@ -205,8 +209,6 @@ pub struct Report {
     pub cases: Vec<CaseResult>,
     pub mean_abs_error_pct: f64,
     pub max_abs_error_pct: f64,
-    /// Groups that require a count of cases (Megatron: all 10 within 10%).
-    pub groups: Vec<(String, usize, usize, usize, bool)>,
     /// Per family (case id) of three or more counted cases: their number and mean signed
     /// error (% or points): a bias a mean of magnitudes hides.
     pub families: Vec<Family>,
@@ -234,7 +236,7 @@ impl Split {
     }
 }
 
-/// One family's mean signed error.
+/// One family's mean signed error and its bound.
 #[derive(Debug, Clone, Serialize)]
 pub struct Family {
     pub id: String,
@@ -242,10 +244,14 @@ pub struct Family {
     pub mean_signed_error: f64,
     /// "%" for relative errors, "pts" for differences of percentages.
     pub unit: &'static str,
+    /// The bound on |mean signed error| in `unit` (`None`: unbounded).
+    pub limit: Option<f64>,
+    pub within: bool,
 }
 
-/// The families of three or more counted cases, in order of first appearance.
-fn families(cases: &[CaseResult]) -> Vec<Family> {
+/// The families of three or more counted cases, in order of first appearance, each judged
+/// against the bound its cases set (`limits`: case id, a fraction or points).
+fn families(cases: &[CaseResult], limits: &[(String, f64)]) -> Vec<Family> {
     let mut out: Vec<Family> = Vec::new();
     for c in cases.iter().filter(|c| c.known_gap.is_none()) {
         if out.iter().any(|f| f.id == c.id) {
@@ -257,11 +263,21 @@ fn families(cases: &[CaseResult]) -> Vec<Family> {
             .map(|d| d.error)
             .collect();
         if errors.len() >= 3 {
+            let points = c.unit == "%";
+            // The bound in the errors' unit: % of a fraction, or points as they are.
+            let limit = limits
+                .iter()
+                .filter(|(id, _)| *id == c.id)
+                .map(|&(_, l)| if points { l } else { 100.0 * l })
+                .reduce(f64::min);
+            let mean = errors.iter().sum::<f64>() / errors.len() as f64;
             out.push(Family {
                 id: c.id.clone(),
                 cases: errors.len(),
-                mean_signed_error: errors.iter().sum::<f64>() / errors.len() as f64,
-                unit: if c.unit == "%" { "pts" } else { "%" },
+                mean_signed_error: mean,
+                unit: if points { "pts" } else { "%" },
+                limit,
+                within: limit.map_or(true, |l| mean.abs() <= l),
             });
         }
     }
@@ -364,13 +380,10 @@ impl Point {
     }
 }
 
-/// A group of points of which at least `min_within` must pass: (passed, of, at least).
-type Group = (usize, usize, usize);
-
 impl Ctx {
     /// Replays one case's run: its points, and its group when it passes as a group.
-    fn replay(&self, run: &Run) -> Result<(Vec<Point>, Option<Group>), ModelError> {
-        let one = |p: Point| Ok((vec![p], None));
+    fn replay(&self, run: &Run) -> Result<Vec<Point>, ModelError> {
+        let one = |p: Point| Ok(vec![p]);
         match run {
             Run::TrainDays {
                 run,
@@ -478,14 +491,13 @@ impl Ctx {
                 file,
                 system,
                 tolerance,
-                min_within,
-            } => self.megatron(file, system, *tolerance, *min_within),
+            } => self.megatron(file, system, *tolerance),
             Run::TpuTable3 {
                 file,
                 system,
                 workload,
                 batch,
-            } => Ok((self.tpu_table3(file, system, workload, *batch)?, None)),
+            } => self.tpu_table3(file, system, workload, *batch),
             Run::TwistedTorus {
                 dims,
                 measured,
@@ -501,13 +513,13 @@ impl Ctx {
                     / time(Topology::TwistedTorus { dims: dims.clone() });
                 one(Point::relative(*measured, x, "x", *tolerance).named(format!(" {dims:?}")))
             }
-            Run::Gemm { file } => Ok((self.gemms(file)?, None)),
+            Run::Gemm { file } => self.gemms(file),
             Run::Serving {
                 file,
                 models,
                 systems,
                 tolerance,
-            } => Ok((self.serving(file, models, systems, *tolerance)?, None)),
+            } => self.serving(file, models, systems, *tolerance),
             Run::ServingLoad {
                 file,
                 model,
@@ -516,10 +528,7 @@ impl Ctx {
                 precision,
                 engine,
                 tolerance,
-            } => Ok((
-                self.serving_load(file, model, system, *devices, precision, engine, *tolerance)?,
-                None,
-            )),
+            } => self.serving_load(file, model, system, *devices, precision, engine, *tolerance),
         }
     }
 
@@ -775,13 +784,7 @@ impl Ctx {
     }
 
     /// Narayanan et al. Table 1: every row's TFLOP/s per GPU.
-    fn megatron(
-        &self,
-        file: &str,
-        system: &str,
-        tolerance: f64,
-        min_within: usize,
-    ) -> Result<(Vec<Point>, Option<Group>), ModelError> {
+    fn megatron(&self, file: &str, system: &str, tolerance: f64) -> Result<Vec<Point>, ModelError> {
         let rows: MegatronRows = parse_yaml(file, &self.source.read(&self.path(file))?)?;
         let system = self.system(system)?;
         let arch = system.accelerator()?;
@@ -832,9 +835,7 @@ impl Ctx {
                 known_gap: None,
             });
         }
-        let within = points.iter().filter(|p| p.within).count();
-        let n = points.len();
-        Ok((points, Some((within, n, min_within))))
+        Ok(points)
     }
 
     /// TPU v4 Table 3: the best configuration's rate over the baseline's, per case.
@@ -915,9 +916,21 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
         base: path.to_path_buf(),
     };
     let mut cases = Vec::new();
-    let mut groups = Vec::new();
+    let mut limits: Vec<(String, f64)> = Vec::new();
     for c in &index.cases {
-        let (points, group) = ctx.replay(&c.run)?;
+        if let Some(limit) = c.mean_signed_within {
+            if !(limit.is_finite() && limit > 0.0) {
+                return Err(ConfigError::invalid(
+                    &file,
+                    format!("cases[{}].mean_signed_within", c.id),
+                    limit,
+                    "a bound > 0 (a fraction, or points for percentages)",
+                )
+                .into());
+            }
+            limits.push((c.id.clone(), limit));
+        }
+        let points = ctx.replay(&c.run)?;
         for p in points {
             cases.push(CaseResult {
                 id: c.id.clone(),
@@ -933,9 +946,6 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
                 calibrates: c.calibrates.clone(),
             });
         }
-        if let Some((within, n, min_within)) = group {
-            groups.push((c.id.clone(), within, n, min_within, within >= min_within));
-        }
     }
     let counted: Vec<&CaseResult> = cases
         .iter()
@@ -945,20 +955,19 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
     let max = counted.iter().map(|c| c.error.abs()).fold(0.0, f64::max);
     let calibration = Split::of(counted.iter().copied().filter(|c| c.calibrates.is_some()));
     let held_out = Split::of(counted.iter().copied().filter(|c| c.calibrates.is_none()));
-    let in_groups = |id: &str| groups.iter().any(|g| g.0 == id);
+    let families = families(&cases, &limits);
     let passed = cases
         .iter()
-        .filter(|c| c.known_gap.is_none() && !in_groups(&c.id))
+        .filter(|c| c.known_gap.is_none())
         .all(|c| c.within)
-        && groups.iter().all(|g| g.4);
+        && families.iter().all(|f| f.within);
     Ok(Report {
-        families: families(&cases),
+        families,
         cases,
         mean_abs_error_pct: mean,
         max_abs_error_pct: max,
         calibration,
         held_out,
-        groups,
         passed,
     })
 }

@@ -506,7 +506,6 @@ fn stackflow_validate_replays_the_published_measurements() {
     let (code, out, err) = common::stackflow(&["validate"]);
     println!("{out}");
     assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("V3: 10 of 10 within tolerance"), "{out}");
     let (code, json, _) = common::stackflow(&["validate", "--json"]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -542,6 +541,20 @@ fn stackflow_validate_replays_the_published_measurements() {
         .find(|f| f["id"] == "V3")
         .expect("the Megatron family");
     assert_eq!(family["cases"], 10);
+    // Every Megatron row on its own within 8%; no count of rows passes the family.
+    assert!(v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["id"] == "V3")
+        .all(|c| c["within"] == true && c["error"].as_f64().unwrap().abs() <= 8.0));
+    assert!(
+        v.get("groups").is_none(),
+        "no group rule: {}",
+        v["families"]
+    );
+    assert_eq!(family["limit"], 3.0);
+    assert_eq!(family["within"], true);
     assert_close(
         "Megatron mean signed error",
         family["mean_signed_error"].as_f64().unwrap(),
@@ -557,7 +570,7 @@ fn stackflow_validate_replays_the_published_measurements() {
         "families of fewer than three cases are not summarised"
     );
     let printed = format!(
-        "V3: mean signed error {:+.1}% over 10 cases",
+        "V3: mean signed error {:+.1}% over 10 cases (bound +-3.0%): ok",
         megatron.iter().sum::<f64>() / 10.0
     );
     assert!(out.contains(&printed), "{printed} in {out}");
@@ -638,6 +651,41 @@ fn stackflow_validate_replays_the_published_measurements() {
         out.contains("OUTSIDE") && err.contains("validation failed"),
         "{out}\n{err}"
     );
+    // A family whose errors lean one way beyond its bound fails the run with every case
+    // within its tolerance (the Megatron rows' mean lies above 0.1%); a bound that is no
+    // bound is bad input.
+    let index = std::fs::read_to_string(root().join("validation/cases.yaml")).unwrap();
+    let bound = |b: &str| {
+        let text = index.replacen(
+            "    tolerance: 0.08\n    mean_signed_within: 0.03",
+            &format!("    tolerance: 0.08\n    mean_signed_within: {b}"),
+            1,
+        );
+        assert!(text.contains(&format!("mean_signed_within: {b}")));
+        let beside = root().join(format!("validation/bias-{b}.tmp.yaml"));
+        std::fs::write(&beside, text).unwrap();
+        let run = common::stackflow(&["validate", &beside.display().to_string()]);
+        let _ = std::fs::remove_file(&beside);
+        (run, beside.display().to_string())
+    };
+    let ((code, out, err), _) = bound("0.001");
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("(bound +-0.1%): FAILED")
+            && !out.contains("OUTSIDE")
+            && err.contains("validation failed"),
+        "{out}\n{err}"
+    );
+    let ((code, _, err), file) = bound("-0.03");
+    assert_eq!(code, 2, "{err}");
+    for piece in [
+        file.as_str(),
+        "cases[V3].mean_signed_within",
+        "-0.03",
+        "> 0",
+    ] {
+        assert!(err.contains(piece), "expected {piece:?} in: {err}");
+    }
 }
 
 #[test]

@@ -65,17 +65,18 @@ fn render(r: &Report) -> String {
             c.tolerance
         );
     }
-    for (id, within, n, need, ok) in &r.groups {
-        let _ = writeln!(
-            s,
-            "{id}: {within} of {n} within tolerance (at least {need} required): {}",
-            if *ok { "ok" } else { "FAILED" }
-        );
-    }
     for f in &r.families {
+        let bound = match f.limit {
+            Some(l) => format!(
+                " (bound +-{l:.1}{}): {}",
+                f.unit,
+                if f.within { "ok" } else { "FAILED" }
+            ),
+            None => String::new(),
+        };
         let _ = writeln!(
             s,
-            "{}: mean signed error {:+.1}{} over {} cases",
+            "{}: mean signed error {:+.1}{} over {} cases{bound}",
             f.id, f.mean_signed_error, f.unit, f.cases
         );
     }
