@@ -1350,10 +1350,18 @@ fn the_loss_over_the_vocabulary_moves_what_its_kernels_move() {
         bytes(&a, "softmax cross-entropy"),
         bytes(&b, "softmax cross-entropy")
     );
+    // A prefill samples from each prompt's last token: two sequences' logits, not 256.
     assert_close(
         "sampling softmax",
         bytes(&a, "softmax cross-entropy"),
-        2.0 * 2.0 * 2.0 * 128.0 * 32000.0,
+        2.0 * 2.0 * 2.0 * 32000.0,
+        1e-12,
+    );
+    let logits = a.kernels.iter().find(|k| k.name == "logits").unwrap();
+    assert_close(
+        "last tokens' logits",
+        logits.flops(),
+        2.0 * 2.0 * 1024.0 * 32000.0,
         1e-12,
     );
     // A kernel the workload cannot name is an error naming the key.

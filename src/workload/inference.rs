@@ -25,9 +25,18 @@ fn forward_only(mut g: Graph, kv: f64) -> Graph {
     g
 }
 
-/// The prefill: every prompt token through the model, filling the KV cache.
+/// The prefill: every prompt token through the model, filling the KV cache; the output
+/// layer and the sampling softmax take the last token of each prompt (TensorRT-LLM without
+/// `gather_context_logits`, vLLM, SGLang), which samples the first output token.
 pub fn prefill_graph(w: &Transformer, spec: &InferenceSpec) -> Graph {
-    let g = transformer_pass(w, spec.batch, spec.prompt_tokens, spec.prompt_tokens, false);
+    let g = transformer_pass(
+        w,
+        spec.batch,
+        spec.prompt_tokens,
+        spec.prompt_tokens,
+        1,
+        false,
+    );
     let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens);
     forward_only(g, kv)
 }
@@ -35,7 +44,7 @@ pub fn prefill_graph(w: &Transformer, spec: &InferenceSpec) -> Graph {
 /// One decode step with `context` tokens already cached: one new token per sequence,
 /// attending to the cache.
 pub fn decode_graph(w: &Transformer, spec: &InferenceSpec, context: u64) -> Graph {
-    let g = transformer_pass(w, spec.batch, 1, context, false);
+    let g = transformer_pass(w, spec.batch, 1, context, 1, false);
     let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens);
     forward_only(g, kv)
 }
@@ -44,7 +53,14 @@ pub fn decode_graph(w: &Transformer, spec: &InferenceSpec, context: u64) -> Grap
 /// accepted token and `tokens` proposals per sequence through the model in one pass, each
 /// attending to the cache and to the ones before it.
 pub fn verify_graph(w: &Transformer, spec: &InferenceSpec, context: u64, tokens: u64) -> Graph {
-    let g = transformer_pass(w, spec.batch, tokens + 1, context + tokens + 1, false);
+    let g = transformer_pass(
+        w,
+        spec.batch,
+        tokens + 1,
+        context + tokens + 1,
+        tokens + 1,
+        false,
+    );
     let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens);
     forward_only(g, kv)
 }

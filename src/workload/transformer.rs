@@ -727,7 +727,7 @@ pub(super) fn moe(check: &Checker, m: MoeRaw) -> Result<Moe, ConfigError> {
 
 /// Decoder-only transformer (GPT-style, pre-norm), Megatron's kernel decomposition.
 pub(super) fn transformer_graph(w: &Transformer) -> Graph {
-    let mut g = transformer_pass(w, w.global_batch, w.sequence, w.sequence, true);
+    let mut g = transformer_pass(w, w.global_batch, w.sequence, w.sequence, w.sequence, true);
     g.experts = w.moe.map_or(1, |m| m.experts);
     match w.trainable_layers {
         Some(k) => fine_tune(g, w.layers, k),
@@ -811,6 +811,9 @@ pub(super) fn fine_tune(mut g: Graph, layers: u64, trainable: u64) -> Graph {
 /// The transformer's kernels for `batch` sequences of `queries` new tokens each attending
 /// to `keys` positions: a training step (queries = keys = sequence), a prefill (the
 /// prompt), or one decode step (one query against the KV cache).
+/// `logits`: the positions per sequence whose logits the output layer computes (every query
+/// in training and speculative verification; the last one in a prefill, as serving engines
+/// gather the last token's hidden state before the output layer).
 /// `training`: a training step (each tensor role in its precision, [`Builder::with_roles`]),
 /// else inference (an FP8 model's weights and caches in FP8).
 pub(super) fn transformer_pass(
@@ -818,8 +821,10 @@ pub(super) fn transformer_pass(
     batch: u64,
     queries: u64,
     keys: u64,
+    logits: u64,
     training: bool,
 ) -> Graph {
+    debug_assert!((1..=queries).contains(&logits));
     let mut g = if training {
         Builder::with_roles(w.precisions, w.recompute)
     } else if w.weights == Some(StorageFormat::Fp8) {
@@ -902,7 +907,7 @@ pub(super) fn transformer_pass(
     }
     g.set_in_layer(false);
     if head {
-        output_head(&mut g, w, tokens, h, training);
+        output_head(&mut g, w, tokens, batch * logits, h, training);
     }
     let mut graph = g.finish(
         w.name.clone(),
@@ -928,11 +933,19 @@ pub(super) fn transformer_pass(
     graph
 }
 
-/// The output head: the final norm, the logits over the vocabulary and, in training, the
-/// loss over them (in serving, the softmax the sampling reads).
-fn output_head(g: &mut Builder, w: &Transformer, tokens: u64, h: u64, training: bool) {
-    let t = tokens as f64;
-    layer_norm(g, "final layer norm", 1, t * h as f64);
+/// The output head: the final norm over all `tokens`, the logits over the vocabulary for
+/// `tokens_out` of them and, in training, the loss over those (in serving, the softmax the
+/// sampling reads).
+fn output_head(
+    g: &mut Builder,
+    w: &Transformer,
+    tokens: u64,
+    tokens_out: u64,
+    h: u64,
+    training: bool,
+) {
+    layer_norm(g, "final layer norm", 1, tokens as f64 * h as f64);
+    let (tokens, t) = (tokens_out, tokens_out as f64);
     g.split = Split::Column;
     // FP8 training keeps the output layer in BF16 (Megatron-LM, Transformer Engine).
     g.gemm_input_linears(false);
