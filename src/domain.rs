@@ -237,6 +237,10 @@ pub struct UtilizationCaps {
     pub fp8_compute_utilization: Option<f64>,
     #[serde(default)]
     pub memory_utilization: Option<f64>,
+    /// The share of main memory's bandwidth products reach when their operands stream from
+    /// it (decode steps, short prefills), where it differs from `memory_utilization`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product_memory_utilization: Option<f64>,
     /// The serving engine's host work per step (scheduling, sampling, input preparation)
     /// that the device waits on, s: added to each decode step and to the prefill.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -248,6 +252,7 @@ impl UtilizationCaps {
         self.compute_utilization.is_none()
             && self.fp8_compute_utilization.is_none()
             && self.memory_utilization.is_none()
+            && self.product_memory_utilization.is_none()
             && self.step_overhead_s.is_none()
     }
 

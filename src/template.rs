@@ -122,6 +122,10 @@ impl Template {
                 stack.fp8_compute_utilization,
             )?,
             memory_utilization: share("memory_utilization", stack.memory_utilization)?,
+            product_memory_utilization: share(
+                "product_memory_utilization",
+                stack.product_memory_utilization,
+            )?,
             // A step's host work: under a second (engines publish milliseconds at most).
             step_overhead_s: stack
                 .step_overhead_us

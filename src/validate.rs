@@ -356,6 +356,9 @@ struct Point {
     /// A known disagreement of this point alone (a row of a family file): reported, not
     /// counted.
     known_gap: Option<String>,
+    /// The constant this point alone set (a row of a family file): judged with the
+    /// calibration cases, apart from the held-out ones.
+    calibrates: Option<String>,
 }
 
 impl Point {
@@ -371,6 +374,7 @@ impl Point {
             within,
             suffix: String::new(),
             known_gap: None,
+            calibrates: None,
         }
     }
 
@@ -421,6 +425,7 @@ impl Ctx {
                     within: e.abs() <= *tolerance_points,
                     suffix: String::new(),
                     known_gap: None,
+                    calibrates: None,
                 })
             }
             Run::Speedup {
@@ -442,6 +447,7 @@ impl Ctx {
                     within: (*low..=*high).contains(&x),
                     suffix: String::new(),
                     known_gap: None,
+                    calibrates: None,
                 })
             }
             Run::TokensPerSPerDevice {
@@ -617,16 +623,31 @@ impl Ctx {
                 )
                 .into());
             }
-            for (k, g) in r.known_gap.iter().enumerate() {
-                if !METRICS.contains(&g.metric.as_str()) {
+            let gaps = r.known_gap.iter().map(|g| ("known_gap", &g.metric));
+            let sets = r.calibrates.iter().map(|c| ("calibrates", &c.metric));
+            for (field, metric) in gaps.chain(sets) {
+                if !METRICS.contains(&metric.as_str()) {
                     return Err(ConfigError::invalid(
                         &name,
-                        at(&format!("known_gap[{k}].metric")),
-                        &g.metric,
+                        at(&format!("{field}.metric")),
+                        metric,
                         format!("one of {}", METRICS.join(", ")),
                     )
                     .into());
                 }
+            }
+            if let Some(c) = r
+                .calibrates
+                .iter()
+                .find(|c| r.known_gap.iter().any(|g| g.metric == c.metric))
+            {
+                return Err(ConfigError::invalid(
+                    &name,
+                    at("calibrates"),
+                    &c.metric,
+                    "a metric without a known gap (a calibration point is counted)",
+                )
+                .into());
             }
             let workload = self.served(&model, precision, (1, r.prompt, r.output))?;
             let Some((t, spec)) = workload.serving() else {
@@ -670,6 +691,11 @@ impl Ctx {
                     .iter()
                     .find(|g| g.metric == metric)
                     .map(|g| g.why.clone());
+                point.calibrates = r
+                    .calibrates
+                    .iter()
+                    .find(|c| c.metric == metric)
+                    .map(|c| c.sets.clone());
                 points.push(point.named(format!(" {} {metric}: {}", r.id, r.source)));
             }
         }
@@ -833,6 +859,7 @@ impl Ctx {
                 within: e.abs() <= tolerance * 100.0,
                 suffix: format!(" {}B ({})", r.params_b, p.strategy),
                 known_gap: None,
+                calibrates: None,
             });
         }
         Ok(points)
@@ -870,6 +897,7 @@ impl Ctx {
                 within: e.abs() <= 30.0 && ratio > 1.0,
                 suffix: format!(": {}", case.name),
                 known_gap: None,
+                calibrates: None,
             });
         }
         Ok(points)
@@ -943,7 +971,7 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
                 tolerance: p.tolerance,
                 within: p.within,
                 known_gap: p.known_gap.clone().or_else(|| c.known_gap.clone()),
-                calibrates: c.calibrates.clone(),
+                calibrates: p.calibrates.clone().or_else(|| c.calibrates.clone()),
             });
         }
     }
@@ -1026,6 +1054,18 @@ struct ServingLoadRow {
     /// (added after the comparison; the row stays).
     #[serde(default)]
     known_gap: Vec<MetricGap>,
+    /// Per metric: the model constant that metric's measurement set (a calibration point,
+    /// reported apart from the held-out ones).
+    #[serde(default)]
+    calibrates: Vec<MetricCalibration>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetricCalibration {
+    metric: String,
+    /// The constant and its value, as `calibrates` names them in a case index entry.
+    sets: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]

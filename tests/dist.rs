@@ -617,9 +617,12 @@ fn stackflow_validate_replays_the_published_measurements() {
     assert!(counted
         .iter()
         .filter(|c| !c["calibrates"].is_null())
-        .all(|c| c["id"] == "GEMM" || c["id"] == "NeMo H100"));
-    assert_eq!(cal.0, 4);
-    assert_eq!(v["calibration"]["cases"], 4);
+        .all(|c| c["id"] == "GEMM"
+            || c["id"] == "NeMo H100"
+            || (c["id"] == "ServingLoad" && c["name"].as_str().unwrap().contains(" L1 ITL:"))));
+    // Three GEMMs, NeMo's FP8 pre-training and one point under load (L1's ITL).
+    assert_eq!(cal.0, 5);
+    assert_eq!(v["calibration"]["cases"], 5);
     assert_eq!(v["held_out"]["cases"], held.0);
     assert_close(
         "held-out mean",

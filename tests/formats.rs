@@ -285,3 +285,76 @@ fn the_fp8_cap_stretches_fp8_products_alone() {
         );
     }
 }
+
+/// The products' HBM cap (`stack.product_memory_utilization`, 0.62 on H100, fitted on NIM's
+/// batch-1 decode step): a product streaming its weights from HBM takes 0.80 / 0.62 of the
+/// time it takes at the streaming cap; a stream kernel keeps the streaming cap, and a
+/// compute-bound product does not move; a cap outside (0, 1] is refused naming the field.
+#[test]
+fn the_product_cap_stretches_products_streaming_from_memory_alone() {
+    use stackflow::workload::{Kernel, KernelClass, LayerType, Phase, Position, Split};
+    let capped = h100();
+    assert_eq!(capped.caps.product_memory_utilization, Some(0.62));
+    assert_eq!(capped.caps.memory_utilization, Some(0.80));
+    let mut uncapped = capped.clone();
+    uncapped.caps.product_memory_utilization = None;
+    let bf16 = stackflow::domain::Precision::Bf16;
+    let kernel = |op: Op| Kernel {
+        name: "k".into(),
+        class: KernelClass::Gemm,
+        phase: Phase::Forward,
+        precision: bf16,
+        math: bf16,
+        wire: bf16,
+        weights: None,
+        count: 1,
+        op,
+        split: Split::Replicated,
+        position: Position::Layer,
+        layer: LayerType::Dense,
+    };
+    let time = |k: &Kernel| {
+        let (a, b) = (
+            Evaluator::new(&capped).kernel(k),
+            Evaluator::new(&uncapped).kernel(k),
+        );
+        let dram = a.level_s.len() - 1;
+        (a.level_s[dram] / b.level_s[dram], a.time_s / b.time_s)
+    };
+    // One token through a 8192 x 28672 weight: the weight crosses HBM once.
+    let (dram, _) = time(&kernel(Op::Gemm {
+        batch: 1,
+        m: 1,
+        k: 8192,
+        n: 28672,
+    }));
+    common::assert_close("skinny product's HBM time", dram, 0.80 / 0.62, 1e-9);
+    let (_, whole) = time(&kernel(Op::Gemm {
+        batch: 1,
+        m: 8192,
+        k: 8192,
+        n: 8192,
+    }));
+    assert_eq!(whole, 1.0, "a compute-bound product does not move");
+    let (dram, _) = time(&kernel(Op::Stream {
+        read_bytes: 1e9,
+        write_bytes: 1e9,
+        flops: 0.0,
+    }));
+    assert_eq!(dram, 1.0, "a stream keeps the streaming cap");
+    let text = std::fs::read_to_string(root().join("templates/gpu-h100.yaml")).unwrap();
+    for bad in ["0", "1.5", "-0.6"] {
+        let t = text.replace(
+            "product_memory_utilization: 0.62",
+            &format!("product_memory_utilization: {bad}"),
+        );
+        assert_ne!(t, text);
+        let e = stackflow::template::Template::from_yaml("gpu-h100.yaml", &t)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("gpu-h100.yaml") && e.contains("stack.product_memory_utilization"),
+            "{e}"
+        );
+    }
+}

@@ -128,26 +128,35 @@ pub(super) fn roofline_svg(title: &str, r: &Roofline) -> anyhow::Result<String> 
             .axis_desc_style((FONT, 14))
             .light_line_style(WHITE.mix(0.0))
             .draw()?;
-        // Bandwidth lines, innermost (fastest) first, in greys darkening outward.
+        // Bandwidth lines, innermost (fastest) first, in greys darkening outward; then the
+        // products' main-memory line where the stack caps it apart, dashed.
         let levels = r.ceilings.len().max(1);
-        for (i, c) in r.ceilings.iter().enumerate() {
-            let shade = 170 - (120 * i / levels) as u8;
+        let lines = r
+            .ceilings
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c, 170 - (120 * i / levels) as u8, false))
+            .chain(r.product_memory.iter().map(|c| (c, 50, true)));
+        for (c, shade, products) in lines {
             let color = RGBColor(shade, shade, shade);
             if c.bandwidth_bytes_per_s * x_lo >= peak {
                 // Above the highest roof across the whole chart: it bounds nothing drawn.
                 continue;
             }
             let knee = (peak / c.bandwidth_bytes_per_s.max(1.0)).clamp(x_lo, x_hi);
-            chart.draw_series(LineSeries::new(
-                [(x_lo, c.bandwidth_bytes_per_s * x_lo), (knee, peak)],
-                color.stroke_width(2),
-            ))?;
+            let ends = [(x_lo, c.bandwidth_bytes_per_s * x_lo), (knee, peak)];
+            if products {
+                chart.draw_series(DashedLineSeries::new(ends, 6, 4, color.stroke_width(2)))?;
+            } else {
+                chart.draw_series(LineSeries::new(ends, color.stroke_width(2)))?;
+            }
             // Labels at the left edge, each just above its line (the lines part there by
-            // their bandwidths' ratios).
+            // their bandwidths' ratios); the products' just below the main memory's.
             let at = x_lo * 1.2;
+            let lift = if products { 1.0 / 1.6 } else { 1.12 };
             chart.draw_series(std::iter::once(Text::new(
                 format!("{} {}", c.level, rate(c.bandwidth_bytes_per_s, "B/s")),
-                (at, c.bandwidth_bytes_per_s * at * 1.12),
+                (at, c.bandwidth_bytes_per_s * at * lift),
                 (FONT, 12).into_font().color(&color.mix(1.0)),
             )))?;
         }

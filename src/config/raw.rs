@@ -137,6 +137,10 @@ pub struct StackRaw {
     /// Share of main memory's bandwidth whole steps reach.
     #[serde(default)]
     pub memory_utilization: Option<f64>,
+    /// Share of main memory's bandwidth products (GEMMs) reach where their operands stream
+    /// from it, where it differs from `memory_utilization`.
+    #[serde(default)]
+    pub product_memory_utilization: Option<f64>,
     /// A serving engine's host work per step the device waits on (scheduling, sampling,
     /// input preparation), microseconds; none when absent.
     #[serde(default)]

@@ -230,6 +230,15 @@ impl Architecture {
         }
     }
 
+    /// Main memory's bandwidth for products streaming their operands from it, B/s: under the
+    /// stack's product cap where the template gives one, else as every kernel.
+    pub fn achieved_product_bandwidth(&self) -> f64 {
+        match self.caps.product_memory_utilization {
+            Some(u) => self.main_memory.bandwidth_bytes_per_s * u,
+            None => self.achieved_memory_bandwidth(),
+        }
+    }
+
     /// The accelerator as a lone kernel measured alone sees it (a `gemm` workload, a GEMM
     /// microbenchmark): at the template's ceiling and full bandwidth, without the caps a
     /// stack achieves over whole steps.

@@ -58,6 +58,9 @@ pub struct Machine {
     pub fp8_utilization: f64,
     pub throughput_by_precision: BTreeMap<Precision, f64>,
     pub kernel_launch_s: f64,
+    /// Main memory's bandwidth for products (GEMMs), B/s: the stack's product cap, which
+    /// may lie below what streaming kernels reach (`levels`' last).
+    pub product_bandwidth_bytes_per_s: f64,
     /// A serving engine's host work per step (the template's `stack.step_overhead_us`).
     pub step_overhead_s: f64,
     hierarchy: Hierarchy,
@@ -82,6 +85,7 @@ impl Machine {
             fp8_utilization,
             throughput_by_precision,
             kernel_launch_s,
+            product_bandwidth_bytes_per_s,
             step_overhead_s,
             hierarchy,
             pinned,
@@ -108,6 +112,7 @@ impl Machine {
             max_utilization.to_bits(),
             fp8_utilization.to_bits(),
             kernel_launch_s.to_bits(),
+            product_bandwidth_bytes_per_s.to_bits(),
             step_overhead_s.to_bits(),
             throughput_by_precision.len() as u64,
         ]);
@@ -203,6 +208,7 @@ impl Machine {
             fp8_utilization: arch.achieved_fp8_utilization(),
             throughput_by_precision: core.throughput_by_precision.clone(),
             kernel_launch_s: core.kernel_launch_s,
+            product_bandwidth_bytes_per_s: arch.achieved_product_bandwidth(),
             step_overhead_s: arch.caps.step_overhead_s(),
             hierarchy,
             pinned: arch.pinned.clone(),
@@ -501,12 +507,7 @@ impl Evaluator {
         if home < main {
             cost.level_bytes[main] += weight_bytes;
         }
-        let level_s: Vec<f64> = cost
-            .level_bytes
-            .iter()
-            .zip(&m.levels)
-            .map(|(bytes, l)| transfer_time(*bytes, l.bandwidth_bytes_per_s))
-            .collect();
+        let level_s = self.product_level_s(&cost.level_bytes);
         self.assemble(cost.compute_s, home, cost.level_bytes, level_s, cost.tiles)
     }
 
@@ -567,11 +568,7 @@ impl Evaluator {
             let home = whole.home;
             return self.finish(compute_s, home, whole.level_bytes[home] * ratio, Vec::new());
         }
-        let level_s: Vec<f64> = level_bytes
-            .iter()
-            .zip(&self.machine.levels)
-            .map(|(bytes, l)| transfer_time(*bytes, l.bandwidth_bytes_per_s))
-            .collect();
+        let level_s = self.product_level_s(&level_bytes);
         self.assemble(
             compute_s,
             whole.home,
@@ -579,6 +576,25 @@ impl Evaluator {
             level_s,
             whole.tiles.clone(),
         )
+    }
+
+    /// A product's time at each level for its bytes there: main memory at the products'
+    /// bandwidth, every level closer in at its own.
+    fn product_level_s(&self, level_bytes: &[f64]) -> Vec<f64> {
+        let main = self.machine.levels.len() - 1;
+        level_bytes
+            .iter()
+            .zip(&self.machine.levels)
+            .enumerate()
+            .map(|(i, (bytes, l))| {
+                let bandwidth = if i == main {
+                    self.machine.product_bandwidth_bytes_per_s
+                } else {
+                    l.bandwidth_bytes_per_s
+                };
+                transfer_time(*bytes, bandwidth)
+            })
+            .collect()
     }
 
     /// A streaming kernel: all bytes at the home level.

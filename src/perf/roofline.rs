@@ -46,6 +46,10 @@ pub struct RooflinePoint {
 pub struct Roofline {
     /// Innermost level first; main memory last.
     pub ceilings: Vec<Ceiling>,
+    /// Main memory's line for products (GEMMs), where the stack's product cap
+    /// (`stack.product_memory_utilization`) puts it below the streaming kernels' line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub product_memory: Option<Ceiling>,
     pub roofs: Vec<Roof>,
     /// Kernels that compute (pure data movement has no place on the chart).
     pub points: Vec<RooflinePoint>,
@@ -64,6 +68,14 @@ impl Roofline {
                 bandwidth_bytes_per_s: l.bandwidth_bytes_per_s,
             })
             .collect();
+        let product_memory = machine
+            .levels
+            .last()
+            .filter(|l| machine.product_bandwidth_bytes_per_s != l.bandwidth_bytes_per_s)
+            .map(|l| Ceiling {
+                level: format!("{} (products)", l.name),
+                bandwidth_bytes_per_s: machine.product_bandwidth_bytes_per_s,
+            });
         let roofs = machine
             .throughput_by_precision
             .keys()
@@ -107,6 +119,7 @@ impl Roofline {
             .collect();
         Roofline {
             ceilings,
+            product_memory,
             roofs,
             points,
             without_flops,
