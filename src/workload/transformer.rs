@@ -838,6 +838,18 @@ pub(super) fn transformer_pass(
             },
             w.recompute,
         )
+    } else if w.precision == Precision::Fp8 {
+        // A model served at `precision: fp8` (TensorRT-LLM's FP8 checkpoints: FP8 weights,
+        // products, activations between them and KV cache) still sends its tensor-parallel
+        // all-reduces and pipeline hand-offs in 16 bits: TensorRT-LLM's all-reduce (NCCL or
+        // its own kernels) reduces the row-parallel products' FP16/BF16 outputs.
+        Builder::with_roles(
+            Precisions {
+                communication: Precision::Bf16,
+                ..Precisions::uniform(Precision::Fp8)
+            },
+            w.recompute,
+        )
     } else {
         Builder::new(w.precision, w.recompute)
     };
