@@ -388,6 +388,22 @@ pub enum AttentionKernel {
     Flash,
 }
 
+/// How a transformer encodes token positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Positions {
+    /// Learned absolute position embeddings added to the token embeddings (GPT-2/3,
+    /// Megatron-LM's GPT): no kernel in the layers.
+    #[default]
+    Learned,
+    /// Rotary position embeddings (RoFormer, Su et al. 2021; LLaMA, PaLM): every layer
+    /// rotates its queries and keys in a kernel of their own over a pass of many tokens
+    /// (Transformer Engine's fused RoPE in training and its backward; TensorRT-LLM's QKV
+    /// preprocessing before the context attention, vLLM's rotary kernel); a decode step's
+    /// attention kernel rotates its one query and key inline (TensorRT-LLM's masked MHA).
+    Rotary,
+}
+
 /// How a language model's loss over the vocabulary (softmax cross-entropy on the logits)
 /// runs in training.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, Serialize)]

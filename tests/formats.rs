@@ -216,15 +216,15 @@ fn formats_are_independent_and_checked() {
     assert!(v["time_per_output_token_s"].as_f64() < base["time_per_output_token_s"].as_f64());
 }
 
-/// H100's FP8 cap (`stack.fp8_compute_utilization`, 0.51) stretches FP8 products alone,
-/// by 0.70 / 0.51 against the stack's cap for every precision; compute energy stays the
+/// H100's FP8 cap (`stack.fp8_compute_utilization`, 0.52) stretches FP8 products alone,
+/// by 0.70 / 0.52 against the stack's cap for every precision; compute energy stays the
 /// work's; a cap outside (0, 1] is refused naming the field.
 #[test]
 fn the_fp8_cap_stretches_fp8_products_alone() {
     use stackflow::perf::EnergyRates;
     use stackflow::workload::{Kernel, KernelClass, LayerType, Phase, Position, Split};
     let capped = h100();
-    assert_eq!(capped.caps.fp8_compute_utilization, Some(0.51));
+    assert_eq!(capped.caps.fp8_compute_utilization, Some(0.52));
     let mut uncapped = capped.clone();
     uncapped.caps.fp8_compute_utilization = None;
     let gemm = |p: stackflow::domain::Precision| Kernel {
@@ -257,7 +257,7 @@ fn the_fp8_cap_stretches_fp8_products_alone() {
     common::assert_close(
         "FP8 product stretched",
         a.compute_s / b.compute_s,
-        0.70 / 0.51,
+        0.70 / 0.52,
         1e-9,
     );
     let (c, d) = (
@@ -273,7 +273,7 @@ fn the_fp8_cap_stretches_fp8_products_alone() {
     let text = std::fs::read_to_string(root().join("templates/gpu-h100.yaml")).unwrap();
     for bad in ["0", "1.5"] {
         let t = text.replace(
-            "fp8_compute_utilization: 0.51",
+            "fp8_compute_utilization: 0.52",
             &format!("fp8_compute_utilization: {bad}"),
         );
         let e = stackflow::template::Template::from_yaml("gpu-h100.yaml", &t)

@@ -663,3 +663,52 @@ fn fp8_serving_reduces_in_16_bits() {
     );
     assert!(fp8.time_to_first_token_s < bf16.time_to_first_token_s);
 }
+
+/// Rotary positions (`positions: rotary`, LLaMA's RoPE): over a prompt every layer rotates
+/// its queries and keys in a kernel of their own, reading and writing each once; a decode
+/// step rotates its one token inside the attention kernel; learned positions add none; an
+/// unknown encoding is refused naming the key.
+#[test]
+fn rotary_positions_rotate_queries_and_keys_over_a_prompt() {
+    use stackflow::workload::inference::{decode_graph, prefill_graph};
+    let text = std::fs::read_to_string(root().join("workloads/llama2-70b-decode.yaml")).unwrap();
+    assert!(text.contains("positions: rotary"));
+    let w = Workload::from_yaml("llama2-70b.yaml", &text).unwrap();
+    let (t, spec) = w.serving().unwrap();
+    let rotary = |g: &stackflow::workload::Graph| {
+        g.kernels
+            .iter()
+            .filter(|k| k.name == "rotary embedding")
+            .map(|k| match k.op {
+                stackflow::workload::Op::Stream {
+                    read_bytes,
+                    write_bytes,
+                    ..
+                } => (k.count, read_bytes, write_bytes),
+                _ => panic!("{k:?}"),
+            })
+            .collect::<Vec<_>>()
+    };
+    let prefill = rotary(&prefill_graph(t, spec));
+    // 2048 tokens of 64 query heads and 8 key heads of 128 in FP8, in each of 80 layers.
+    let qk = 2048.0 * (8192.0 + 1024.0);
+    assert_eq!(prefill, vec![(80, qk, qk)]);
+    assert!(rotary(&decode_graph(t, spec, 2048)).is_empty());
+    let learned = Workload::from_yaml(
+        "llama2-70b.yaml",
+        &text.replace("positions: rotary", "positions: learned"),
+    )
+    .unwrap();
+    let (t, spec) = learned.serving().unwrap();
+    assert!(rotary(&prefill_graph(t, spec)).is_empty());
+    let err = Workload::from_yaml(
+        "llama2-70b.yaml",
+        &text.replace("positions: rotary", "positions: alibi"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("llama2-70b.yaml") && err.contains("positions") && err.contains("rotary"),
+        "{err}"
+    );
+}

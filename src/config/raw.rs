@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::domain::{
     AttentionKernel, Dataflow, EmbeddingOptimizer, Interaction, KernelSplitKind, LossKernel,
-    McuShape, Optimizer, Precision, Recompute, Scope, Topology,
+    McuShape, Optimizer, Positions, Precision, Recompute, Scope, Topology,
 };
 
 // ---------------------------------------------------------------- technology library
@@ -371,6 +371,9 @@ pub struct TransformerRaw {
     /// absent.
     #[serde(default)]
     pub loss: LossKernel,
+    /// How token positions are encoded (`learned` or `rotary`); learned when absent.
+    #[serde(default)]
+    pub positions: Positions,
     /// Dropout probability in training (on the embeddings, the attention probabilities and
     /// both residual branches, as Megatron-LM and GPT-2/3); 0 when absent.
     #[serde(default)]

@@ -477,6 +477,7 @@ fn feature_transformer(g: &mut Builder, w: &Dlrm, features: u64, dim: u64) -> u6
         moe: None,
         dropout: false,
         flash: false,
+        rotary: false,
         lora: None,
     };
     let bytes = g.storage().bytes();

@@ -14,7 +14,8 @@ use super::{inference, Workload};
 use crate::config::raw::{LoraRaw, MoeRaw, TransformerRaw};
 use crate::config::{Checker, ConfigError};
 use crate::domain::{
-    AttentionKernel, LossKernel, Optimizer, Precision, Precisions, Recompute, StorageFormat,
+    AttentionKernel, LossKernel, Optimizer, Positions, Precision, Precisions, Recompute,
+    StorageFormat,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -43,6 +44,8 @@ pub struct Transformer {
     pub attention: AttentionKernel,
     /// How the loss over the vocabulary runs in training.
     pub loss: LossKernel,
+    /// How token positions are encoded (rotary: a kernel per layer over many tokens).
+    pub positions: Positions,
     /// Dropout probability in training (0: none). Its cost does not depend on the value:
     /// the masks are written, kept and read whatever it is.
     pub dropout: f64,
@@ -228,6 +231,7 @@ impl Transformer {
             // reading a key/value head's cache once for the query heads that share it.
             // `attention:` picks the training kernel.
             flash: !training || self.attention == AttentionKernel::Flash,
+            rotary: self.positions == Positions::Rotary,
             lora: self
                 .lora
                 .as_ref()
@@ -266,6 +270,8 @@ pub(super) struct LayerShape {
     pub(super) dropout: bool,
     /// The attention core as one fused kernel per pass ([`AttentionKernel::Flash`]).
     pub(super) flash: bool,
+    /// Rotary position embeddings ([`Positions::Rotary`]).
+    pub(super) rotary: bool,
     /// Low-rank adapters beside the projections.
     pub(super) lora: Option<LoraShape>,
 }
@@ -377,6 +383,7 @@ pub(super) fn transformer(
         tie_embeddings: raw.tie_embeddings,
         attention: raw.attention,
         loss: raw.loss,
+        positions: raw.positions,
         dropout: match raw.dropout {
             None => 0.0,
             Some(p) if (0.0..1.0).contains(&p) => p,
@@ -1091,6 +1098,21 @@ fn attention(g: &mut Builder, w: &LayerShape, l: u64, batch: u64, s: u64, keys: 
         l,
         true,
     );
+    if w.rotary && s > 1 {
+        // Rotary positions: the queries and keys rotated in a kernel of their own, reading
+        // and writing each once (about 3 FLOPs per element: two products and a sum); a
+        // decode step's attention kernel rotates its one token inline.
+        g.split = Split::Sharded;
+        g.pointwise(
+            "rotary embedding",
+            KernelClass::Pointwise,
+            l,
+            t * (width + kv) as f64,
+            1.0,
+            3.0,
+            0.0,
+        );
+    }
     let bh = batch * w.heads;
     // Scores need Q (every head) and K (one per key/value head); the context needs the
     // softmax output (kept by the softmax) and V (one per key/value head).
