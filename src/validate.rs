@@ -623,29 +623,44 @@ impl Ctx {
                 )
                 .into());
             }
-            let gaps = r.known_gap.iter().map(|g| ("known_gap", &g.metric));
-            let sets = r.calibrates.iter().map(|c| ("calibrates", &c.metric));
+            let gaps = r.known_gap.iter().map(|g| &g.metric).enumerate();
+            let gaps = gaps.map(|(k, m)| (format!("known_gap[{k}].metric"), m));
+            let sets = r.calibrates.iter().map(|c| &c.metric).enumerate();
+            let sets = sets.map(|(k, m)| (format!("calibrates[{k}].metric"), m));
+            let mut seen: Vec<&str> = Vec::new();
             for (field, metric) in gaps.chain(sets) {
                 if !METRICS.contains(&metric.as_str()) {
                     return Err(ConfigError::invalid(
                         &name,
-                        at(&format!("{field}.metric")),
+                        at(&field),
                         metric,
                         format!("one of {}", METRICS.join(", ")),
                     )
                     .into());
                 }
+                if seen.contains(&metric.as_str()) {
+                    return Err(ConfigError::invalid(
+                        &name,
+                        at(&field),
+                        metric,
+                        "a metric no other known gap or calibration of this row names (a \
+                         calibration point is counted, a known gap is not)",
+                    )
+                    .into());
+                }
+                seen.push(metric);
             }
-            if let Some(c) = r
+            if let Some((k, c)) = r
                 .calibrates
                 .iter()
-                .find(|c| r.known_gap.iter().any(|g| g.metric == c.metric))
+                .enumerate()
+                .find(|(_, c)| c.sets.trim().is_empty())
             {
                 return Err(ConfigError::invalid(
                     &name,
-                    at("calibrates"),
-                    &c.metric,
-                    "a metric without a known gap (a calibration point is counted)",
+                    at(&format!("calibrates[{k}].sets")),
+                    &c.sets,
+                    "the constant this point set, and its value",
                 )
                 .into());
             }

@@ -619,10 +619,11 @@ fn stackflow_validate_replays_the_published_measurements() {
         .filter(|c| !c["calibrates"].is_null())
         .all(|c| c["id"] == "GEMM"
             || c["id"] == "NeMo H100"
-            || (c["id"] == "ServingLoad" && c["name"].as_str().unwrap().contains(" L1 ITL:"))));
-    // Three GEMMs, NeMo's FP8 pre-training and one point under load (L1's ITL).
-    assert_eq!(cal.0, 5);
-    assert_eq!(v["calibration"]["cases"], 5);
+            || (c["id"] == "ServingLoad" && c["name"].as_str().unwrap().contains(" L1 "))));
+    // Three GEMMs, NeMo's FP8 pre-training and L1 under load (its ITL, and its throughput
+    // and request latency, which follow from it).
+    assert_eq!(cal.0, 7);
+    assert_eq!(v["calibration"]["cases"], 7);
     assert_eq!(v["held_out"]["cases"], held.0);
     assert_close(
         "held-out mean",
@@ -2746,4 +2747,45 @@ fn a_huge_node_is_refused_without_listing_its_divisors() {
     let err = refused_system("huge-node", &text);
     assert!(err.contains("devices = 16"), "{err}");
     assert!(start.elapsed().as_secs() < 30);
+}
+
+/// A serving-under-load row's calibration and known gaps name metrics validate prices, each
+/// once: an unknown or a repeated one exits 2 naming the file, the row and the entry.
+#[test]
+fn serving_load_calibrations_name_known_metrics_once() {
+    let index = std::fs::read_to_string(root().join("validation/cases.yaml")).unwrap();
+    let rows = std::fs::read_to_string(root().join("validation/serving-load.yaml")).unwrap();
+    let fitted = r#"calibrates: [{metric: "ITL", sets:"#;
+    assert!(rows.contains(fitted));
+    for (tag, edited, says) in [
+        (
+            "unknown",
+            rows.replacen(fitted, r#"calibrates: [{metric: "TPOT", sets:"#, 1),
+            "rows[0] (L1).calibrates[0].metric",
+        ),
+        (
+            "twice",
+            rows.replacen(
+                fitted,
+                r#"calibrates: [{metric: "TTFT", sets: "x"}, {metric: "TTFT", sets:"#,
+                1,
+            ),
+            "rows[0] (L1).calibrates[1].metric",
+        ),
+    ] {
+        let load = root().join(format!("validation/load-{tag}.tmp.yaml"));
+        let cases = root().join(format!("validation/cases-{tag}.tmp.yaml"));
+        std::fs::write(&load, &edited).unwrap();
+        let name = load.file_name().unwrap().to_str().unwrap().to_string();
+        std::fs::write(
+            &cases,
+            index.replace("file: serving-load.yaml", &format!("file: {name}")),
+        )
+        .unwrap();
+        let (code, out, err) = common::stackflow(&["validate", &cases.display().to_string()]);
+        let _ = std::fs::remove_file(&load);
+        let _ = std::fs::remove_file(&cases);
+        assert_eq!(code, 2, "{tag}: {out}{err}");
+        assert!(err.contains(&name) && err.contains(says), "{tag}: {err}");
+    }
 }

@@ -84,6 +84,7 @@ pub(super) fn roofline_svg(title: &str, r: &Roofline) -> anyhow::Result<String> 
     let ridge = r
         .ceilings
         .iter()
+        .chain(&r.product_memory)
         .map(|c| peak / c.bandwidth_bytes_per_s.max(1.0))
         .fold(1.0f64, f64::max);
     let x_lo = intensities
@@ -104,7 +105,18 @@ pub(super) fn roofline_svg(title: &str, r: &Roofline) -> anyhow::Result<String> 
         .map(|p| p.achieved_flops_per_s)
         .filter(|&y| finite(y))
         .fold(peak, f64::min)
-        .min(x_lo * r.main_memory().map_or(1.0, |c| c.bandwidth_bytes_per_s))
+        .min(
+            // The slower main-memory line (products' or streams'), with room below it for
+            // the products' label.
+            x_lo * r
+                .main_memory()
+                .iter()
+                .chain(&r.product_memory.as_ref())
+                .map(|c| c.bandwidth_bytes_per_s)
+                .fold(f64::INFINITY, f64::min)
+                .min(f64::MAX)
+                / 2.0,
+        )
         .max(peak * 1e-9)
         / 2.0;
     let y_hi = peak * 3.0;

@@ -300,7 +300,7 @@ pub fn rooflines(
         let title = format!("Roofline: {workload} ({chart}) on {device}");
         let svg = super::plot::roofline_svg(&title, r)?;
         svgs.push((file, title, svg));
-        for c in &r.ceilings {
+        for c in r.ceilings.iter().chain(&r.product_memory) {
             let bw = c.bandwidth_bytes_per_s.to_string();
             csv.write_record([chart, "ceiling", &c.level, "", "", "", "", &bw, "", ""])?;
         }

@@ -194,7 +194,19 @@ impl Machine {
                     }
                 })
                 .collect(),
-            bandwidth_bytes_per_s: levels.iter().map(|l| l.bandwidth_bytes_per_s).collect(),
+            // Only products are tiled: their tiles are chosen for the main-memory bandwidth
+            // they are priced at (the stack's product cap).
+            bandwidth_bytes_per_s: levels
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    if i + 1 == levels.len() {
+                        arch.achieved_product_bandwidth()
+                    } else {
+                        l.bandwidth_bytes_per_s
+                    }
+                })
+                .collect(),
             bundle_level: levels.iter().position(|l| l.scope == Scope::Bundle),
             bundles: core.bundles,
             mcu,
