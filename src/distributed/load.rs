@@ -821,7 +821,8 @@ impl Engine {
     /// prompts that arrive during one, over `k`); arrivals at `λ` spend `λ c` of the time in
     /// prefill, so each decode round takes `τ = d(b) + b c / (output - 1)` and Little's law
     /// gives `λ(b) = b / ((output - 1) d(b) + b c)`. TPOT is `τ`, TTFT a decode step plus
-    /// the prefill. The largest `b` (continuous, from an occupancy below one to the batch cap
+    /// the prefill. Prompts alone (one output token) are priced in the batches the engine
+    /// fills at the goodput: as many as a step holds. The largest `b` (continuous, from an occupancy below one to the batch cap
     /// and the cache) whose means keep the bounds gives the goodput; `Err` names the bound
     /// a lone sequence breaks. Means against p99 bounds: where a rare interruption decides
     /// the tail (a short output behind long prompts) the simulation finds less.
@@ -833,9 +834,15 @@ impl Engine {
     ) -> Result<SteadyState, String> {
         let (p, r) = (prompt as f64, output.saturating_sub(1) as f64);
         let k_max = *self.costs.ks.last().unwrap_or(&1) as f64;
+        // Prompts alone (one output token): arrivals at the goodput queue for the prefill
+        // steps, which the engine fills with the waiting prompts, as many as a step holds
+        // (without decodes to pace them, Little's law leaves the batch undetermined).
+        let k_full = (self.policy.max_step_tokens as f64 / p.max(1.0))
+            .floor()
+            .clamp(1.0, k_max);
         let at = |b: f64| {
             let d = self.costs.decode_s(b.max(1.0), p + r / 2.0).0;
-            let mut k = 1.0;
+            let mut k = if r > 0.0 { 1.0 } else { k_full };
             let (mut rate, mut tpot, mut ttft) = (0.0, d, d);
             for _ in 0..6 {
                 let c = self.costs.prefill_s(k, p) / k;
@@ -847,7 +854,9 @@ impl Engine {
                     tpot = 0.0;
                 }
                 ttft = d + self.costs.prefill_s(k, p);
-                k = (rate * tpot.max(c)).clamp(1.0, k_max);
+                if r > 0.0 {
+                    k = (rate * tpot.max(c)).clamp(1.0, k_max);
+                }
             }
             SteadyState {
                 batch: b,
