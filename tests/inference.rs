@@ -122,11 +122,7 @@ fn gqa_decode_reads_each_kv_head_once_and_streams_at_the_capped_bandwidth() {
     let w = Workload::from_yaml("llama2-70b-bf16.yaml", &text).unwrap();
     let (t, spec) = w.serving().unwrap();
     assert_eq!((spec.batch, spec.prompt_tokens), (32, 4096));
-    let system =
-        stackflow::network::System::load(Source::Disk, &root().join("templates/dgx-h100.yaml"))
-            .unwrap();
-    let arch = system.accelerator().unwrap();
-    let net = system.network(&arch, 4).unwrap();
+    let (arch, net) = dgx_h100(4);
     let s = Strategy {
         tensor: 4,
         ..Strategy::default()
@@ -608,12 +604,23 @@ fn llama2_7b_on_one_h100() -> (
     stackflow::network::Network,
 ) {
     let w = Workload::load(Source::Disk, &root().join("workloads/llama2-7b-serve.yaml")).unwrap();
+    let (arch, net) = dgx_h100(1);
+    (w, arch, net)
+}
+
+/// `devices` GPUs of a DGX H100 (templates/dgx-h100.yaml): the accelerator and its network.
+fn dgx_h100(
+    devices: u64,
+) -> (
+    stackflow::generator::Architecture,
+    stackflow::network::Network,
+) {
     let system =
         stackflow::network::System::load(Source::Disk, &root().join("templates/dgx-h100.yaml"))
             .unwrap();
     let arch = system.accelerator().unwrap();
-    let net = system.network(&arch, 1).unwrap();
-    (w, arch, net)
+    let net = system.network(&arch, devices).unwrap();
+    (arch, net)
 }
 
 /// A model served at `precision: fp8` runs as TensorRT-LLM's FP8 checkpoints do: FP8
@@ -631,11 +638,7 @@ fn fp8_serving_reduces_in_16_bits() {
             "inference: {batch: 1, prompt_tokens: 2048, output_tokens: 1}",
         );
     assert!(base.contains("precision: fp8"));
-    let system =
-        stackflow::network::System::load(Source::Disk, &root().join("templates/dgx-h100.yaml"))
-            .unwrap();
-    let arch = system.accelerator().unwrap();
-    let net = system.network(&arch, 8).unwrap();
+    let (arch, net) = dgx_h100(8);
     let s = Strategy {
         tensor: 8,
         ..Strategy::default()

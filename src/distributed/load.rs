@@ -822,8 +822,9 @@ impl Engine {
     /// prefill, so each decode round takes `τ = d(b) + b c / (output - 1)` and Little's law
     /// gives `λ(b) = b / ((output - 1) d(b) + b c)`. TPOT is `τ`, TTFT a decode step plus
     /// the prefill. Prompts alone (one output token) are priced in the batches the engine
-    /// fills at the goodput: as many as a step holds. The largest `b` (continuous, from an occupancy below one to the batch cap
-    /// and the cache) whose means keep the bounds gives the goodput; `Err` names the bound
+    /// fills at the goodput: as many as a step holds. The largest `b` (continuous, from an
+    /// occupancy below one to the batch cap and the cache) whose means keep the bounds gives
+    /// the goodput; `Err` names the bound
     /// a lone sequence breaks. Means against p99 bounds: where a rare interruption decides
     /// the tail (a short output behind long prompts) the simulation finds less.
     pub fn steady_goodput(
@@ -842,9 +843,11 @@ impl Engine {
             .clamp(1.0, k_max);
         let at = |b: f64| {
             let d = self.costs.decode_s(b.max(1.0), p + r / 2.0).0;
-            let mut k = if r > 0.0 { 1.0 } else { k_full };
+            // With decodes, the batch arriving during a prefill settles in a few rounds;
+            // prompts alone take the full one at once.
+            let (mut k, rounds) = if r > 0.0 { (1.0, 6) } else { (k_full, 1) };
             let (mut rate, mut tpot, mut ttft) = (0.0, d, d);
-            for _ in 0..6 {
+            for _ in 0..rounds {
                 let c = self.costs.prefill_s(k, p) / k;
                 if r > 0.0 {
                     rate = b / (r * d + b * c);

@@ -58,9 +58,6 @@ pub struct Machine {
     pub fp8_utilization: f64,
     pub throughput_by_precision: BTreeMap<Precision, f64>,
     pub kernel_launch_s: f64,
-    /// Main memory's bandwidth for products (GEMMs), B/s: the stack's product cap, which
-    /// may lie below what streaming kernels reach (`levels`' last).
-    pub product_bandwidth_bytes_per_s: f64,
     /// A serving engine's host work per step (the template's `stack.step_overhead_us`).
     pub step_overhead_s: f64,
     hierarchy: Hierarchy,
@@ -85,7 +82,6 @@ impl Machine {
             fp8_utilization,
             throughput_by_precision,
             kernel_launch_s,
-            product_bandwidth_bytes_per_s,
             step_overhead_s,
             hierarchy,
             pinned,
@@ -112,7 +108,6 @@ impl Machine {
             max_utilization.to_bits(),
             fp8_utilization.to_bits(),
             kernel_launch_s.to_bits(),
-            product_bandwidth_bytes_per_s.to_bits(),
             step_overhead_s.to_bits(),
             throughput_by_precision.len() as u64,
         ]);
@@ -220,11 +215,21 @@ impl Machine {
             fp8_utilization: arch.achieved_fp8_utilization(),
             throughput_by_precision: core.throughput_by_precision.clone(),
             kernel_launch_s: core.kernel_launch_s,
-            product_bandwidth_bytes_per_s: arch.achieved_product_bandwidth(),
             step_overhead_s: arch.caps.step_overhead_s(),
             hierarchy,
             pinned: arch.pinned.clone(),
         }
+    }
+
+    /// Main memory's bandwidth for products (GEMMs), B/s: the stack's product cap, which
+    /// may lie below what streaming kernels reach (`levels`' last). The tiling hierarchy
+    /// holds it, as only products are tiled.
+    pub fn product_bandwidth_bytes_per_s(&self) -> f64 {
+        self.hierarchy
+            .bandwidth_bytes_per_s
+            .last()
+            .copied()
+            .unwrap_or(0.0)
     }
 
     /// Sustained matrix FLOP/s in `precision`, or None if the units do not support it.
@@ -600,7 +605,7 @@ impl Evaluator {
             .enumerate()
             .map(|(i, (bytes, l))| {
                 let bandwidth = if i == main {
-                    self.machine.product_bandwidth_bytes_per_s
+                    self.machine.product_bandwidth_bytes_per_s()
                 } else {
                     l.bandwidth_bytes_per_s
                 };

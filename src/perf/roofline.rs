@@ -68,13 +68,14 @@ impl Roofline {
                 bandwidth_bytes_per_s: l.bandwidth_bytes_per_s,
             })
             .collect();
+        let products = machine.product_bandwidth_bytes_per_s();
         let product_memory = machine
             .levels
             .last()
-            .filter(|l| machine.product_bandwidth_bytes_per_s != l.bandwidth_bytes_per_s)
+            .filter(|l| products != l.bandwidth_bytes_per_s)
             .map(|l| Ceiling {
                 level: format!("{} (products)", l.name),
-                bandwidth_bytes_per_s: machine.product_bandwidth_bytes_per_s,
+                bandwidth_bytes_per_s: products,
             });
         let roofs = machine
             .throughput_by_precision
