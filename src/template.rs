@@ -53,6 +53,10 @@ pub struct Compute {
     /// runs. `None` where no figure is published; the generated design's SRAM leakage is
     /// the floor then.
     pub idle_power_w: Option<f64>,
+    /// Power the chip draws above idle whenever it runs a program, whatever its rates of
+    /// work: the clock tree, instruction issue, the vector, scalar and control logic beside
+    /// the matrix units (W). Added to the floor of every run; `None` (0) where not given.
+    pub active_power_w: Option<f64>,
     /// Share of the compute units a collective holds while it runs beside compute (NCCL's
     /// and userbuffers' kernels run on SMs): the products beside it run that much slower.
     /// `None` where no figure is published; `tp=overlap` cannot be priced then.
@@ -152,6 +156,11 @@ impl Template {
                     .compute
                     .idle_power_w
                     .map(|w| check.positive("compute.idle_power_w", w))
+                    .transpose()?,
+                active_power_w: raw
+                    .compute
+                    .active_power_w
+                    .map(|w| check.non_negative("compute.active_power_w", w))
                     .transpose()?,
                 collective_compute_share: match raw.compute.collective_compute_share {
                     None => None,

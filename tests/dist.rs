@@ -1800,11 +1800,14 @@ fn tensor_collectives_beside_linear_layers_never_slow_a_step() {
 
 /// A chip with a measured idle power (TPU v4 Table 4: 90 W) draws it for the whole step:
 /// mean power is that floor plus the work's, and removing the figure leaves the SRAM leakage
-/// the generator models, lower by exactly (idle - leakage) x time on every device.
+/// the generator models, lower by exactly (idle - leakage) x time on every device. The
+/// active power a running chip draws whatever its rates (31 W) adds exactly 31 W x time on
+/// every device, and moves no time.
 #[test]
 fn a_measured_idle_power_is_the_floor_of_a_run() {
     let (system, arch) = system("templates/tpu-v4-pod.yaml");
     assert_eq!(arch.core.idle_power_w, Some(90.0));
+    assert_eq!(arch.core.active_power_w, Some(31.0));
     let net = system.network(&arch, 512).unwrap();
     let strategy = Strategy::parse("t4-d128-sp").unwrap();
     let workload = gpt(32, 4096, 8, 1024, "selective");
@@ -1823,6 +1826,20 @@ fn a_measured_idle_power_is_the_floor_of_a_run() {
         (90.0 - leakage) * with_idle.time_per_iteration_s * 512.0,
         1e-9,
     );
+    let mut at_rest = arch.clone();
+    at_rest.core.active_power_w = None;
+    let inactive = predict(&workload, &at_rest, &net, &strategy).unwrap();
+    assert_eq!(
+        inactive.time_per_iteration_s,
+        with_idle.time_per_iteration_s
+    );
+    assert_close(
+        "active power energy",
+        with_idle.energy_j - inactive.energy_j,
+        31.0 * with_idle.time_per_iteration_s * 512.0,
+        1e-9,
+    );
+    assert!(per_device > 90.0 + 31.0, "{per_device} W per chip");
 }
 
 /// A fabric's fixed cost per collective (`collective_latency_us`; Calculon's system files

@@ -794,6 +794,14 @@ fn bad_input_in_a_template_names_its_field_path() {
         "compute.idle_power_w = -5",
     );
     assert!(err.contains("> 0"), "{err}");
+    let err = rejects_template(
+        "bad-active-power",
+        "tpu.yaml",
+        "budgets/tpu-v4.yaml",
+        ("active_power_w: 31", "active_power_w: -1"),
+        "compute.active_power_w = -1",
+    );
+    assert!(err.contains(">= 0"), "{err}");
 }
 
 #[test]

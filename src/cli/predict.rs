@@ -182,7 +182,7 @@ pub fn render_energy(e: &crate::perf::Energy, carbon_kg: Option<f64>, unit: &str
     let per_unit = per_unit_energy(e.joules_per_token, unit);
     let _ = writeln!(
         s,
-        "\nenergy / iteration  {} (compute {}, {}, idle floor {}); average {}{per_unit}",
+        "\nenergy / iteration  {} (compute {}, {}, floor {}); average {}{per_unit}",
         si(e.total_j, "J"),
         si(e.compute_j, "J"),
         memory.join(", "),

@@ -170,6 +170,11 @@ pub struct ComputeRaw {
     /// The chip's measured idle power (die and memory), W; absent where none is published.
     #[serde(default)]
     pub idle_power_w: Option<f64>,
+    /// Power the chip draws above idle whenever it runs a program, whatever its rates of
+    /// work (clock tree, instruction issue, vector and scalar units, control), W; absent
+    /// where nothing bounds it.
+    #[serde(default)]
+    pub active_power_w: Option<f64>,
     /// Share of the compute units a collective holds while it runs beside compute (`tp=overlap`);
     /// absent where none is published.
     #[serde(default)]

@@ -99,8 +99,8 @@ pub struct DistPrediction {
     /// "% communication exposed").
     pub exposed_communication_fraction: f64,
     /// Energy of the iteration on every device: compute and memory traffic from the
-    /// technology energies, bytes sent through network ports, the chip's idle floor (its
-    /// measured idle power, else SRAM leakage).
+    /// technology energies, bytes sent through network ports, the chip's floor (its
+    /// measured idle power, else SRAM leakage, plus its active power while running).
     pub energy_j: f64,
     pub average_power_w: f64,
     pub joules_per_token: f64,

@@ -102,6 +102,10 @@ pub struct CoreReport {
     /// The chip's measured idle power from the template, W (`None` where none is given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_power_w: Option<f64>,
+    /// Power above idle while the chip runs a program, whatever its rates, from the template,
+    /// W (`None` where none is given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_power_w: Option<f64>,
     /// Share of the compute units a collective holds beside compute, from the template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collective_compute_share: Option<f64>,
@@ -299,6 +303,7 @@ fn core_level(design: &Design, violations: &mut Vec<Violation>) -> CoreReport {
         kernel_launch_s: c.compute.kernel_launch_s,
         sparse_cores: c.compute.sparse_cores,
         idle_power_w: c.compute.idle_power_w,
+        active_power_w: c.compute.active_power_w,
         collective_compute_share: c.compute.collective_compute_share,
         area_mm2: Usage::new(core_area, bundles as f64 * bundle_area),
         power_w: Usage::new(core_power, op.power_w),

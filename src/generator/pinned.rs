@@ -106,6 +106,7 @@ pub fn pinned(spec: &PinnedSpec) -> Architecture {
         kernel_launch_s: spec.kernel_launch_s,
         sparse_cores: 0,
         idle_power_w: None,
+        active_power_w: None,
         collective_compute_share: None,
         area_mm2: none,
         power_w: none,

@@ -954,7 +954,8 @@ pub struct EnergyRates {
     /// kernel times carry: kept to compare rates.
     utilization: (f64, f64),
     per_byte: Vec<(String, f64)>,
-    /// Drawn for the whole iteration: the template's idle power, else SRAM leakage.
+    /// Drawn for the whole iteration: the template's idle power (else SRAM leakage) plus
+    /// its active power, what a running chip draws whatever its rates.
     pub floor_w: f64,
     pub link_j_per_byte: f64,
 }
@@ -985,7 +986,8 @@ impl EnergyRates {
             floor_w: arch
                 .core
                 .idle_power_w
-                .unwrap_or_else(|| arch.on_chip.iter().map(|l| l.static_power_w).sum()),
+                .unwrap_or_else(|| arch.on_chip.iter().map(|l| l.static_power_w).sum())
+                + arch.core.active_power_w.unwrap_or(0.0),
             link_j_per_byte,
         }
     }
