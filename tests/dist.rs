@@ -637,12 +637,31 @@ fn stackflow_validate_replays_the_published_measurements() {
         cal.1,
         1e-12,
     );
+    // The training families (every counted case outside the two serving families): their
+    // mean |error| over the same counted cases.
+    let training: Vec<f64> = counted
+        .iter()
+        .filter(|c| c["id"] != "Serving" && c["id"] != "ServingLoad")
+        .map(|c| c["error"].as_f64().unwrap().abs())
+        .collect();
+    assert_eq!(v["training"]["all"]["cases"], training.len());
+    assert_close(
+        "training mean",
+        v["training"]["all"]["mean_abs_error_pct"].as_f64().unwrap(),
+        training.iter().sum::<f64>() / training.len() as f64,
+        1e-12,
+    );
+    assert_eq!(
+        v["training"]["calibration"]["cases"].as_u64().unwrap()
+            + v["training"]["held_out"]["cases"].as_u64().unwrap(),
+        training.len() as u64
+    );
     // A case outside its tolerance fails the run. The index refers to ../templates and
     // its siblings, so the stricter copy sits beside it.
     let text = std::fs::read_to_string(root().join("validation/cases.yaml"))
         .unwrap()
         .replace(
-            "measured: 20.83\n    tolerance: 0.15",
+            "measured: 20.83\n    tolerance: 0.08",
             "measured: 20.83\n    tolerance: 0.001",
         );
     assert!(text.contains("tolerance: 0.001"));
@@ -655,6 +674,35 @@ fn stackflow_validate_replays_the_published_measurements() {
         out.contains("OUTSIDE") && err.contains("validation failed"),
         "{out}\n{err}"
     );
+    // A training case's tolerance is capped by what it measures (times and throughputs 8%,
+    // ratios 10%, power 15%): a wider one is bad input naming the case's field.
+    for (from, to, field, says) in [
+        (
+            "measured: 20.83\n    tolerance: 0.08",
+            "measured: 20.83\n    tolerance: 0.15",
+            "cases[0].tolerance",
+            "8% at most",
+        ),
+        (
+            "measured: 2.1\n    tolerance: 0.10",
+            "measured: 2.1\n    tolerance: 0.2",
+            "tolerance",
+            "a ratio is held to 10% at most",
+        ),
+    ] {
+        let text = std::fs::read_to_string(root().join("validation/cases.yaml"))
+            .unwrap()
+            .replacen(from, to, 1);
+        assert!(text.contains(to), "{to}");
+        let beside = root().join("validation/wide-cases.tmp.yaml");
+        std::fs::write(&beside, text).unwrap();
+        let (code, _, err) = common::stackflow(&["validate", &beside.display().to_string()]);
+        let _ = std::fs::remove_file(&beside);
+        assert_eq!(code, 2, "{err}");
+        for piece in [field, says, "wide-cases.tmp.yaml"] {
+            assert!(err.contains(piece), "expected {piece:?} in: {err}");
+        }
+    }
     // A family whose errors lean one way beyond its bound fails the run with every case
     // within its tolerance (the Megatron rows' mean lies above 0.1%); a bound that is no
     // bound is bad input.

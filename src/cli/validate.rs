@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::Outcome;
 use crate::config::Source;
-use crate::validate::{run as replay, CaseResult, Report, DEFAULT};
+use crate::validate::{run as replay, CaseResult, Report, Split, DEFAULT};
 
 pub fn run(file: Option<PathBuf>, json: bool) -> anyhow::Result<Outcome> {
     let (source, path) = match file {
@@ -88,14 +88,17 @@ fn render(r: &Report) -> String {
     fitted.sort_unstable();
     fitted.dedup();
     let (cal, held) = (r.calibration, r.held_out);
-    let ratio = if cal.cases > 0 && cal.mean_abs_error_pct > 0.0 {
-        format!(
-            "{:.1}x the calibration's",
-            held.mean_abs_error_pct / cal.mean_abs_error_pct
-        )
-    } else {
-        "no calibration error to compare".to_string()
+    let over = |held: Split, cal: Split| {
+        if cal.cases > 0 && cal.mean_abs_error_pct > 0.0 {
+            format!(
+                "{:.1}x the calibration's",
+                held.mean_abs_error_pct / cal.mean_abs_error_pct
+            )
+        } else {
+            "no calibration error to compare".to_string()
+        }
     };
+    let ratio = over(held, cal);
     let _ = writeln!(
         s,
         "calibration ({}): {} cases, mean |error| {:.1}%; held out: {} cases, mean |error| \
@@ -109,6 +112,20 @@ fn render(r: &Report) -> String {
         cal.mean_abs_error_pct,
         held.cases,
         held.mean_abs_error_pct,
+    );
+    let t = r.training;
+    let _ = writeln!(
+        s,
+        "training families (all but serving): {} cases, mean |error| {:.1}%; calibration {} \
+         cases, {:.1}%; held out {} cases, {:.1}% ({}); {} known gaps not counted",
+        t.all.cases,
+        t.all.mean_abs_error_pct,
+        t.calibration.cases,
+        t.calibration.mean_abs_error_pct,
+        t.held_out.cases,
+        t.held_out.mean_abs_error_pct,
+        over(t.held_out, t.calibration),
+        t.known_gaps,
     );
     for c in r.cases.iter().filter(|c| c.known_gap.is_some()) {
         let _ = writeln!(
