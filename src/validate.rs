@@ -263,6 +263,10 @@ pub struct CaseResult {
     pub known_gap: Option<String>,
     /// The constants this case's measurement set (a calibration case); `None`: held out.
     pub calibrates: Option<String>,
+    /// Whether the case belongs to a serving family (which sets its own rules); the report
+    /// carries it in its training split, not per case.
+    #[serde(skip)]
+    pub serving: bool,
 }
 
 /// All results and the verdict.
@@ -302,12 +306,19 @@ pub struct Split {
 }
 
 impl Split {
-    fn of<'a>(cases: impl Iterator<Item = &'a CaseResult>) -> Split {
-        let errors: Vec<f64> = cases.map(|c| c.error.abs()).collect();
+    fn of(cases: &[&CaseResult]) -> Split {
+        let errors = cases.iter().map(|c| c.error.abs());
         Split {
-            cases: errors.len(),
-            mean_abs_error_pct: errors.iter().sum::<f64>() / errors.len().max(1) as f64,
+            cases: cases.len(),
+            mean_abs_error_pct: errors.sum::<f64>() / cases.len().max(1) as f64,
         }
+    }
+
+    /// The calibration cases' split and the held-out cases'.
+    fn apart(cases: &[&CaseResult]) -> (Split, Split) {
+        let (fitted, held): (Vec<&CaseResult>, Vec<&CaseResult>) =
+            cases.iter().partition(|c| c.calibrates.is_some());
+        (Split::of(&fitted), Split::of(&held))
     }
 }
 
@@ -929,18 +940,10 @@ impl Ctx {
             let net = system.network(&arch, r.gpus)?;
             let p = predict(&megatron_gpt(r)?, &arch, &net, &strategy)?;
             let tflops = narayanan_flops(r) / p.time_per_iteration_s / r.gpus as f64 / 1e12;
-            let e = rel(tflops, r.tflops);
-            points.push(Point {
-                measured: r.tflops,
-                predicted: tflops,
-                unit: "TFLOP/s/GPU",
-                error: e,
-                tolerance: format!("{:.0}%", tolerance * 100.0),
-                within: e.abs() <= tolerance * 100.0,
-                suffix: format!(" {}B ({})", r.params_b, p.strategy),
-                known_gap: None,
-                calibrates: None,
-            });
+            points.push(
+                Point::relative(r.tflops, tflops, "TFLOP/s/GPU", tolerance)
+                    .named(format!(" {}B ({})", r.params_b, p.strategy)),
+            );
         }
         Ok(points)
     }
@@ -968,18 +971,12 @@ impl Ctx {
             };
             let ratio = rate(&case.best)? / rate(&case.baseline)?;
             let measured = case.best.seqs_per_s / case.baseline.seqs_per_s;
-            let e = rel(ratio, measured);
-            points.push(Point {
-                measured,
-                predicted: ratio,
-                unit: "x",
-                error: e,
-                tolerance: format!("{:.0}%, best first", tolerance * 100.0),
-                within: e.abs() <= tolerance * 100.0 && ratio > 1.0,
-                suffix: format!(": {}", case.name),
-                known_gap: case.known_gap.clone(),
-                calibrates: None,
-            });
+            let mut point =
+                Point::relative(measured, ratio, "x", tolerance).named(format!(": {}", case.name));
+            point.tolerance.push_str(", best first");
+            point.within &= ratio > 1.0;
+            point.known_gap = case.known_gap.clone();
+            points.push(point);
         }
         Ok(points)
     }
@@ -1007,7 +1004,7 @@ impl Ctx {
             let t = Evaluator::new(&crate::perf::as_run(&arch, &graph)).kernel(kernel);
             let tflops = kernel.flops() / t.time_s / 1e12;
             let tolerance = capped(
-                file,
+                &self.path(file).display().to_string(),
                 format!("cases[{i}].tolerance"),
                 g.tolerance,
                 TIME_TOLERANCE_CAP,
@@ -1032,7 +1029,6 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
         base: path.to_path_buf(),
     };
     let mut cases = Vec::new();
-    let mut serving = Vec::new();
     let mut limits: Vec<(String, f64)> = Vec::new();
     for (i, c) in index.cases.iter().enumerate() {
         if let Some((tolerance, cap, what)) = c.run.tolerance_cap() {
@@ -1052,7 +1048,6 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
         }
         let points = ctx.replay(&c.run)?;
         for p in points {
-            serving.push(c.run.is_serving());
             cases.push(CaseResult {
                 id: c.id.clone(),
                 name: format!("{}{}", c.name, p.suffix),
@@ -1065,6 +1060,7 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
                 within: p.within,
                 known_gap: p.known_gap.clone().or_else(|| c.known_gap.clone()),
                 calibrates: p.calibrates.clone().or_else(|| c.calibrates.clone()),
+                serving: c.run.is_serving(),
             });
         }
     }
@@ -1072,24 +1068,17 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
         .iter()
         .filter(|c| c.known_gap.is_none() && c.unit != "%")
         .collect();
-    let mean = Split::of(counted.iter().copied()).mean_abs_error_pct;
+    let mean = Split::of(&counted).mean_abs_error_pct;
     let max = counted.iter().map(|c| c.error.abs()).fold(0.0, f64::max);
-    let calibration = Split::of(counted.iter().copied().filter(|c| c.calibrates.is_some()));
-    let held_out = Split::of(counted.iter().copied().filter(|c| c.calibrates.is_none()));
-    let trained: Vec<&CaseResult> = cases
-        .iter()
-        .zip(&serving)
-        .filter(|&(c, &s)| !s && c.known_gap.is_none() && c.unit != "%")
-        .map(|(c, _)| c)
-        .collect();
+    let (calibration, held_out) = Split::apart(&counted);
+    let trained: Vec<&CaseResult> = counted.iter().copied().filter(|c| !c.serving).collect();
     let training = TrainingSplit {
-        all: Split::of(trained.iter().copied()),
-        calibration: Split::of(trained.iter().copied().filter(|c| c.calibrates.is_some())),
-        held_out: Split::of(trained.iter().copied().filter(|c| c.calibrates.is_none())),
+        all: Split::of(&trained),
+        calibration: Split::apart(&trained).0,
+        held_out: Split::apart(&trained).1,
         known_gaps: cases
             .iter()
-            .zip(&serving)
-            .filter(|&(c, &s)| !s && c.known_gap.is_some())
+            .filter(|c| !c.serving && c.known_gap.is_some())
             .count(),
     };
     let families = families(&cases, &limits);
@@ -1279,11 +1268,13 @@ pub fn narayanan_flops(r: &MegatronRow) -> f64 {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Table3 {
     cases: Vec<Table3Case>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Table3Case {
     name: String,
     baseline: Table3Run,
@@ -1294,6 +1285,7 @@ struct Table3Case {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Table3Run {
     #[allow(dead_code)]
     label: String,
@@ -1304,11 +1296,13 @@ struct Table3Run {
 
 /// Measured GEMM ceilings (validation/gemm.yaml).
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GemmCases {
     pub cases: Vec<GemmCase>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GemmCase {
     pub budget: String,
     pub m: u64,

@@ -518,7 +518,8 @@ fn stackflow_validate_replays_the_published_measurements() {
     for id in ["V1", "V2", "V3", "V4/V5", "V6", "V7", "TPU Fig. 9", "GEMM"] {
         assert!(ids.contains(&id), "{id} missing");
     }
-    // TPU v4 Fig. 9: SparseCores over embeddings in CPU memory is counted within 5-7x.
+    // TPU v4 Fig. 9: SparseCores over embeddings in CPU memory (5-7x) is counted, within
+    // 10% of 6x.
     let fig9 = v["cases"]
         .as_array()
         .unwrap()
@@ -590,7 +591,8 @@ fn stackflow_validate_replays_the_published_measurements() {
         case("TPU v4 mean power per chip"),
         case("TPU v3 mean power per chip"),
     );
-    assert!(v4_w > 90.0 && v3_w > 123.0, "{v4_w} {v3_w}");
+    // Above idle plus active power (90 + 31 W, 123 + 52 W): the work adds to the floor.
+    assert!(v4_w > 121.0 && v3_w > 175.0, "{v4_w} {v3_w}");
     assert_close(
         "perf/W",
         case("TPU v4 over v3 performance per watt"),
@@ -656,6 +658,19 @@ fn stackflow_validate_replays_the_published_measurements() {
             + v["training"]["held_out"]["cases"].as_u64().unwrap(),
         training.len() as u64
     );
+    let gaps = v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| !c["known_gap"].is_null() && c["id"] != "Serving" && c["id"] != "ServingLoad")
+        .count();
+    assert_eq!(v["training"]["known_gaps"], gaps);
+    let printed = format!(
+        "training families (all but serving): {} cases, mean |error| {:.1}%",
+        training.len(),
+        training.iter().sum::<f64>() / training.len() as f64
+    );
+    assert!(out.contains(&printed), "{printed} in {out}");
     // A case outside its tolerance fails the run. The index refers to ../templates and
     // its siblings, so the stricter copy sits beside it.
     let text = std::fs::read_to_string(root().join("validation/cases.yaml"))
@@ -680,14 +695,32 @@ fn stackflow_validate_replays_the_published_measurements() {
         (
             "measured: 20.83\n    tolerance: 0.08",
             "measured: 20.83\n    tolerance: 0.15",
-            "cases[0].tolerance",
+            "validation/wide-cases.tmp.yaml: cases[0].tolerance = 0.15",
             "8% at most",
         ),
         (
             "measured: 2.1\n    tolerance: 0.10",
             "measured: 2.1\n    tolerance: 0.2",
-            "tolerance",
+            "validation/wide-cases.tmp.yaml: cases[9].tolerance = 0.2",
             "a ratio is held to 10% at most",
+        ),
+        (
+            "batch: 1536\n    tolerance: 0.10",
+            "batch: 1536\n    tolerance: 0.3",
+            "validation/wide-cases.tmp.yaml: cases[6].tolerance = 0.3",
+            "a ratio is held to 10% at most",
+        ),
+        (
+            "measured: 170\n    tolerance: 0.15",
+            "measured: 170\n    tolerance: 0.2",
+            "validation/wide-cases.tmp.yaml: cases[14].tolerance = 0.2",
+            "a power is held to 15% at most",
+        ),
+        (
+            "file: gemm.yaml",
+            "file: gemm-wide.tmp.yaml",
+            "validation/gemm-wide.tmp.yaml: cases[1].tolerance = 0.09",
+            "a throughput is held to 8% at most",
         ),
     ] {
         let text = std::fs::read_to_string(root().join("validation/cases.yaml"))
@@ -696,10 +729,23 @@ fn stackflow_validate_replays_the_published_measurements() {
         assert!(text.contains(to), "{to}");
         let beside = root().join("validation/wide-cases.tmp.yaml");
         std::fs::write(&beside, text).unwrap();
+        // The GEMM rows' own file, its second row widened, for the last entry.
+        let gemms = root().join("validation/gemm-wide.tmp.yaml");
+        let rows = std::fs::read_to_string(root().join("validation/gemm.yaml")).unwrap();
+        let (first, rest) = rows.split_at(rows.find("tolerance: 0.08").unwrap() + 1);
+        std::fs::write(
+            &gemms,
+            format!(
+                "{first}{}",
+                rest.replacen("tolerance: 0.08", "tolerance: 0.09", 1)
+            ),
+        )
+        .unwrap();
         let (code, _, err) = common::stackflow(&["validate", &beside.display().to_string()]);
         let _ = std::fs::remove_file(&beside);
+        let _ = std::fs::remove_file(&gemms);
         assert_eq!(code, 2, "{err}");
-        for piece in [field, says, "wide-cases.tmp.yaml"] {
+        for piece in [field, says] {
             assert!(err.contains(piece), "expected {piece:?} in: {err}");
         }
     }
@@ -1887,7 +1933,36 @@ fn a_measured_idle_power_is_the_floor_of_a_run() {
         31.0 * with_idle.time_per_iteration_s * 512.0,
         1e-9,
     );
-    assert!(per_device > 90.0 + 31.0, "{per_device} W per chip");
+    // Serving pays the same floor: a DGX H100 serving at t8, given an active power of 31 W,
+    // draws 8 x 31 W more at the same times.
+    use stackflow::distributed::predict_inference;
+    let w = Workload::load(
+        Source::Disk,
+        &root().join("workloads/llama2-70b-decode.yaml"),
+    )
+    .unwrap();
+    let Workload::Transformer(t) = &w else {
+        unreachable!()
+    };
+    let spec = t.inference.unwrap();
+    let (dgx, h100) = self::system("templates/dgx-h100.yaml");
+    let net = dgx.network(&h100, 8).unwrap();
+    let mut running = h100.clone();
+    running.core.active_power_w = Some(31.0);
+    let t8 = Strategy::parse("t8").unwrap();
+    let served = predict_inference(t, &spec, &running, &net, &t8).unwrap();
+    let resting = predict_inference(t, &spec, &h100, &net, &t8).unwrap();
+    assert!(served.feasible, "{:?}", served.violations);
+    assert_eq!(
+        served.time_per_output_token_s,
+        resting.time_per_output_token_s
+    );
+    assert_close(
+        "serving active power",
+        served.average_power_w - resting.average_power_w,
+        8.0 * 31.0,
+        1e-9,
+    );
 }
 
 /// A fabric's fixed cost per collective (`collective_latency_us`; Calculon's system files

@@ -841,6 +841,28 @@ fn bad_workload_missing_file() {
     assert!(err.contains("workloads/nope.yaml"), "{err}");
 }
 
+/// One TPU v4 (Table 4: idle 90 W) running a GEMM draws its idle power and its active power
+/// (31 W) for the whole run on top of the work: without the active power the floor, and the
+/// mean power, fall by exactly 31 W, and the time does not move.
+#[test]
+fn a_running_chip_draws_its_active_power_on_one_device() {
+    let w = Workload::load(Source::Disk, &root().join("workloads/gemm-8192.yaml")).unwrap();
+    let running = stackflow::perf::as_run(&arch("budgets/tpu-v4.yaml"), &w.graph());
+    assert_eq!(running.core.active_power_w, Some(31.0));
+    let mut resting = running.clone();
+    resting.core.active_power_w = None;
+    let p = Evaluator::new(&running).predict(&w.graph(), &running.violations);
+    let q = Evaluator::new(&resting).predict(&w.graph(), &resting.violations);
+    assert_eq!(p.time_per_iteration_s, q.time_per_iteration_s);
+    let (e, f) = (
+        stackflow::perf::energy(&running, &p),
+        stackflow::perf::energy(&resting, &q),
+    );
+    assert!((e.average_power_w - f.average_power_w - 31.0).abs() < 1e-9);
+    assert!((e.static_j - f.static_j - 31.0 * p.time_per_iteration_s).abs() < 1e-9);
+    assert!(e.average_power_w > 90.0 + 31.0, "{}", e.average_power_w);
+}
+
 /// Energy from the technology energies: the parts add up, the average power stays under the
 /// TDP the design was generated for, a compute-bound GEMM draws more of it than a memory-
 /// bound LSTM step, and CO2e is energy x PUE x grid intensity.

@@ -530,7 +530,8 @@ impl Plan {
 
     /// Energy of the iteration on every device: every stage's devices (devices / p of them)
     /// run its micro-batches and its update; each device sends about the bytes of the first
-    /// stage's collectives (an all-reduce twice); SRAM leaks for the whole iteration.
+    /// stage's collectives (an all-reduce twice); the chip's floor (idle, else leakage,
+    /// plus active power) is drawn for the whole iteration.
     fn energy_j(&self, eval: &Eval) -> f64 {
         let m = self.fit.micro_batches as f64;
         let devices = self.devices as f64;

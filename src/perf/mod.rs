@@ -935,7 +935,8 @@ pub struct Energy {
     /// over its bandwidth; main memory's includes its standby share).
     pub memory_j: Vec<(String, f64)>,
     /// The chip's floor over the iteration: its measured idle power where the template
-    /// gives one (which includes leakage), else the SRAM leakage of the generated design.
+    /// gives one (which includes leakage), else the SRAM leakage of the generated design,
+    /// plus the template's active power (what a running chip draws whatever its rates).
     pub static_j: f64,
     pub total_j: f64,
     pub average_power_w: f64,
@@ -945,7 +946,8 @@ pub struct Energy {
 /// What work costs on a generated design: the core's power while busy (at its
 /// achievable utilization), each memory level's energy per byte (its dynamic power over
 /// its bandwidth; main memory's includes its standby share), the power drawn whatever
-/// the work (the chip's measured idle power, else SRAM leakage), and a network port's
+/// the work (the chip's measured idle power, else SRAM leakage, plus its active power
+/// while running), and a network port's
 /// energy per byte. Mean power over a run is that floor plus the work's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EnergyRates {
