@@ -784,6 +784,23 @@ fn stackflow_validate_replays_the_published_measurements() {
     ] {
         assert!(err.contains(piece), "expected {piece:?} in: {err}");
     }
+    // A training family of three counted cases is held to +-3% without asking: a third
+    // twisted-torus point (both lean high, +6-7%) makes V6 fail as a family.
+    let third = "  - id: V6\n    name: \"all-to-all, twisted over regular torus\"\n    \
+                 source: \"TPU v4 paper Fig. 6 (1.63x)\"\n    kind: twisted_torus\n    \
+                 dims: [4, 4, 8]\n    measured: 1.63\n    tolerance: 0.10\n";
+    let at = index.find("  - id: V7").unwrap();
+    let text = format!("{}{third}{}", &index[..at], &index[at..]);
+    let beside = root().join("validation/lean-v6.tmp.yaml");
+    std::fs::write(&beside, text).unwrap();
+    let (code, out, err) = common::stackflow(&["validate", &beside.display().to_string()]);
+    let _ = std::fs::remove_file(&beside);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("V6: mean signed error +6.8% over 3 cases (bound +-3.0%): FAILED")
+            && err.contains("validation failed"),
+        "{out}\n{err}"
+    );
 }
 
 #[test]
