@@ -1247,7 +1247,9 @@ pub fn megatron_gpt(r: &MegatronRow) -> Result<Workload, ConfigError> {
 /// The row's (t, p), data parallelism over the rest, its micro-batch and interleaving; the
 /// gradients all-reduced beside the backward pass (PyTorch DDP) or after the
 /// forward-backward pass (Megatron-LM's local DDP, `grad=after`); pipeline stages waiting on
-/// their sends and receives before computing on (`send=blocking`).
+/// their sends and receives before computing on (`send=blocking`), each tensor-parallel rank
+/// sending its 1/t share and the receiving stage all-gathering it (`p2p=scatter`:
+/// Megatron-LM's `scatter_gather_tensors_in_pipeline`, on unless disabled).
 pub fn megatron_strategy(r: &MegatronRow) -> Strategy {
     Strategy {
         data: r.gpus / (r.t * r.p),
@@ -1257,6 +1259,7 @@ pub fn megatron_strategy(r: &MegatronRow) -> Strategy {
         interleave: r.interleave,
         grad_overlap: r.ddp == MegatronDdp::Torch,
         send_overlap: r.p == 1,
+        scatter_sends: r.p > 1 && r.t > 1,
         ..Strategy::default()
     }
 }

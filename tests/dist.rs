@@ -1792,6 +1792,85 @@ fn blocking_pipeline_sends_cost_at_most_every_send() {
     assert_eq!(y, s);
 }
 
+/// Scattered pipeline sends (`p2p=scatter`, Megatron-LM's scatter/gather optimisation):
+/// each of a stage's t tensor-parallel ranks sends 1/t of the activations over the
+/// pipeline's fabric and the receiving stage all-gathers them whole over its own
+/// tensor-parallel group, once per send. With the stages on InfiniBand and the tensor group
+/// on NVLink, a step gets faster. Without tensor or pipeline parallelism, beside sequence
+/// parallelism (which sends shards already) and in serving, it is refused by name.
+#[test]
+fn scattered_pipeline_sends_send_a_share_and_gather_it_on_arrival() {
+    let (system, arch) = system("templates/dgx-a100.yaml");
+    let net = system.network(&arch, 64).unwrap();
+    let w = gpt(32, 4096, 32, 64, "selective");
+    let run = |s: &str| predict(&w, &arch, &net, &Strategy::parse(s).unwrap()).unwrap();
+    let whole = run("t8-p4-d2-mb1-send=blocking");
+    let scattered = run("t8-p4-d2-mb1-send=blocking-p2p=scatter");
+    let comm = |p: &stackflow::distributed::DistPrediction, name: &str| {
+        p.communication
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("{name} missing"))
+            .clone()
+    };
+    let (sent, share) = (
+        comm(&whole, "pipeline activations"),
+        comm(&scattered, "pipeline activations"),
+    );
+    assert_close("a rank's share", share.bytes, sent.bytes / 8.0, 1e-12);
+    let gather = comm(&scattered, "pipeline gather");
+    assert_eq!(gather.collective, Collective::AllGather);
+    assert_eq!((gather.axis, gather.group), (Axis::Tensor, 8));
+    assert_close("gathered whole", gather.bytes, sent.bytes, 1e-12);
+    assert_eq!(gather.calls, share.calls);
+    assert!(whole
+        .communication
+        .iter()
+        .all(|c| c.name != "pipeline gather"));
+    assert!(
+        scattered.time_per_iteration_s < whole.time_per_iteration_s,
+        "{} against {}",
+        scattered.time_per_iteration_s,
+        whole.time_per_iteration_s
+    );
+    let s = Strategy::parse("t8-p4-d2-mb1-p2p=scatter").unwrap();
+    assert_eq!(Strategy::parse(&s.to_string()).unwrap(), s);
+    let y = Strategy::from_yaml(
+        "s.yaml",
+        "data: 2\ntensor: 8\npipeline: 4\nmicro_batch: 1\nscatter_sends: true\n",
+    )
+    .unwrap();
+    assert_eq!(y, s);
+    for (bad, says) in [
+        ("t1-p2-d32-p2p=scatter", "needs p > 1 and t > 1"),
+        ("t8-d8-p2p=scatter", "needs p > 1 and t > 1"),
+        ("t8-p2-d4-sp-p2p=scatter", "sequence parallelism"),
+        ("t8-p2-d4-p2p=half", "p2p=half"),
+    ] {
+        let e = Strategy::parse(bad).unwrap_err().to_string();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+    let serving = Workload::load(
+        Source::Disk,
+        &root().join("workloads/llama2-70b-decode.yaml"),
+    )
+    .unwrap();
+    let Workload::Transformer(t) = &serving else {
+        unreachable!()
+    };
+    let (dgx, h100) = self::system("templates/dgx-h100.yaml");
+    let e = stackflow::distributed::predict_inference(
+        t,
+        &t.inference.unwrap(),
+        &h100,
+        &dgx.network(&h100, 8).unwrap(),
+        &Strategy::parse("t4-p2-p2p=scatter").unwrap(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("training pipelines"), "{e}");
+}
+
 /// Tensor-parallel collectives beside the linear layers (`tp=overlap`): never slower than
 /// blocking, never faster than with the collectives free, and the GPT-3 case of issue 18
 /// gains. The share of compute units they hold comes from the template; a template without

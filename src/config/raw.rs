@@ -558,6 +558,9 @@ pub struct StrategyRaw {
     pub gradient_overlap: Option<bool>,
     /// Pipeline sends beside compute (true, the default) or blocking.
     pub send_overlap: Option<bool>,
+    /// Pipeline sends split over the tensor-parallel ranks and gathered on arrival (true)
+    /// or sent whole by every rank (false, the default).
+    pub scatter_sends: Option<bool>,
     /// Tensor-parallel collectives beside the linear layers (true) or blocking (false, the
     /// default).
     pub tensor_overlap: Option<bool>,

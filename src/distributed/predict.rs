@@ -128,6 +128,7 @@ impl Fitted {
             gpipe: false,
             grad_overlap: true,
             send_overlap: true,
+            scatter_sends: false,
             tp_overlap: false,
             placement: None,
             micro_batch: 0,

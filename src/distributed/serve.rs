@@ -108,6 +108,13 @@ fn check(w: &Transformer, s: &Strategy, devices: u64) -> Result<(), FitError> {
                 .into(),
         ));
     }
+    if s.scatter_sends {
+        return Err(fail(
+            "p2p=scatter is priced for training pipelines; serving stages hand on whole \
+             activations"
+                .into(),
+        ));
+    }
     if w.layers % s.pipeline != 0 {
         return Err(fail(format!(
             "{} layers do not split evenly into {} stages",

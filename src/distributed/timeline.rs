@@ -923,10 +923,11 @@ fn zero3_step(
     }
 }
 
-/// One micro-batch's activations (or their gradients) handed between stages, bytes.
+/// One micro-batch's activations (or their gradients) each device hands to the next stage,
+/// bytes: its 1/t share under sequence parallelism or scattered sends.
 pub(super) fn boundary_bytes(inputs: &Inputs) -> f64 {
     let s = inputs.s;
-    let sp_share = if s.sequence_parallel {
+    let sp_share = if s.sequence_parallel || s.scatter_sends {
         s.tensor as f64
     } else {
         1.0
@@ -970,19 +971,34 @@ pub(super) fn zero3_messages(
     Some([gather, scatter])
 }
 
-/// Activations handed between stages, per micro-batch: listed, and the time of one.
+/// Activations handed between stages, per micro-batch: listed, and the time of one (with
+/// scattered sends, the share each rank sends and the all-gather that makes it whole on
+/// arrival, over the receiving stage's tensor-parallel group).
 fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
     let s = inputs.s;
     let boundary = boundary_bytes(inputs);
+    let gather = s.scatter_sends.then(|| {
+        Need::new(
+            Collective::AllGather,
+            Axis::Tensor,
+            boundary * s.tensor as f64,
+        )
+    });
     let transfer = ledger
         .map
         .link(Axis::Pipeline)
-        .time(Collective::PointToPoint, boundary);
+        .time(Collective::PointToPoint, boundary)
+        + gather.as_ref().map_or(0.0, |g| {
+            ledger.map.link(Axis::Tensor).time(g.collective, g.bytes)
+        });
     if s.pipeline > 1 {
         let calls = 2.0 * (inputs.m as f64) * s.interleave as f64;
         let need = Need::new(Collective::PointToPoint, Axis::Pipeline, boundary);
         let blocking = !s.send_overlap;
         ledger.charge("pipeline activations", &need, calls, blocking, Some(1.0));
+        if let Some(g) = &gather {
+            ledger.charge("pipeline gather", g, calls, blocking, Some(1.0));
+        }
     }
     transfer
 }

@@ -111,6 +111,12 @@ pub struct Strategy {
     /// Whether a pipeline stage sends its activations (and gradients) to the next beside
     /// its compute (asynchronous send/receive; the default) or blocks until the send is done.
     pub send_overlap: bool,
+    /// Whether each tensor-parallel rank of a pipeline stage sends its 1/t share of the
+    /// activations handed to the next stage, which all-gathers them over its own
+    /// tensor-parallel group (Megatron-LM's scatter/gather optimisation, Narayanan et al.
+    /// 2021 Sec. 4.1, on by default in its 2021 releases), or every rank sends them whole
+    /// (the default). Sequence parallelism already hands them on sharded.
+    pub scatter_sends: bool,
     /// Whether tensor-parallel collectives run beside the linear layers next to them,
     /// decomposed and pipelined with the products (Megatron-LM's `--tp-comm-overlap` with
     /// Transformer Engine's userbuffers), or block them (the default, as Megatron-LM's own
@@ -208,6 +214,7 @@ impl Default for Strategy {
             prefetch: true,
             grad_overlap: true,
             send_overlap: true,
+            scatter_sends: false,
             tp_overlap: false,
             placement: None,
             ends: None,
@@ -446,6 +453,16 @@ impl Strategy {
                     })
                     .map_err(fail)?
                 }
+                "p2p=" => {
+                    s.scatter_sends = switch(value, ("scatter", "full"), || {
+                        format!(
+                            "p2p={value}: each tensor-parallel rank sends its share of a \
+                             stage's activations, gathered on arrival (p2p=scatter), or all \
+                             of them (p2p=full)"
+                        )
+                    })
+                    .map_err(fail)?
+                }
                 "tp=" => {
                     s.tp_overlap = switch(value, ("overlap", "blocking"), || {
                         format!(
@@ -593,6 +610,7 @@ impl Strategy {
             prefetch: raw.weight_prefetch.unwrap_or(true),
             grad_overlap: raw.gradient_overlap.unwrap_or(true),
             send_overlap: raw.send_overlap.unwrap_or(true),
+            scatter_sends: raw.scatter_sends.unwrap_or(false),
             tp_overlap: raw.tensor_overlap.unwrap_or(false),
             placement: match &raw.order {
                 None => None,
@@ -810,6 +828,22 @@ impl Strategy {
                 "send=blocking concerns the sends between pipeline stages; it needs p > 1",
             );
         }
+        if self.scatter_sends && (self.pipeline <= 1 || self.tensor <= 1) {
+            return bad(
+                "scatter_sends",
+                &true,
+                "p2p=scatter splits the sends between pipeline stages over the tensor-parallel \
+                 ranks; it needs p > 1 and t > 1",
+            );
+        }
+        if self.scatter_sends && self.sequence_parallel {
+            return bad(
+                "scatter_sends",
+                &true,
+                "p2p=scatter is what sequence parallelism already does (its stages hand on \
+                 sharded activations); drop one",
+            );
+        }
         if self.tp_overlap && self.tensor <= 1 {
             return bad(
                 "tensor_overlap",
@@ -994,6 +1028,7 @@ fn split_key(token: &str) -> (&str, &str) {
         "prefetch=",
         "grad=",
         "send=",
+        "p2p=",
         "tp=",
         "order=",
         "ends=",
@@ -1064,6 +1099,9 @@ impl fmt::Display for Strategy {
         }
         if !self.send_overlap {
             parts.push("send=blocking".into());
+        }
+        if self.scatter_sends {
+            parts.push("p2p=scatter".into());
         }
         if self.tp_overlap {
             parts.push("tp=overlap".into());

@@ -182,6 +182,7 @@ pub fn enumerate(shape: &Shape, base: &Strategy) -> Result<Vec<Strategy>, TooLar
         gpipe: base.gpipe,
         grad_overlap: base.grad_overlap,
         send_overlap: base.send_overlap,
+        scatter_sends: base.scatter_sends,
         tp_overlap: base.tp_overlap,
         ..Strategy::default()
     };
@@ -205,6 +206,7 @@ pub fn enumerate(shape: &Shape, base: &Strategy) -> Result<Vec<Strategy>, TooLar
     for s in partial.iter_mut() {
         s.grad_overlap |= s.gradient_replicas() <= 1;
         s.send_overlap |= s.pipeline <= 1;
+        s.scatter_sends &= s.pipeline > 1 && s.tensor > 1 && !s.sequence_parallel;
         s.tp_overlap &= s.tensor > 1 && s.sequence_parallel;
     }
     Ok(partial)
