@@ -1833,6 +1833,57 @@ fn scattered_pipeline_sends_send_a_share_and_gather_it_on_arrival() {
         scattered.time_per_iteration_s,
         whole.time_per_iteration_s
     );
+    // With the tensor group placed outermost (on InfiniBand) and the stages innermost, the
+    // gather costs what the split saves and more: slower, so the gather is priced.
+    let (whole_ib, scattered_ib) = (
+        run("t8-p4-d2-mb1-send=blocking-order=p.d.t"),
+        run("t8-p4-d2-mb1-send=blocking-p2p=scatter-order=p.d.t"),
+    );
+    assert!(
+        scattered_ib.time_per_iteration_s > whole_ib.time_per_iteration_s,
+        "{} against {}",
+        scattered_ib.time_per_iteration_s,
+        whole_ib.time_per_iteration_s
+    );
+    // Under context parallelism each rank sends 1/(t c) and gathers its 1/c: sequence
+    // parallelism sends the same share, without the gather.
+    let (sharded_cp, scattered_cp) = (
+        run("t8-p2-cp2-d2-mb1-sp"),
+        run("t8-p2-cp2-d2-mb1-p2p=scatter"),
+    );
+    let share = comm(&sharded_cp, "pipeline activations").bytes;
+    assert_close(
+        "cp share",
+        comm(&scattered_cp, "pipeline activations").bytes,
+        share,
+        1e-12,
+    );
+    assert_close(
+        "cp gather",
+        comm(&scattered_cp, "pipeline gather").bytes,
+        share * 8.0,
+        1e-12,
+    );
+    // Per layer type, only the part that opens a stage hands on: one gather listed.
+    let layered = stackflow::distributed::predict_layered(
+        &w,
+        &arch,
+        &net,
+        8,
+        &stackflow::distributed::LayerStrategy::parse(
+            "embedding:t8-p4-d2-mb1-p2p=scatter,attention:t8-p4-d2-mb1-p2p=scatter,\
+             dense:t8-p4-d2-mb1-p2p=scatter",
+        )
+        .unwrap(),
+        &mut stackflow::distributed::Workspace::new(&arch),
+    )
+    .unwrap();
+    let gathers = layered
+        .communication
+        .iter()
+        .filter(|c| c.name.ends_with("pipeline gather"))
+        .count();
+    assert_eq!(gathers, 1, "{:?}", layered.communication);
     let s = Strategy::parse("t8-p4-d2-mb1-p2p=scatter").unwrap();
     assert_eq!(Strategy::parse(&s.to_string()).unwrap(), s);
     let y = Strategy::from_yaml(

@@ -199,7 +199,22 @@ fn every_calculon_file_imports_and_loads() {
         (s.tensor, s.pipeline, s.data, s.micro_batch),
         (4, 64, 12, 4)
     );
-    assert!(s.sequence_parallel && s.zero == 2 && !s.grad_overlap);
+    assert!(s.sequence_parallel && s.zero == 2 && !s.grad_overlap && !s.scatter_sends);
+    // Calculon's p2p_rs_ag splits the pipeline sends over the tensor ranks: scattered sends,
+    // beside all-reduces (sequence parallelism off), said in the notes.
+    let p2p = exec_text.replacen("\"rs_ag\"", "\"p2p_rs_ag\"", 1);
+    assert_ne!(p2p, exec_text);
+    let imported = calculon::import_execution(&exec_file, &p2p).unwrap();
+    let s = stackflow::parallel::Strategy::from_yaml(&exec_file, &imported.files[0].text).unwrap();
+    assert!(s.scatter_sends && !s.sequence_parallel);
+    assert!(
+        imported
+            .notes
+            .iter()
+            .any(|n| n.contains("scatter_sends: true")),
+        "{:?}",
+        imported.notes
+    );
 }
 
 /// gpt3-13B's attention is 40 heads of 128 (5120) beside a hidden of 5140: attn_size is

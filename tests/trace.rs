@@ -273,7 +273,8 @@ fn gpt3_trace_is_valid_trace_event_json() {
 
 /// The timeline ends with the prediction under each kind of schedule and synchronisation:
 /// plain and interleaved 1F1B, GPipe, blocking sends, gradients after the backward pass,
-/// ZeRO-1's gather of updated weights, tensor collectives beside the products, ZeRO-3.
+/// ZeRO-1's gather of updated weights, tensor collectives beside the products, ZeRO-3,
+/// scattered sends (each send slice a 1/t share and its gather on arrival).
 #[test]
 fn traces_end_with_the_prediction_under_every_schedule() {
     for strategy in [
@@ -282,6 +283,8 @@ fn traces_end_with_the_prediction_under_every_schedule() {
         "t8-p4-d2-mb1-gpipe",
         "t8-p4-d2-mb1-send=blocking",
         "t8-p4-d2-mb1-i2-send=blocking",
+        "t8-p4-d2-mb1-i2-send=blocking-p2p=scatter",
+        "t8-p4-d2-mb1-p2p=scatter",
         "t8-p4-d2-mb1-grad=after",
         "t8-p2-d4-mb2-z1",
         "t8-p4-d2-mb1-sp-tp=overlap",

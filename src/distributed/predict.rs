@@ -119,7 +119,8 @@ impl Fitted {
     }
 
     /// What the stages' work depends on: the strategy without its interleaving, prefetch,
-    /// schedule, overlaps and placement, and the micro-batch's share of the batch.
+    /// schedule, overlaps, scattered sends and placement, and the micro-batch's share of the
+    /// batch.
     /// Strategies with the same key have the same [`Fitted::stages_work`].
     pub fn work_key(&self) -> (Strategy, u64) {
         let s = Strategy {

@@ -556,7 +556,11 @@ fn finish_recorded(
         if part.hands_on {
             transfer = transfer.max(own_transfer);
         } else {
-            ledger.comms.retain(|c| c.axis != Axis::Pipeline);
+            // Only the part that opens a stage hands its activations on (its sends, and
+            // with scattered sends their gathers).
+            ledger
+                .comms
+                .retain(|c| c.axis != Axis::Pipeline && c.name != PIPELINE_GATHER);
         }
         ledgers.push(ledger);
         if steps.is_empty() {
@@ -971,6 +975,9 @@ pub(super) fn zero3_messages(
     Some([gather, scatter])
 }
 
+/// The listed name of scattered sends' all-gathers on arrival.
+const PIPELINE_GATHER: &str = "pipeline gather";
+
 /// Activations handed between stages, per micro-batch: listed, and the time of one (with
 /// scattered sends, the share each rank sends and the all-gather that makes it whole on
 /// arrival, over the receiving stage's tensor-parallel group).
@@ -997,7 +1004,7 @@ fn pipeline_transfers(inputs: &Inputs, ledger: &mut Ledger) -> f64 {
         let blocking = !s.send_overlap;
         ledger.charge("pipeline activations", &need, calls, blocking, Some(1.0));
         if let Some(g) = &gather {
-            ledger.charge("pipeline gather", g, calls, blocking, Some(1.0));
+            ledger.charge(PIPELINE_GATHER, g, calls, blocking, Some(1.0));
         }
     }
     transfer

@@ -316,6 +316,13 @@ pub(super) fn build(
             } else {
                 ((i + 1) % p, "activations", TrackKind::SendsOn)
             };
+            // Scattered sends: a slice is a rank's 1/t share and the receiver's all-gather
+            // of the whole over its tensor-parallel group.
+            let what = if s.scatter_sends {
+                format!("{what} (a 1/{} share, gathered on arrival)", s.tensor)
+            } else {
+                what.to_string()
+            };
             // Blocking sends are inside the steps: every step that sends ends with one; the
             // end stages' v - 1 sends of a direction spread evenly over their v chunks.
             let end_stage = if back { i == 0 } else { i + 1 == p };

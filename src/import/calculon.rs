@@ -733,12 +733,27 @@ pub fn strategy(file: &str, e: &Execution) -> Imported {
     let sp = e.tensor_par_comm_type == "rs_ag";
     line(&mut out, 0, "sequence_parallel", &sp.to_string(), &format!("tensor_par_comm_type = {} (rs_ag: reduce-scatter and all-gather, sequence parallelism)", e.tensor_par_comm_type));
     if e.tensor_par_comm_type == "p2p_rs_ag" {
-        notes.push(
+        let split = e.pipeline_par > 1 && e.tensor_par > 1;
+        if split {
+            line(
+                &mut out,
+                0,
+                "scatter_sends",
+                "true",
+                "tensor_par_comm_type = p2p_rs_ag (pipeline sends split over the tensor ranks)",
+            );
+        }
+        notes.push(format!(
             "tensor_par_comm_type = p2p_rs_ag: all-reduces inside a pipeline chunk and \
              reduce-scatter/all-gather at its edges, sequence-split sends; imported as \
-             all-reduces (sequence_parallel: false)"
-                .into(),
-        );
+             all-reduces (sequence_parallel: false){}",
+            if split {
+                " with the sends split over the tensor ranks and gathered on arrival \
+                 (scatter_sends: true)"
+            } else {
+                ""
+            }
+        ));
     }
     let zero = if e.optimizer_sharding { "2" } else { "0" };
     line(

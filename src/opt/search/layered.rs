@@ -97,6 +97,7 @@ pub fn alternatives(
                         // Without data parallelism there is nothing to overlap.
                         grad_overlap: base.grad_overlap || d == 1,
                         tp_overlap: base.tp_overlap && t > 1 && sp,
+                        scatter_sends: base.scatter_sends && t > 1 && !sp,
                         ..*base
                     });
                 }
