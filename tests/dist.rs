@@ -34,6 +34,22 @@ fn system(file: &str) -> (System, Architecture) {
     (s, a)
 }
 
+/// LLaMA-2-70B served (`workloads/llama2-70b-decode.yaml`): the model and its batch.
+fn llama2_70b_decode() -> (
+    stackflow::workload::Transformer,
+    stackflow::workload::inference::InferenceSpec,
+) {
+    let Workload::Transformer(t) = Workload::load(
+        Source::Disk,
+        &root().join("workloads/llama2-70b-decode.yaml"),
+    )
+    .unwrap() else {
+        unreachable!()
+    };
+    let spec = t.inference.unwrap();
+    (t, spec)
+}
+
 /// A GPT-style transformer (Megatron: 4h FFN, GELU, vocabulary 51200, sequence 2048).
 fn gpt(heads: u64, hidden: u64, layers: u64, batch: u64, recompute: &str) -> Workload {
     let text = format!(
@@ -1323,15 +1339,8 @@ fn bad_dlrm_variants_fail_with_a_clear_message() {
 #[test]
 fn serving_splits_weights_and_kv_cache_over_tensor_parallel_devices() {
     use stackflow::distributed::predict_inference;
-    let w = Workload::load(
-        Source::Disk,
-        &root().join("workloads/llama2-70b-decode.yaml"),
-    )
-    .unwrap();
-    let Workload::Transformer(t) = &w else {
-        unreachable!()
-    };
-    let spec = t.inference.unwrap();
+    let (t, spec) = llama2_70b_decode();
+    let t = &t;
     let (sys, h100) = system("templates/dgx-h100.yaml");
     let net = sys.network(&h100, 8).unwrap();
     let serve =
@@ -1901,18 +1910,11 @@ fn scattered_pipeline_sends_send_a_share_and_gather_it_on_arrival() {
         let e = Strategy::parse(bad).unwrap_err().to_string();
         assert!(e.contains(says), "{bad}: {e}");
     }
-    let serving = Workload::load(
-        Source::Disk,
-        &root().join("workloads/llama2-70b-decode.yaml"),
-    )
-    .unwrap();
-    let Workload::Transformer(t) = &serving else {
-        unreachable!()
-    };
+    let (t, spec) = llama2_70b_decode();
     let (dgx, h100) = self::system("templates/dgx-h100.yaml");
     let e = stackflow::distributed::predict_inference(
-        t,
-        &t.inference.unwrap(),
+        &t,
+        &spec,
         &h100,
         &dgx.network(&h100, 8).unwrap(),
         &Strategy::parse("t4-p2-p2p=scatter").unwrap(),
@@ -2083,15 +2085,8 @@ fn a_measured_idle_power_is_the_floor_of_a_run() {
     // Serving pays the same floor: a DGX H100 serving at t8, given an active power of 31 W,
     // draws 8 x 31 W more at the same times.
     use stackflow::distributed::predict_inference;
-    let w = Workload::load(
-        Source::Disk,
-        &root().join("workloads/llama2-70b-decode.yaml"),
-    )
-    .unwrap();
-    let Workload::Transformer(t) = &w else {
-        unreachable!()
-    };
-    let spec = t.inference.unwrap();
+    let (t, spec) = llama2_70b_decode();
+    let t = &t;
     let (dgx, h100) = self::system("templates/dgx-h100.yaml");
     let net = dgx.network(&h100, 8).unwrap();
     let mut running = h100.clone();
