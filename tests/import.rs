@@ -392,3 +392,114 @@ fn a_pinned_system_refuses_budget_work() {
         "{err}"
     );
 }
+
+/// The execution with its degrees, its processor count and two JSON fields replaced.
+fn execution_with(text: &str, (t, p, d): (u64, u64, u64), fields: &[(&str, &str, &str)]) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+    v["tensor_par"] = t.into();
+    v["pipeline_par"] = p.into();
+    v["data_par"] = d.into();
+    v["num_procs"] = (t * p * d).into();
+    let mut out = serde_json::to_string_pretty(&v).unwrap();
+    for (key, from, to) in fields {
+        let (a, b) = (format!("\"{key}\": {from}"), format!("\"{key}\": {to}"));
+        assert!(out.contains(&a), "{a}");
+        out = out.replacen(&a, &b, 1);
+    }
+    out
+}
+
+/// An execution without pipeline or data parallelism imports without the switch of the
+/// axis it lacks (which a strategy refuses without that axis), so it runs; Calculon's
+/// `tensor_par_overlap` runs as `tp=overlap` with the share of the processor its system's
+/// tensor-parallel tier gives (a100_80g: processor_usage 0.15 on NVLink).
+#[test]
+fn calculon_executions_without_an_axis_and_with_overlap_run() {
+    let (exec_file, exec_text) =
+        read("tests/import/calculon/examples/3072_t4_p64_d12_mbs4_full.json");
+    let dir = Scratch::new("import-calculon-axes");
+    let model = root().join("tests/import/calculon/models/megatron-1T.json");
+    let system = root().join("tests/import/calculon/systems/a100_80g.json");
+    // Seconds per iteration of the execution in `file` on megatron-1T and a100_80g.
+    let seconds = |file: &str| {
+        let (code, out, err) = stackflow(&[
+            "predict",
+            "--workload",
+            &model.display().to_string(),
+            "--system",
+            &system.display().to_string(),
+            "--strategy",
+            file,
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{file}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["time_per_iteration_s"].as_f64().unwrap()
+    };
+    let unsharded = [("optimizer_sharding", "true", "false")];
+    for (degrees, lacks, fields) in [
+        ((8, 1, 8), "send_overlap", &[][..]),
+        ((4, 64, 1), "gradient_overlap", &unsharded[..]),
+    ] {
+        let text = execution_with(&exec_text, degrees, fields);
+        let imported = calculon::import_execution(&exec_file, &text).unwrap();
+        assert!(
+            !imported.files[0].text.contains(lacks),
+            "{}",
+            imported.files[0].text
+        );
+        stackflow::parallel::Strategy::from_yaml(&exec_file, &imported.files[0].text).unwrap();
+        let file = dir.write(
+            &format!("{}-{}-{}.json", degrees.0, degrees.1, degrees.2),
+            &text,
+        );
+        assert!(seconds(&file) > 0.0, "{degrees:?}");
+    }
+    let overlapped = execution_with(
+        &exec_text,
+        (4, 64, 12),
+        &[("tensor_par_overlap", "\"none\"", "\"ring\"")],
+    );
+    let imported = calculon::import_execution(&exec_file, &overlapped).unwrap();
+    let s = stackflow::parallel::Strategy::from_yaml(&exec_file, &imported.files[0].text).unwrap();
+    assert!(s.tp_overlap && s.sequence_parallel);
+    let (file, text) = read("tests/import/calculon/systems/a100_80g.json");
+    let sys = calculon::import_system(&file, &text, None).unwrap();
+    assert!(
+        sys.files[0].text.contains("collective_compute_share: 0.15"),
+        "{}",
+        sys.files[0].text
+    );
+    let plain = execution_with(&exec_text, (4, 64, 12), &[]);
+    let mut times = Vec::new();
+    for (name, text) in [("plain.json", &plain), ("ring.json", &overlapped)] {
+        times.push(seconds(&dir.write(name, text)));
+    }
+    assert!(
+        times[1] <= times[0],
+        "overlap {} s against {} s",
+        times[1],
+        times[0]
+    );
+    // Overlap under all-reduces (no sequence parallelism) is not what stackflow overlaps:
+    // imported without it, and said.
+    let ar = execution_with(
+        &exec_text,
+        (4, 64, 12),
+        &[
+            ("tensor_par_overlap", "\"none\"", "\"ring\""),
+            ("tensor_par_comm_type", "\"rs_ag\"", "\"ar\""),
+        ],
+    );
+    let imported = calculon::import_execution(&exec_file, &ar).unwrap();
+    let s = stackflow::parallel::Strategy::from_yaml(&exec_file, &imported.files[0].text).unwrap();
+    assert!(!s.tp_overlap && !s.sequence_parallel);
+    assert!(
+        imported
+            .notes
+            .iter()
+            .any(|n| n.contains("tensor_par_overlap = ring") && n.contains("without overlap")),
+        "{:?}",
+        imported.notes
+    );
+}

@@ -618,6 +618,10 @@ pub struct ProcessorRaw {
     pub compute_memory_overlap: bool,
     #[serde(default)]
     pub kernel_launch_us: f64,
+    /// Share of the processor a collective holds while it runs beside compute
+    /// (`tp=overlap`; Calculon's `processor_usage`); absent where none is given.
+    #[serde(default)]
+    pub collective_compute_share: Option<f64>,
 }
 
 fn overlap_on() -> bool {

@@ -70,6 +70,8 @@ pub struct PinnedSpec {
     pub memory_capacity_bytes: f64,
     pub memory_bandwidth_bytes_per_s: f64,
     pub kernel_launch_s: f64,
+    /// Share of the processor a collective holds while it runs beside compute.
+    pub collective_compute_share: Option<f64>,
     pub curves: Pinned,
 }
 
@@ -107,7 +109,7 @@ pub fn pinned(spec: &PinnedSpec) -> Architecture {
         sparse_cores: 0,
         idle_power_w: None,
         active_power_w: None,
-        collective_compute_share: None,
+        collective_compute_share: spec.collective_compute_share,
         area_mm2: none,
         power_w: none,
         bounds: Vec::new(),

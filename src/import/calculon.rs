@@ -543,6 +543,26 @@ pub fn import_system(
         overlap,
         &format!("processing_mode = {}", s.processing_mode),
     );
+    // The share an overlapped collective takes: the tier tensor parallelism runs on (the
+    // execution's tensor_par_net; the innermost without one), where `tp=overlap` hides
+    // its collectives.
+    let share_tier = execution
+        .map(|(_, e)| e.tensor_par_net)
+        .filter(|&i| i < s.networks.len())
+        .unwrap_or(0);
+    if let Some(n) = s.networks.get(share_tier) {
+        let path = format!("networks[{share_tier}].processor_usage");
+        let usage = check.within(&path, n.processor_usage, 0.0, 0.999)?;
+        if usage > 0.0 {
+            line(
+                &mut out,
+                2,
+                "collective_compute_share",
+                &num(usage),
+                &format!("{path} (the tier tensor parallelism's collectives run on)"),
+            );
+        }
+    }
     if let Some(m) = &s.mem2 {
         notes.push(format!(
             "mem2 ({} GiB at {} GB/s): offload memory, which stackflow does not model (the \
@@ -666,11 +686,12 @@ pub fn import_system(
                  degrees on this tier must fill it); stackflow places any degrees"
             ));
         }
-        if n.processor_usage > 0.0 {
+        if i != share_tier && n.processor_usage > 0.0 {
             notes.push(format!(
-                "{path}.processor_usage = {}: the compute an overlapped collective takes; \
-                 stackflow's pinned processor has no such share (it matters only with \
-                 overlapped tensor- or data-parallel communication)",
+                "{path}.processor_usage = {}: the compute a collective on this tier takes \
+                 while it overlaps; stackflow's pinned processor carries one share, \
+                 networks[{share_tier}]'s (the tier tensor parallelism runs on), which \
+                 `tp=overlap` uses",
                 num(n.processor_usage)
             ));
         }
@@ -731,7 +752,21 @@ pub fn strategy(file: &str, e: &Execution) -> Imported {
         "pipeline_interleaving",
     );
     let sp = e.tensor_par_comm_type == "rs_ag";
-    line(&mut out, 0, "sequence_parallel", &sp.to_string(), &format!("tensor_par_comm_type = {} (rs_ag: reduce-scatter and all-gather, sequence parallelism)", e.tensor_par_comm_type));
+    let sp_why = match e.tensor_par_comm_type.as_str() {
+        "rs_ag" => "reduce-scatter and all-gather: sequence parallelism",
+        "ar" => "all-reduces: no sequence parallelism",
+        _ => "see the note",
+    };
+    line(
+        &mut out,
+        0,
+        "sequence_parallel",
+        &sp.to_string(),
+        &format!(
+            "tensor_par_comm_type = {} ({sp_why})",
+            e.tensor_par_comm_type
+        ),
+    );
     if e.tensor_par_comm_type == "p2p_rs_ag" {
         let split = e.pipeline_par > 1 && e.tensor_par > 1;
         if split {
@@ -766,27 +801,44 @@ pub fn strategy(file: &str, e: &Execution) -> Imported {
             e.optimizer_sharding
         ),
     );
-    line(
-        &mut out,
-        0,
-        "gradient_overlap",
-        &e.data_par_overlap.to_string(),
-        "data_par_overlap",
-    );
-    line(
-        &mut out,
-        0,
-        "tensor_overlap",
-        &(e.tensor_par_overlap != "none").to_string(),
-        &format!("tensor_par_overlap = {}", e.tensor_par_overlap),
-    );
-    line(
-        &mut out,
-        0,
-        "send_overlap",
-        "false",
-        "Calculon exposes every pipeline send",
-    );
+    // The overlap switches concern an axis only where it exists (a degree above 1): an
+    // execution without that parallelism keeps the default.
+    if e.data_par > 1 {
+        line(
+            &mut out,
+            0,
+            "gradient_overlap",
+            &e.data_par_overlap.to_string(),
+            "data_par_overlap",
+        );
+    }
+    if e.tensor_par_overlap != "none" {
+        if e.tensor_par > 1 && sp {
+            line(
+                &mut out,
+                0,
+                "tensor_overlap",
+                "true",
+                &format!("tensor_par_overlap = {}", e.tensor_par_overlap),
+            );
+        } else {
+            notes.push(format!(
+                "tensor_par_overlap = {}: stackflow overlaps the tensor-parallel collectives \
+                 with the products beside them only with t > 1 and sequence parallelism \
+                 (tensor_par {}, tensor_par_comm_type {}); imported without overlap",
+                e.tensor_par_overlap, e.tensor_par, e.tensor_par_comm_type
+            ));
+        }
+    }
+    if e.pipeline_par > 1 {
+        line(
+            &mut out,
+            0,
+            "send_overlap",
+            "false",
+            "Calculon exposes every pipeline send",
+        );
+    }
     // Placement: axes on inner network tiers first; on one tier, Megatron-LM's order
     // (tensor, data, pipeline).
     let mut axes = [

@@ -760,6 +760,10 @@ fn processor(
         )? * 1e9,
         kernel_launch_s: check.non_negative("processor.kernel_launch_us", raw.kernel_launch_us)?
             * 1e-6,
+        collective_compute_share: raw
+            .collective_compute_share
+            .map(|f| check.within("processor.collective_compute_share", f, 0.0, 0.999))
+            .transpose()?,
         curves: Pinned {
             matrix: curves,
             vector_flops_per_s: check
