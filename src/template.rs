@@ -155,12 +155,18 @@ impl Template {
                 idle_power_w: raw
                     .compute
                     .idle_power_w
-                    .map(|w| check.positive("compute.idle_power_w", w))
+                    .map(|w| {
+                        check.positive("compute.idle_power_w", w)?;
+                        check.within("compute.idle_power_w", w, 0.0, CHIP_POWER_MAX_W)
+                    })
                     .transpose()?,
                 active_power_w: raw
                     .compute
                     .active_power_w
-                    .map(|w| check.non_negative("compute.active_power_w", w))
+                    .map(|w| {
+                        check.non_negative("compute.active_power_w", w)?;
+                        check.within("compute.active_power_w", w, 0.0, CHIP_POWER_MAX_W)
+                    })
                     .transpose()?,
                 collective_compute_share: match raw.compute.collective_compute_share {
                     None => None,
@@ -242,6 +248,10 @@ fn network(check: &Checker, path: &str, raw: raw::NetworkRaw) -> Result<Network,
 
 /// Switch stages a fat tree may have (large clusters use three to five).
 pub const MAX_FAT_TREE_LEVELS: u64 = 8;
+
+/// The most a chip's idle or active power may be, in W: 100 kW, five times a wafer-scale
+/// engine's ~20 kW (Cerebras CS-2 system power), so that no floor overflows an energy.
+pub const CHIP_POWER_MAX_W: f64 = 1e5;
 
 /// Checks a topology at `path` (grid sizes, twisted-torus shape, fat-tree levels) and
 /// returns the members a grid topology joins (at most [`MAX_DEVICES`]).

@@ -802,6 +802,58 @@ fn bad_input_in_a_template_names_its_field_path() {
         "compute.active_power_w = -1",
     );
     assert!(err.contains(">= 0"), "{err}");
+    // Bounded above: a floor past 100 kW per chip is refused, not carried to an infinite
+    // energy.
+    for (from, to, field) in [
+        (
+            "idle_power_w: 90",
+            "idle_power_w: 1e6",
+            "compute.idle_power_w = 1000000",
+        ),
+        (
+            "active_power_w: 31",
+            "active_power_w: 1e308",
+            "compute.active_power_w",
+        ),
+    ] {
+        let err = rejects_template(
+            "huge-power",
+            "tpu.yaml",
+            "budgets/tpu-v4.yaml",
+            (from, to),
+            field,
+        );
+        assert!(err.contains("[0, 100000]"), "{err}");
+    }
+}
+
+/// A chip whose idle and active power alone exceed its power budget cannot run anything:
+/// the design is infeasible, with the floor named, and still reported (exit 0).
+#[test]
+fn a_power_floor_above_the_budget_is_infeasible() {
+    let scratch = Scratch::new("floor-over-budget");
+    let root = root();
+    let text = std::fs::read_to_string(root.join("templates/tpu.yaml"))
+        .unwrap()
+        .replacen("idle_power_w: 90", "idle_power_w: 150", 1);
+    let template = scratch.write("tpu.yaml", &text);
+    let (code, out, err) = stackflow(&[
+        "generate",
+        "--budget",
+        "budgets/tpu-v4.yaml",
+        "--template",
+        &template,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("power floor (compute.idle_power_w + compute.active_power_w): uses 181")
+            && out.contains("of 170"),
+        "{out}"
+    );
+    // At 90 W idle (the shipped 121 W floor) the same budget is feasible.
+    let (code, out, _) = stackflow(&["generate", "--budget", "budgets/tpu-v4.yaml"]);
+    assert_eq!(code, 0);
+    assert!(!out.contains("power floor"), "{out}");
 }
 
 #[test]

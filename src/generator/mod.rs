@@ -325,6 +325,17 @@ fn core_level(design: &Design, violations: &mut Vec<Violation>) -> CoreReport {
             power_w: core_power,
         });
     }
+    // What the chip draws idle and running before any work: above the whole power budget,
+    // no share of it can run anything.
+    let floor_w = c.compute.idle_power_w.unwrap_or(0.0) + c.compute.active_power_w.unwrap_or(0.0);
+    if floor_w > tdp {
+        violations.push(Violation::OverBudget {
+            component: "power floor (compute.idle_power_w + compute.active_power_w)".into(),
+            unit: "W".into(),
+            used: floor_w,
+            allocated: tdp,
+        });
+    }
     core
 }
 
