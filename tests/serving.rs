@@ -583,3 +583,51 @@ fn serving_edges_complete_or_are_refused_by_name() {
     assert_eq!(code, 2);
     assert!(err.contains("this one trains"), "{err}");
 }
+
+/// A training step's switches mean nothing to a served batch: `predict` and `serve` refuse
+/// each by name, before the device count is checked (a decode pool's replicas carry d1,
+/// which would otherwise blame the data parallelism `grad=after` needs).
+#[test]
+fn serving_refuses_a_training_steps_switches() {
+    for switch in ["grad=after", "rc=full", "send=blocking", "gpipe", "mb2"] {
+        let strategy = format!("t4-d2-p2-{switch}");
+        let (code, _, err) = stackflow(&[
+            "predict",
+            "--system",
+            "templates/dgx-h100.yaml",
+            "--devices",
+            "16",
+            "--workload",
+            "workloads/llama2-70b-decode.yaml",
+            "--strategy",
+            &strategy,
+        ]);
+        assert_eq!(code, 2, "{switch}: {err}");
+        assert!(
+            err.contains("concerns a training step") && err.contains(switch.trim_end_matches('2')),
+            "{switch}: {err}"
+        );
+    }
+    let (code, _, err) = stackflow(&[
+        "serve",
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--devices",
+        "32",
+        "--workload",
+        "workloads/llama2-70b-serve.yaml",
+        "--prefill",
+        "t8-p2",
+        "--decode",
+        "t8-d2-grad=after",
+        "--rate",
+        "1",
+        "--requests",
+        "10",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("grad=after") && err.contains("concerns a training step"),
+        "{err}"
+    );
+}

@@ -86,13 +86,34 @@ pub struct SpeculativeReport {
     pub speedup: f64,
 }
 
-/// Refuses what serving does not split: RC/CR, ZeRO, interleaving, experts, uneven stages.
+/// Refuses what serving does not split (RC/CR, ZeRO, interleaving, experts, uneven stages)
+/// and a training step's switches (recomputation, gradient and send timing, schedules,
+/// micro-batches).
 fn check(w: &Transformer, s: &Strategy, devices: u64) -> Result<(), FitError> {
     let fail = |message: String| FitError {
         strategy: s.to_string(),
         workload: w.name.clone(),
         message,
     };
+    // The training step's switches: serving has no backward pass to recompute for, no
+    // gradients to reduce, and no micro-batch schedule (a batch runs whole, stage after
+    // stage).
+    let training = [
+        (s.recompute.is_some(), "rc= (activation recomputation)"),
+        (!s.grad_overlap, "grad=after (the gradient all-reduce)"),
+        (
+            !s.send_overlap,
+            "send=blocking (the pipeline schedule's sends)",
+        ),
+        (s.gpipe, "gpipe (the pipeline schedule)"),
+        (s.micro_batch > 0, "mb (micro-batches)"),
+    ];
+    if let Some((_, what)) = training.iter().find(|(given, _)| *given) {
+        return Err(fail(format!(
+            "{what} concerns a training step; serving runs a batch's prefill and decode \
+             steps whole: drop it"
+        )));
+    }
     s.check_devices(devices).map_err(|e| fail(e.message))?;
     if s.kernel.is_some() || s.zero > 0 || s.interleave > 1 || s.expert > 1 || s.context > 1 {
         return Err(fail(
