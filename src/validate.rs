@@ -209,6 +209,31 @@ impl Run {
         }
     }
 
+    /// The case's own measured value and the range it must lie in (`None` where the
+    /// measurements are rows of a file, checked there).
+    fn measured(&self) -> Option<(f64, f64, f64, &'static str)> {
+        match self {
+            Run::TrainDays { measured, .. }
+            | Run::SerializedMs { measured, .. }
+            | Run::TokensPerSPerDevice { measured, .. }
+            | Run::Mqps { measured, .. }
+            | Run::MeanPowerW { measured, .. }
+            | Run::Speedup { measured, .. }
+            | Run::PerfPerWatt { measured, .. }
+            | Run::TwistedTorus { measured, .. } => {
+                Some((*measured, f64::MIN_POSITIVE, f64::MAX, "a measurement > 0"))
+            }
+            Run::ExposedPercent { measured, .. } => {
+                Some((*measured, 0.0, 100.0, "a percentage in [0, 100]"))
+            }
+            Run::Megatron { .. }
+            | Run::TpuTable3 { .. }
+            | Run::Gemm { .. }
+            | Run::Serving { .. }
+            | Run::ServingLoad { .. } => None,
+        }
+    }
+
     /// Whether the case belongs to a serving family (which sets its own rules).
     fn is_serving(&self) -> bool {
         matches!(self, Run::Serving { .. } | Run::ServingLoad { .. })
@@ -313,7 +338,8 @@ impl Split {
         let errors = cases.iter().map(|c| c.error.abs());
         Split {
             cases: cases.len(),
-            mean_abs_error_pct: errors.sum::<f64>() / cases.len().max(1) as f64,
+            // From +0: an empty split's mean prints 0.0, not -0.0 (a float sum starts at -0).
+            mean_abs_error_pct: errors.fold(0.0, |sum, e| sum + e) / cases.len().max(1) as f64,
         }
     }
 
@@ -394,7 +420,22 @@ impl Ctx {
         Workload::load(self.source, &self.path(reference))
     }
 
-    fn train(&self, t: &Training) -> Result<DistPrediction, ModelError> {
+    /// One training run of a case; `at` is its field path in the index (`cases[3]`,
+    /// `cases[3].fast`), which errors in the run's own fields name.
+    fn train(&self, t: &Training, at: &str) -> Result<DistPrediction, ModelError> {
+        let index = self.base.display().to_string();
+        if t.devices == 0 {
+            return Err(ConfigError::invalid(
+                &index,
+                format!("{at}.devices"),
+                0,
+                "a device count > 0",
+            )
+            .into());
+        }
+        let strategy = Strategy::parse(&t.strategy).map_err(|e| {
+            ConfigError::invalid(&index, format!("{at}.strategy"), &t.strategy, e.message)
+        })?;
         let mut system = self.system(&t.system)?;
         if let Some(dims) = &t.slice {
             system = system.with_slice(dims)?;
@@ -403,8 +444,8 @@ impl Ctx {
             let file = system.file.clone();
             let Some(host) = system.host.as_mut() else {
                 return Err(ConfigError::invalid(
-                    &self.base.display().to_string(),
-                    "tables",
+                    &index,
+                    format!("{at}.tables"),
                     format!("{tables:?}").to_lowercase(),
                     format!(
                         "a system with a host: section (CPUs to hold the tables); {file} has none"
@@ -415,9 +456,11 @@ impl Ctx {
             host.tables = tables;
         }
         let arch = system.accelerator()?;
-        let net = system.network(&arch, t.devices)?;
+        let net = system
+            .network(&arch, t.devices)
+            .map_err(|e| e.given_as(&index, &format!("{at}.devices")))?;
         let w = self.workload(&t.workload)?;
-        Ok(predict(&w, &arch, &net, &Strategy::parse(&t.strategy)?)?)
+        Ok(predict(&w, &arch, &net, &strategy)?)
     }
 }
 
@@ -478,7 +521,8 @@ impl Point {
 
 impl Ctx {
     /// Replays one case's run: its points, and its group when it passes as a group.
-    fn replay(&self, run: &Run) -> Result<Vec<Point>, ModelError> {
+    /// The case's points; `at` is its field path in the index (`cases[3]`).
+    fn replay(&self, run: &Run, at: &str) -> Result<Vec<Point>, ModelError> {
         let one = |p: Point| Ok(vec![p]);
         match run {
             Run::TrainDays {
@@ -487,7 +531,7 @@ impl Ctx {
                 measured,
                 tolerance,
             } => {
-                let p = self.train(run)?;
+                let p = self.train(run, at)?;
                 let days = tokens / p.tokens_per_s / 86400.0;
                 one(Point::relative(*measured, days, "days", *tolerance))
             }
@@ -496,7 +540,7 @@ impl Ctx {
                 measured,
                 tolerance,
             } => {
-                let p = self.train(run)?;
+                let p = self.train(run, at)?;
                 let ms = p.serialized_time_s * 1e3;
                 one(Point::relative(*measured, ms, "ms", *tolerance))
             }
@@ -505,7 +549,7 @@ impl Ctx {
                 measured,
                 tolerance_points,
             } => {
-                let p = self.train(run)?;
+                let p = self.train(run, at)?;
                 let pct = p.exposed_communication_fraction * 100.0;
                 let e = pct - measured;
                 one(Point {
@@ -526,8 +570,8 @@ impl Ctx {
                 measured,
                 tolerance,
             } => {
-                let a = self.train(fast)?;
-                let b = self.train(slow)?;
+                let a = self.train(fast, &format!("{at}.fast"))?;
+                let b = self.train(slow, &format!("{at}.slow"))?;
                 let x = b.time_per_iteration_s / a.time_per_iteration_s;
                 one(Point::relative(*measured, x, "x", *tolerance))
             }
@@ -536,7 +580,7 @@ impl Ctx {
                 measured,
                 tolerance,
             } => {
-                let p = self.train(run)?;
+                let p = self.train(run, at)?;
                 let rate = p.tokens_per_s / p.devices as f64;
                 one(Point::relative(*measured, rate, "tokens/s/GPU", *tolerance))
             }
@@ -545,7 +589,7 @@ impl Ctx {
                 measured,
                 tolerance,
             } => {
-                let p = self.train(run)?;
+                let p = self.train(run, at)?;
                 one(Point::relative(
                     *measured,
                     p.tokens_per_s / 1e6,
@@ -558,7 +602,7 @@ impl Ctx {
                 measured,
                 tolerance,
             } => {
-                let p = self.train(run)?;
+                let p = self.train(run, at)?;
                 let w = p.average_power_w / p.devices as f64;
                 one(Point::relative(*measured, w, "W", *tolerance))
             }
@@ -568,7 +612,10 @@ impl Ctx {
                 measured,
                 tolerance,
             } => {
-                let (a, b) = (self.train(fast)?, self.train(slow)?);
+                let (a, b) = (
+                    self.train(fast, &format!("{at}.fast"))?,
+                    self.train(slow, &format!("{at}.slow"))?,
+                );
                 // Per chip: throughput over mean power, whatever the two runs' sizes.
                 let per_watt = |p: &DistPrediction| p.tokens_per_s / p.average_power_w;
                 let x = per_watt(&a) / per_watt(&b);
@@ -913,6 +960,8 @@ impl Ctx {
         let arch = system.accelerator()?;
         let mut points = Vec::new();
         for r in &rows.rows {
+            crate::config::Checker { file }
+                .positive(&format!("rows[{}B].tflops", r.params_b), r.tflops)?;
             if !(r.t > 0 && r.p > 0 && r.gpus % (r.t * r.p) == 0 && r.gpus >= r.t * r.p) {
                 return Err(ConfigError::invalid(
                     file,
@@ -967,15 +1016,27 @@ impl Ctx {
         let w = self.workload(workload)?;
         let pod = self.system(system)?;
         let mut points = Vec::new();
-        for case in &table.cases {
-            let rate = |run: &Table3Run| -> Result<f64, ModelError> {
+        for (i, case) in table.cases.iter().enumerate() {
+            let check = crate::config::Checker { file };
+            for (label, run) in [("baseline", &case.baseline), ("best", &case.best)] {
+                check.positive(&format!("cases[{i}].{label}.seqs_per_s"), run.seqs_per_s)?;
+            }
+            let rate = |label: &str, run: &Table3Run| -> Result<f64, ModelError> {
+                let strategy = Strategy::parse(&run.strategy).map_err(|e| {
+                    ConfigError::invalid(
+                        file,
+                        format!("cases[{i}].{label}.strategy"),
+                        &run.strategy,
+                        e.message,
+                    )
+                })?;
                 let s = pod.with_slice(&run.topology)?;
                 let chip = s.accelerator()?;
                 let net = s.network(&chip, run.topology.iter().product())?;
-                let p = predict(&w, &chip, &net, &Strategy::parse(&run.strategy)?)?;
+                let p = predict(&w, &chip, &net, &strategy)?;
                 Ok(batch / p.time_per_iteration_s)
             };
-            let ratio = rate(&case.best)? / rate(&case.baseline)?;
+            let ratio = rate("best", &case.best)? / rate("baseline", &case.baseline)?;
             let measured = case.best.seqs_per_s / case.baseline.seqs_per_s;
             let mut point =
                 Point::relative(measured, ratio, "x", tolerance).named(format!(": {}", case.name));
@@ -992,6 +1053,8 @@ impl Ctx {
         let list: GemmCases = parse_yaml(file, &self.source.read(&self.path(file))?)?;
         let mut points = Vec::new();
         for (i, g) in list.cases.iter().enumerate() {
+            crate::config::Checker { file }
+                .positive(&format!("cases[{i}].measured_tflops"), g.measured_tflops)?;
             let design = Design::load(DesignFiles {
                 source: self.source,
                 budget: &self.path(&format!("../{}", g.budget)),
@@ -1036,9 +1099,25 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
     };
     let mut cases = Vec::new();
     let mut limits: Vec<(String, f64)> = Vec::new();
+    if index.cases.is_empty() {
+        return Err(
+            ConfigError::invalid(&file, "cases", "[]", "at least one validation case").into(),
+        );
+    }
     for (i, c) in index.cases.iter().enumerate() {
         if let Some((tolerance, cap, what)) = c.run.tolerance_cap() {
             capped(&file, format!("cases[{i}].tolerance"), tolerance, cap, what)?;
+        }
+        if let Some((measured, lo, hi, what)) = c.run.measured() {
+            if !(measured.is_finite() && measured >= lo && measured <= hi) {
+                return Err(ConfigError::invalid(
+                    &file,
+                    format!("cases[{i}].measured"),
+                    measured,
+                    what,
+                )
+                .into());
+            }
         }
         if let Some(limit) = c.mean_signed_within {
             if !(limit.is_finite() && limit > 0.0) {
@@ -1052,7 +1131,7 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
             }
             limits.push((c.id.clone(), limit));
         }
-        let points = ctx.replay(&c.run)?;
+        let points = ctx.replay(&c.run, &format!("cases[{i}]"))?;
         for p in points {
             cases.push(CaseResult {
                 id: c.id.clone(),

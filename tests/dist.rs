@@ -3071,3 +3071,82 @@ fn serving_load_calibrations_name_known_metrics_once() {
         assert!(err.contains(&name) && err.contains(says), "{tag}: {err}");
     }
 }
+
+/// `validate` refuses what no measurement can be, by field: a measured value of 0 or below
+/// (a percentage outside [0, 100]), an empty index, a case's zero devices and a strategy
+/// that does not parse (`cases[i].fast.strategy` for a ratio's runs); none reaches the
+/// model. A device count from `--devices` is blamed on the flag, the system named.
+#[test]
+fn validate_and_devices_errors_name_where_the_value_came_from() {
+    let index = std::fs::read_to_string(root().join("validation/cases.yaml")).unwrap();
+    for (i, (from, to, field, says)) in [
+        (
+            "measured: 20.83",
+            "measured: 0",
+            "cases[0].measured = 0",
+            "a measurement > 0",
+        ),
+        (
+            "measured: 20.83",
+            "measured: -20.83",
+            "cases[0].measured = -20.83",
+            "> 0",
+        ),
+        (
+            "measured: 82.37",
+            "measured: 182.37",
+            "cases[2].measured = 182.37",
+            "[0, 100]",
+        ),
+        (
+            "devices: 2048",
+            "devices: 0",
+            "cases[0].devices = 0",
+            "a device count > 0",
+        ),
+        (
+            "strategy: p16-d4-t8-mb1-rc=full}",
+            "strategy: p16-d4-t8-mb1-rc=bogus}",
+            "cases[9].fast.strategy = p16-d4-t8-mb1-rc=bogus",
+            "recompute must be",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let text = index.replacen(from, to, 1);
+        assert!(text.contains(to), "{to}");
+        let beside = root().join(format!("validation/impossible-{i}.tmp.yaml"));
+        std::fs::write(&beside, text).unwrap();
+        let (code, _, err) = common::stackflow(&["validate", &beside.display().to_string()]);
+        let _ = std::fs::remove_file(&beside);
+        assert_eq!(code, 2, "{err}");
+        for piece in [field, says] {
+            assert!(err.contains(piece), "expected {piece:?} in: {err}");
+        }
+    }
+    let empty = root().join("validation/empty.tmp.yaml");
+    std::fs::write(&empty, "version: 1\ncases: []\n").unwrap();
+    let (code, out, err) = common::stackflow(&["validate", &empty.display().to_string()]);
+    let _ = std::fs::remove_file(&empty);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("cases = []: at least one validation case"),
+        "{err}"
+    );
+    let (code, _, err) = common::stackflow(&[
+        "predict",
+        "--workload",
+        "workloads/gpt3-175b.yaml",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "12",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("command line: --devices = 12")
+            && err.contains("the system in templates/dgx-a100.yaml"),
+        "{err}"
+    );
+}

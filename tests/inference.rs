@@ -234,7 +234,8 @@ fn one_device_is_one_answer_and_part_of_a_node_serves() {
     );
     assert_eq!(code, 2);
     assert!(
-        err.contains("templates/dgx-h100.yaml: devices = 3: a positive multiple of the 8 devices per node, or part of one node: 1, 2, 4 of its devices"),
+        err.contains("command line: --devices = 3: a positive multiple of the 8 devices per node, or part of one node: 1, 2, 4 of its devices")
+            && err.contains("(the system in templates/dgx-h100.yaml)"),
         "{err}"
     );
 }

@@ -90,7 +90,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .devices
         .or(execution.as_ref().map(|e| e.1.devices()))
         .unwrap_or_else(|| system.default_devices());
-    let network = system.network(&arch, devices)?;
+    let network = system
+        .network(&arch, devices)
+        .map_err(|e| super::devices_given(e, args.devices))?;
     super::check_precision(&workload_file, &workload, &arch)?;
     if let Some(text) = args.strategy.filter(|t| is_per_layer_type(t)) {
         if args.carbon.is_some() {

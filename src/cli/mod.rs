@@ -912,6 +912,18 @@ fn load_architecture(a: &PredictArgs) -> anyhow::Result<(Architecture, String)> 
 }
 
 /// Refuses a workload whose precision the accelerator's template cannot compute.
+/// A system's complaint about its device count, attributed to `--devices` when the count
+/// came from that flag (`given`), else unchanged.
+pub(crate) fn devices_given(
+    e: crate::config::ConfigError,
+    given: Option<u64>,
+) -> crate::config::ConfigError {
+    match given {
+        Some(_) => e.given_as("command line", "--devices"),
+        None => e,
+    }
+}
+
 pub(crate) fn check_precision(
     file: &std::path::Path,
     workload: &Workload,

@@ -522,7 +522,9 @@ fn baseline_strategy(
         (None, true) => {
             // Pure data parallelism, or the first strategy that runs when it does not.
             let arch = crate::generator::generate(design);
-            let net = system.network(&arch, devices)?;
+            let net = system
+                .network(&arch, devices)
+                .map_err(|e| super::devices_given(e, args.devices))?;
             crate::opt::search::baseline(workload, &arch, &net, devices).ok_or_else(|| {
                 anyhow::anyhow!(
                     "no strategy runs {} on {devices} devices (batch, layers or heads do not split)",

@@ -130,7 +130,9 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
     let system = load_system(&a.system, a.slice.as_deref(), &a.host)?;
     let arch = crate::perf::as_run(&system.accelerator()?, &workload.graph());
     let devices = a.devices.unwrap_or_else(|| system.default_devices());
-    let net = system.network(&arch, devices)?;
+    let net = system
+        .network(&arch, devices)
+        .map_err(|e| super::devices_given(e, a.devices))?;
     super::check_precision(&workload_file, &workload, &arch)?;
     let base = match &a.base {
         Some(text) => {

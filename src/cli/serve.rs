@@ -259,7 +259,9 @@ pub fn run(a: Args) -> anyhow::Result<Outcome> {
         }
         _ => {
             let devices = a.devices.unwrap_or_else(|| system.default_devices());
-            let net = system.network(&arch, devices)?;
+            let net = system
+                .network(&arch, devices)
+                .map_err(|e| super::devices_given(e, a.devices))?;
             let strategy = load_strategy(a.strategy.as_deref(), &system, devices)?;
             let engine = Engine::new(t, lengths, &arch, &net, &strategy, &setup.policy)?;
             (Deployment::Colocated(engine), devices)

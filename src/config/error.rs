@@ -31,6 +31,27 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
+    /// This error re-attributed to where a system's device count came from (`file`'s
+    /// field `path`, or a command-line flag) when it is the system's complaint about that
+    /// count (its field `devices`); the system file stays named in what was expected.
+    /// Other errors are returned unchanged.
+    pub fn given_as(self, file: &str, path: &str) -> Self {
+        match self {
+            ConfigError::Invalid {
+                file: system,
+                path: field,
+                value,
+                expected,
+            } if field == "devices" => ConfigError::Invalid {
+                file: file.to_string(),
+                path: path.to_string(),
+                value,
+                expected: format!("{expected} (the system in {system})"),
+            },
+            other => other,
+        }
+    }
+
     /// Shorthand for [`ConfigError::Invalid`].
     pub fn invalid(
         file: &str,
