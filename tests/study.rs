@@ -635,6 +635,43 @@ fn bad_studies_exit_2_naming_the_valid_choices() {
             "  - name: x\n    field: scale.inter_node\n    values: [fast]\n",
             "a number (a multiplier)",
         ),
+        // A field the base file lacks is the field's fault, not its values'.
+        (
+            "  - name: x\n    field: system.fabrics[0].bandwidth_gb_per_z\n    values: [100]\n",
+            "axes[0].field = system.fabrics[0].bandwidth_gb_per_z: a field",
+        ),
+        // A non-finite value would reach the field as null (unset): refused.
+        (
+            "  - name: x\n    field: system.fabrics[0].bandwidth_gb_per_s\n    values: [100, .nan]\n",
+            ".nan is not a finite number",
+        ),
+        (
+            "  - name: x\n    labels: [a]\n    edits:\n      - {\"system.fabrics[0].latency_us\": -.inf}\n",
+            "-.inf is not a finite number",
+        ),
+        // The base's devices set every point's count: a system.devices axis would do nothing.
+        (
+            "  - name: x\n    field: system.devices\n    values: [64, 256]\n",
+            "no system.devices axis beside base.devices",
+        ),
+        // Grids are bounded: 100^4 points.
+        (
+            &(0..4)
+                .map(|k| {
+                    format!(
+                        "  - name: a{k}\n    field: {}\n    values: [{}]\n",
+                        [
+                            "system.fabrics[0].bandwidth_gb_per_s",
+                            "system.fabrics[0].latency_us",
+                            "budget.power.tdp_w",
+                            "budget.area.chip_mm2",
+                        ][k],
+                        (1..=100).map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
+                    )
+                })
+                .collect::<String>(),
+            "100 x 100 x 100 x 100 values: at most 1000000 points",
+        ),
     ];
     for (i, (axes, says)) in cases.iter().enumerate() {
         // Optimizer settings need an action that runs the optimizer.
@@ -1003,6 +1040,43 @@ fn a_plot_draws_the_quantity_its_y_names() {
     assert!(
         err.contains("throughput") && err.contains("bisection_bytes_per_s"),
         "{err}"
+    );
+}
+
+/// A lines plot says which values it holds the axes it does not draw at (their first), draws
+/// an infeasible point as a hollow marker off its line, and takes the slowest feasible
+/// point as its reference (DeepFlow Sec. 9's LSTM: HBM2's 28 GiB cannot hold d512-z2's
+/// 58.9 GiB per device).
+#[test]
+fn a_lines_plot_names_what_it_holds_and_marks_what_does_not_fit() {
+    let dir = Scratch::new("plot-held");
+    let base = sec9_base("templates/deepflow-sec9.yaml") + "  strategy: d512-z2\n";
+    let axes = "  - name: memory\n    field: template.memory[3].technology\n    values: [hbm2, hbm3]\n  - name: network\n    field: system.fabrics[0].bandwidth_gb_per_s\n    values: [100, 400]\n";
+    let text = format!(
+        "version: 1\nname: held\n{base}action: predict\naxes:\n{axes}plots:\n  - {{kind: lines, x: memory}}\n"
+    );
+    let path = dir.write("held.yaml", &text);
+    let out = std::path::Path::new(&path).with_file_name("held-out");
+    let (code, _, err) = stackflow(&["sweep", &path, "--out", &out.display().to_string()]);
+    assert_eq!(code, 0, "{err}");
+    let svg = std::fs::read_to_string(out.join("plot-1-memory.svg")).unwrap();
+    assert!(
+        svg.contains("other axes at their first values: network = 100"),
+        "{svg}"
+    );
+    assert!(svg.contains("(hollow: infeasible)"), "{svg}");
+    assert!(svg.contains("<circle"), "an infeasible point is drawn");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let points = json["points"].as_array().unwrap();
+    let feasible_slowest = points
+        .iter()
+        .filter(|p| p["feasible"] == true && p["labels"][1] == "100")
+        .map(|p| p["time_per_iteration_s"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(
+        svg.contains(&format!("the slowest point, {feasible_slowest:.4} s")),
+        "{feasible_slowest}"
     );
 }
 

@@ -801,6 +801,9 @@ fn axis_index(study: &Outline, name: &str) -> usize {
         .expect("checked when the study loaded")
 }
 
+/// A line of a lines plot: its legend name and its points (x index, y, feasible).
+type Line = (String, Vec<(usize, f64, bool)>);
+
 /// What a bar shows of a point.
 type Measure = Box<dyn Fn(&PointResult) -> Option<f64>>;
 
@@ -883,17 +886,27 @@ fn plot(study: &Outline, p: &StudyPlot, results: &[PointResult]) -> anyhow::Resu
     let points = slice(study, results, &free);
     let xs = &study.axes[x].labels;
     let panel_count = panels.map_or(1, |i| study.axes[i].values.len());
+    // The axes the plot does not use are held at their first values: the title says so.
+    let held: Vec<String> = study
+        .axes
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| !free.contains(i) && a.values.len() > 1)
+        .map(|(_, a)| format!("{} = {}", a.name, a.labels[0]))
+        .collect();
     let title = p.title.clone().unwrap_or_else(|| study.name.clone());
     // Every panel of a line plot relative to the slowest point of the whole plot, on one
-    // y range, so that what the panel axis buys shows as a shift between panels.
-    let slowest = points
-        .iter()
-        .filter_map(|(_, r)| r.time_per_iteration_s)
-        .fold(0.0f64, f64::max);
-    let fastest = points
-        .iter()
-        .filter_map(|(_, r)| r.time_per_iteration_s)
-        .fold(f64::INFINITY, f64::min);
+    // y range, so that what the panel axis buys shows as a shift between panels; the
+    // feasible points' where any is (an infeasible design is no reference).
+    let any_feasible = points.iter().any(|(_, r)| r.feasible);
+    let times = || {
+        points
+            .iter()
+            .filter(move |(_, r)| r.feasible || !any_feasible)
+            .filter_map(|(_, r)| r.time_per_iteration_s)
+    };
+    let slowest = times().fold(0.0f64, f64::max);
+    let fastest = times().fold(f64::INFINITY, f64::min);
     // With `over`, each point's time against its reference's: the same coordinates but
     // the first value of that axis.
     let reference: BTreeMap<Vec<usize>, f64> = over.map_or_else(BTreeMap::new, |o| {
@@ -977,7 +990,17 @@ fn plot(study: &Outline, p: &StudyPlot, results: &[PointResult]) -> anyhow::Resu
         let height = 430 * rows as u32 + 30;
         let root = SVGBackend::with_string(&mut svg, (width.max(640), height)).into_drawing_area();
         root.fill(&WHITE)?;
-        let root = root.titled(&title, (FONT, 20))?;
+        let mut root = root.titled(&title, (FONT, 20))?;
+        if !held.is_empty() {
+            // A line under the title: the axes the plot holds at their first values.
+            let (line, rest) = root.split_vertically(20);
+            line.draw(&Text::new(
+                format!("other axes at their first values: {}", held.join(", ")),
+                (12, 2),
+                (FONT, 13),
+            ))?;
+            root = rest;
+        }
         let areas = root.split_evenly((rows, columns));
         for (pi, (area, in_panel)) in areas.iter().zip(&by_panel).enumerate() {
             let caption = panels.map_or(String::new(), |i| {
@@ -1039,7 +1062,7 @@ fn draw_lines(
     let keys: Vec<(usize, usize)> = (0..series_count)
         .flat_map(|si| over_values.clone().map(move |oi| (si, oi)))
         .collect();
-    let lines: Vec<(String, Vec<(usize, f64)>)> = keys
+    let lines: Vec<Line> = keys
         .into_iter()
         .map(|(si, oi)| {
             // The series axis names its values: "nvlink = 600 GB/s (x2)".
@@ -1049,20 +1072,32 @@ fn draw_lines(
             if let Some(o) = over.filter(|o| study.axes[*o].values.len() > 2) {
                 name = format!("{name} {}", study.axes[o].labels[oi]);
             }
-            let mut pts: Vec<(usize, f64)> = in_panel
+            let mut pts: Vec<(usize, f64, bool)> = in_panel
                 .iter()
                 .filter(|(c, _)| series.map_or(true, |s| c[s] == si))
                 .filter(|(c, _)| over.map_or(true, |o| c[o] == oi))
-                .filter_map(|(c, r)| match metric_scale(metric) {
-                    None if over.is_some() => over_speedup(c, r).map(|v| (c[x], v)),
-                    None => r.time_per_iteration_s.map(|t| (c[x], slowest / t)),
-                    Some(_) => metric_value(metric, r).map(|v| (c[x], v)),
+                .filter_map(|(c, r)| {
+                    let y = match metric_scale(metric) {
+                        None if over.is_some() => over_speedup(c, r),
+                        None => r.time_per_iteration_s.map(|t| slowest / t),
+                        Some(_) => metric_value(metric, r),
+                    };
+                    y.map(|y| (c[x], y, r.feasible))
                 })
                 .collect();
             pts.sort_by_key(|p| p.0);
             (name, pts)
         })
         .collect();
+    // Infeasible points: hollow markers off the lines, and the caption says so.
+    let infeasible = lines.iter().flat_map(|l| &l.1).any(|p| !p.2);
+    let caption = if infeasible {
+        format!("{caption} (hollow: infeasible)")
+            .trim_start()
+            .to_string()
+    } else {
+        caption.to_string()
+    };
     let y_desc = match (metric_scale(metric), over) {
         (None, Some(o)) => format!(
             "speedup over {} = {}",
@@ -1073,7 +1108,7 @@ fn draw_lines(
     };
     let y_area = y_label_area(top);
     let mut chart = ChartBuilder::on(area)
-        .caption(caption, (FONT, 15))
+        .caption(&caption, (FONT, 15))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(y_area)
@@ -1093,11 +1128,16 @@ fn draw_lines(
         let color = distinct(si);
         chart
             .draw_series(LineSeries::new(
-                pts.iter().map(|&(i, y)| (SegmentValue::CenterOf(i), y)),
+                pts.iter()
+                    .filter(|p| p.2)
+                    .map(|&(i, y, _)| (SegmentValue::CenterOf(i), y)),
                 color.stroke_width(2),
             ))?
             .label(name)
             .legend(move |(a, b)| PathElement::new(vec![(a, b), (a + 18, b)], color));
+        chart.draw_series(pts.iter().filter(|p| !p.2).map(|&(i, y, _)| {
+            Circle::new((SegmentValue::CenterOf(i), y), 4, color.stroke_width(1))
+        }))?;
     }
     if series.is_some() || over.is_some_and(|o| study.axes[o].values.len() > 2) {
         chart

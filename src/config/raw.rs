@@ -808,12 +808,58 @@ pub struct StudyAxis {
     pub name: String,
     #[serde(default)]
     pub field: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "finite_values")]
     pub values: Option<Vec<serde_json::Value>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "finite_edits")]
     pub edits: Option<Vec<std::collections::BTreeMap<String, serde_json::Value>>>,
     #[serde(default)]
     pub labels: Option<Vec<String>>,
+}
+
+/// A YAML value as JSON, refusing a non-finite number: JSON holds none, and serde_json would
+/// turn `.nan` or `.inf` into `null`, which unsets the field an axis sets.
+fn finite_json<E: serde::de::Error>(v: serde_yaml::Value) -> Result<serde_json::Value, E> {
+    fn check<E: serde::de::Error>(v: &serde_yaml::Value) -> Result<(), E> {
+        match v {
+            serde_yaml::Value::Number(n) if n.as_f64().is_some_and(|x| !x.is_finite()) => {
+                Err(E::custom(format!(
+                    "{n} is not a finite number (expected a value the field takes)"
+                )))
+            }
+            serde_yaml::Value::Sequence(items) => items.iter().try_for_each(check),
+            serde_yaml::Value::Mapping(m) => m.values().try_for_each(check),
+            serde_yaml::Value::Tagged(t) => check(&t.value),
+            _ => Ok(()),
+        }
+    }
+    check(&v)?;
+    serde_json::to_value(v).map_err(E::custom)
+}
+
+fn finite_values<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<serde_json::Value>>, D::Error> {
+    let raw: Option<Vec<serde_yaml::Value>> = Deserialize::deserialize(d)?;
+    raw.map(|vs| vs.into_iter().map(finite_json).collect())
+        .transpose()
+}
+
+type Edits = Vec<std::collections::BTreeMap<String, serde_json::Value>>;
+
+fn finite_edits<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Edits>, D::Error> {
+    let raw: Option<Vec<std::collections::BTreeMap<String, serde_yaml::Value>>> =
+        Deserialize::deserialize(d)?;
+    raw.map(|edits| {
+        edits
+            .into_iter()
+            .map(|m| {
+                m.into_iter()
+                    .map(|(k, v)| finite_json(v).map(|v| (k, v)))
+                    .collect()
+            })
+            .collect()
+    })
+    .transpose()
 }
 
 /// A plot of the results: `lines` (DeepFlow Fig. 9: performance against `x`, a line per

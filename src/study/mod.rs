@@ -89,6 +89,10 @@ struct Slices {
     ocs: bool,
 }
 
+/// The most points a study may have (the product of its axes' lengths): a million points
+/// of a millisecond each are a quarter of an hour.
+pub const MAX_POINTS: usize = 1_000_000;
+
 /// The most devices a collective study prices in one group: an all-to-all's port loads
 /// over switched fabrics take time quadratic in the devices (0.8 s at 16,384 on DGX A100
 /// nodes).
@@ -186,6 +190,22 @@ impl Outline {
             ));
         }
         let axes = check_axes(&file, &raw.axes)?;
+        let points = axes
+            .iter()
+            .try_fold(1usize, |n, a| n.checked_mul(a.values.len()))
+            .filter(|&n| n <= MAX_POINTS);
+        if points.is_none() {
+            let lengths: Vec<String> = axes.iter().map(|a| a.values.len().to_string()).collect();
+            return Err(ConfigError::invalid(
+                &file,
+                "axes",
+                format!("{} values", lengths.join(" x ")),
+                format!(
+                    "at most {MAX_POINTS} points in all (the product of the axes' lengths); \
+                     split the study into several"
+                ),
+            ));
+        }
         check_plots(&file, &raw.plots, &axes, raw.action)?;
         if raw.action != StudyAction::Both {
             if let Some(i) = raw
@@ -477,6 +497,29 @@ impl Study {
                     study.point_settings(&coords)
                 });
                 checked.map_err(|e| {
+                    // A field the file does not have: the axis's field is wrong, whatever
+                    // its values (the parser's line is of the edited text, not the user's).
+                    if let (
+                        Some(field),
+                        ConfigError::Parse {
+                            file: base,
+                            path,
+                            message,
+                        },
+                    ) = (&raw.axes[i].field, &e)
+                    {
+                        if message.contains("unknown field") {
+                            let message = message
+                                .rfind(" at line ")
+                                .map_or(message.as_str(), |at| &message[..at]);
+                            return ConfigError::invalid(
+                                &file,
+                                format!("axes[{i}].field"),
+                                field,
+                                format!("a field {base} has ({path}: {message})"),
+                            );
+                        }
+                    }
                     let (at, value) = match edits.as_slice() {
                         [one] if raw.axes[i].field.is_some() => {
                             (format!("axes[{i}].values[{k}]"), one.value.clone())
@@ -1332,6 +1375,19 @@ fn check_action_base(file: &str, raw: &StudyFile) -> Result<(), ConfigError> {
                 .map(move |f| (i, f))
         })
         .collect();
+    // base.devices is the device count of every point: an axis on the system file's own
+    // `devices` would be read by nothing.
+    if raw.base.devices.is_some() {
+        if let Some((i, f)) = fields.iter().find(|(_, f)| *f == "system.devices") {
+            return fail(
+                format!("axes[{i}]"),
+                f,
+                "no system.devices axis beside base.devices (base.devices sets every point's \
+                 count): drop base.devices to sweep the system's devices"
+                    .into(),
+            );
+        }
+    }
     let Some((_, key, example)) = own else {
         if raw.base.workload.is_none() {
             return fail("base.workload".into(), "(none)", "a workload file".into());
