@@ -604,3 +604,77 @@ fn a_micro_batch_that_splits_over_the_context_ranks_is_no_faster_with_them() {
         }
     }
 }
+
+/// A search of a training workload runs no serving engine: its flags are refused by name
+/// (not silently ignored, even out of range); an output that cannot be written (a path
+/// under a file) is refused before any work. `--csv` makes the folders it lacks (README:
+/// `--csv out/search.csv`).
+#[test]
+fn search_refuses_serving_flags_on_training_and_outputs_it_cannot_write() {
+    let dir = Scratch::new("search-flags");
+    for flags in [
+        &["--memory-utilization", "1.5"][..],
+        &["--max-batch", "64"],
+        &["--requests", "10"],
+        &["--chunked-prefill"],
+    ] {
+        let args = [
+            &[
+                "search",
+                "--system",
+                "templates/dgx-a100.yaml",
+                "--devices",
+                "8",
+                "--workload",
+                "workloads/gpt-1.7b.yaml",
+            ][..],
+            flags,
+        ]
+        .concat();
+        let (code, _, err) = stackflow(&args);
+        assert_eq!(code, 2, "{flags:?}: {err}");
+        assert!(
+            err.contains(flags[0]) && err.contains("this one trains"),
+            "{flags:?}: {err}"
+        );
+    }
+    let file = dir.write("a-file", "");
+    let (code, _, err) = stackflow(&[
+        "search",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "8",
+        "--plot",
+        &file,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is a file, not a folder"), "{err}");
+    let under = format!("{file}/top.csv");
+    let (code, _, err) = stackflow(&[
+        "search",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "8",
+        "--csv",
+        &under,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("--csv {under}: {file} is a file")),
+        "{err}"
+    );
+    let fresh = dir.path().join("new-folder").join("top.csv");
+    let (code, _, err) = stackflow(&[
+        "search",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--devices",
+        "8",
+        "--csv",
+        &fresh.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(fresh.is_file());
+}

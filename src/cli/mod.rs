@@ -121,8 +121,9 @@ enum Command {
         /// Search strategies as well as budgets (DeepFlow Fig. 10).
         #[arg(long)]
         search_strategy: bool,
-        /// Per-component share bounds: `area: {core: {min: 0.2, max: 0.5}, dram: {fixed: 0.05}}`.
-        #[arg(long)]
+        /// A YAML file of per-component share bounds, e.g. holding
+        /// `area: {core: {min: 0.2, max: 0.5}, dram: {fixed: 0.05}}`.
+        #[arg(long, value_name = "FILE")]
         bounds: Option<PathBuf>,
         /// Restarts (S): the budget's own split, then seeded random starts.
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=crate::opt::budget::MAX_RESTARTS))]
@@ -883,6 +884,40 @@ pub(super) fn output_file(flag: &str, path: &std::path::Path) -> anyhow::Result<
         parent.display()
     );
     Ok(())
+}
+
+/// Refuses an output folder `--flag path` that cannot be made: an existing file, or a path
+/// under one (checked before any work).
+pub(super) fn output_folder(flag: &str, path: &std::path::Path) -> anyhow::Result<()> {
+    if let Some(file) = path.ancestors().find(|p| p.is_file()) {
+        anyhow::bail!(
+            "{flag} {}: {} is a file, not a folder to write into",
+            path.display(),
+            file.display()
+        );
+    }
+    Ok(())
+}
+
+/// Refuses an output file `--flag path` that cannot be written whole where the command makes
+/// the folders it lacks: a directory, or a path under a file (checked before any work).
+pub(super) fn output_file_making_folders(flag: &str, path: &std::path::Path) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !path.is_dir(),
+        "{flag} {}: a directory, not a file to write",
+        path.display()
+    );
+    match path
+        .parent()
+        .and_then(|d| d.ancestors().find(|p| p.is_file()))
+    {
+        Some(file) => anyhow::bail!(
+            "{flag} {}: {} is a file, not a folder to write into",
+            path.display(),
+            file.display()
+        ),
+        None => Ok(()),
+    }
 }
 
 /// The accelerator `predict` runs on, from `--arch` or a budget, and how to describe it.

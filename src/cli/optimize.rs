@@ -230,6 +230,9 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     if let Some(path) = &args.report {
         super::output_file("--report", path)?;
     }
+    if let Some(dir) = &args.out {
+        super::output_folder("--out", dir)?;
+    }
     // The note on the embedded default only when every input is the default's.
     let defaults = args.workload.is_none()
         && args.system.is_none()

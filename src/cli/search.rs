@@ -105,6 +105,12 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
     if let Some(path) = &a.report {
         super::output_file("--report", path)?;
     }
+    if let Some(path) = &a.csv {
+        super::output_file_making_folders("--csv", path)?;
+    }
+    if let Some(dir) = &a.plot {
+        super::output_folder("--plot", dir)?;
+    }
     let (source, workload_file) = match &a.workload {
         Some(p) => (Source::Disk, p.clone()),
         None => (Source::Embedded, PathBuf::from(DEFAULT_WORKLOAD)),
@@ -113,18 +119,16 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
     if workload.serving().is_some() {
         return run_serving(&a, &workload, &workload_file);
     }
-    let e = &a.engine;
-    if e.slo_ttft_ms.is_some()
-        || e.trace.is_some()
-        || e.chunked_prefill
-        || e.no_evict
-        || a.no_disaggregate
-    {
+    let mut serving_flags = a.engine.given();
+    if a.no_disaggregate {
+        serving_flags.push("--no-disaggregate");
+    }
+    if !serving_flags.is_empty() {
         bail!(
-            "{}: --slo-ttft-ms, --slo-tpot-ms, --trace, --chunked-prefill, --no-evict and \
-             --no-disaggregate search a served transformer (a workload with `inference:`); this \
-             one trains",
-            workload_file.display()
+            "{}: {} search a served transformer (a workload with `inference:`), as do the \
+             other engine flags; this one trains",
+            workload_file.display(),
+            serving_flags.join(", ")
         );
     }
     let system = load_system(&a.system, a.slice.as_deref(), &a.host)?;

@@ -104,6 +104,29 @@ pub struct EngineFlags {
 }
 
 /// The SLO of `--slo-ttft-ms` and `--slo-tpot-ms` (both ms), each checked.
+impl EngineFlags {
+    /// The engine flags set away from their defaults, or that take no default, by name: a
+    /// search of a training workload refuses them (it runs no engine).
+    pub fn given(&self) -> Vec<&'static str> {
+        [
+            (self.trace.is_some(), "--trace"),
+            (self.requests != 1000, "--requests"),
+            (self.seed != 0, "--seed"),
+            (self.max_batch != 256, "--max-batch"),
+            (self.max_step_tokens != 8192, "--max-step-tokens"),
+            (self.block_tokens != 16, "--block-tokens"),
+            (self.memory_utilization != 0.9, "--memory-utilization"),
+            (self.chunked_prefill, "--chunked-prefill"),
+            (self.no_evict, "--no-evict"),
+            (self.slo_ttft_ms.is_some(), "--slo-ttft-ms"),
+            (self.slo_tpot_ms.is_some(), "--slo-tpot-ms"),
+        ]
+        .into_iter()
+        .filter_map(|(given, name)| given.then_some(name))
+        .collect()
+    }
+}
+
 pub fn slo_of((ttft_ms, tpot_ms): (f64, f64)) -> anyhow::Result<Slo> {
     for (flag, v) in [("--slo-ttft-ms", ttft_ms), ("--slo-tpot-ms", tpot_ms)] {
         if !(v.is_finite() && v > 0.0) {
