@@ -61,7 +61,7 @@ impl Budget {
                 format!("expected node area >= chip area ({chip_area_mm2} mm2)"),
             ));
         }
-        let tdp_w = check.within("power.tdp_w", raw.power.tdp_w, 0.0, 1e5)?;
+        let tdp_w = check.within("power.tdp_w", raw.power.tdp_w, 1e-6, 1e5)?;
         let perimeter_mm = match raw.perimeter.total_mm {
             Some(p) => check.non_negative("perimeter.total_mm", p)?,
             None => 4.0 * chip_area_mm2.sqrt(),

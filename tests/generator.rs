@@ -652,7 +652,14 @@ fn bad_input_negative_value() {
         "negative",
         "  tdp_w: 300",
         "  tdp_w: -300",
-        &["power.tdp_w = -300", "expected a number in [0, 100000]"],
+        &["power.tdp_w = -300", "expected a number in [1e-6, 100000]"],
+    );
+    // No power, no design: a zero budget is bad input, not a chip of 0 FLOP/s.
+    rejects(
+        "zero-tdp",
+        "  tdp_w: 300",
+        "  tdp_w: 0",
+        &["power.tdp_w = 0", "expected a number in [1e-6, 100000]"],
     );
 }
 
