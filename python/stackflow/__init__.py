@@ -24,6 +24,7 @@ True
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
@@ -412,9 +413,11 @@ def sweep_rows(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
     """One flat dict per point of a sweep's results, ready for ``pandas.DataFrame(rows)``.
 
     The columns are results.csv's: ``index``, one per axis, then the results (strategy,
-    times, speed-ups, feasibility, the design's rates, ...). Values are typed as
-    ``pandas.read_csv`` reads results.csv: axis labels that are numbers become numbers,
-    missing values None, and the starting design's violations one string joined by ``"; "``.
+    times, speed-ups, feasibility, the design's rates, ...). Each value is typed as
+    ``pandas.read_csv`` reads its cell of results.csv, so that ``pandas.DataFrame(rows)``
+    infers the column types ``read_csv`` does: axis labels that are numbers become numbers,
+    whole numbers ints (results.csv writes 2.0 as 2), missing values NaN, and the starting
+    design's violations one string joined by ``"; "``.
 
     >>> rows = stackflow.sweep_rows(stackflow.sweep("studies/dlrm-fabric.yaml"))
     >>> rows[0]["nvlink"], rows[0]["infiniband"], rows[0]["feasible"]
@@ -433,9 +436,19 @@ def sweep_rows(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
             value = point.get(column)
             if column == "initial_violations":
                 value = "; ".join(v["message"] for v in value or []) or None
-            row[column] = value
+            row[column] = _cell(value)
         rows.append(row)
     return rows
+
+
+def _cell(value: Any) -> Any:
+    """A result as a CSV reader types its cell: a missing value NaN, a whole number an int
+    (results.csv writes 2.0 as 2), anything else as it is."""
+    if value is None:
+        return math.nan
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return value
 
 
 def _label(text: str) -> Union[int, float, str]:
@@ -462,6 +475,9 @@ def run(*args: Union[str, "os.PathLike[str]"], **files: Mapping[str, Any]) -> An
     >>> [round(r["with_ocs"], 3) for r in g][:1]
     [0.851]
     """
+    for i, a in enumerate(args):
+        if not isinstance(a, (str, os.PathLike)):
+            raise Error(f"run(...) argument {i} = {a!r}: expected a string (a command, a flag or its value) or a path")
     line = _CommandLine(os.fspath(args[0]) if args else "")
     line.args += [os.fspath(a) for a in args[1:]]
     for name, value in files.items():

@@ -173,6 +173,8 @@ def test_sweep_rows_equal_results_csv_as_pandas_reads_it(tmp_path):
     csv = pandas.read_csv(tmp_path / "s" / "results.csv")
     assert list(frame.columns) == list(csv.columns)
     assert len(frame) == len(csv) == r["counts"]["evaluated"]
+    # The same column types, so that a frame of the rows equals the CSV as read.
+    assert dict(frame.dtypes) == dict(csv.dtypes)
     for column in csv.columns:
         for ours, theirs in zip(frame[column], csv[column]):
             if ours is None or (isinstance(ours, float) and math.isnan(ours)):
@@ -192,7 +194,7 @@ def test_sweep_rows_type_numeric_axis_labels():
     assert study["name"]
     row = stackflow.sweep_rows(results)[0]
     assert (row["node"], row["network_gb_per_s"], row["share"]) == ("N7", 200, 0.5)
-    assert row["initial_violations"] is None and row["time_per_iteration_s"] is None
+    assert math.isnan(row["initial_violations"]) and math.isnan(row["time_per_iteration_s"])
 
 
 # ---- dict inputs equal file inputs -----------------------------------------------------------
@@ -297,6 +299,8 @@ def test_bad_arguments_raise_the_package_error():
         stackflow.search(system="templates/dgx-a100.yaml", exhaustive="yes")
     with pytest.raises(stackflow.Error, match="is not a number, string, list or dict"):
         stackflow.predict({"gemm": {"m": object()}})
+    with pytest.raises(stackflow.Error, match="argument 0 = 1: expected a string"):
+        stackflow.run(1)
     assert issubclass(stackflow.Error, Exception)
 
 
