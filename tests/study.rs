@@ -685,6 +685,26 @@ fn bad_studies_exit_2_naming_the_valid_choices() {
         assert_eq!(code, 2, "{axes}");
         assert!(err.contains(says), "{axes}: {err}");
     }
+    // A whole workload file as a value, with a field of its own misspelt: that value is to
+    // blame, not the axis's field.
+    let lstm = std::fs::read_to_string(root().join("workloads/lstm-sec9.yaml")).unwrap();
+    let typo = dir.write("typo.yaml", &format!("{lstm}typo_field: 3\n"));
+    let s = study(
+        &dir,
+        "typo",
+        &base,
+        "predict",
+        &format!(
+            "  - name: w\n    field: workload\n    values: [{}, {typo}]\n",
+            root().join("workloads/lstm-sec9.yaml").display()
+        ),
+    );
+    let (code, _, err) = stackflow(&["sweep", &s, "--out", &dir.write("o", "")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("axes[0].values[1]") && !err.contains("axes[0].field"),
+        "{err}"
+    );
     let ok = study(
         &dir,
         "ok",
@@ -1065,7 +1085,10 @@ fn a_lines_plot_names_what_it_holds_and_marks_what_does_not_fit() {
         "{svg}"
     );
     assert!(svg.contains("(hollow: infeasible)"), "{svg}");
-    assert!(svg.contains("<circle"), "an infeasible point is drawn");
+    assert!(
+        svg.contains("<circle") && svg.contains("fill=\"none\""),
+        "an infeasible point is drawn hollow"
+    );
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     let points = json["points"].as_array().unwrap();

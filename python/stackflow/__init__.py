@@ -442,9 +442,9 @@ def sweep_rows(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
 
 
 def _cell(value: Any) -> Any:
-    """A result as a CSV reader types its cell: a missing value NaN, a whole number an int
-    (results.csv writes 2.0 as 2), anything else as it is."""
-    if value is None:
+    """A result as a CSV reader types its cell: a missing value or an empty text NaN (an empty
+    cell), a whole number an int (results.csv writes 2.0 as 2), anything else as it is."""
+    if value is None or value == "":
         return math.nan
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)

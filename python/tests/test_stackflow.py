@@ -165,9 +165,11 @@ def test_run_reaches_the_other_commands(cli):
 # ---- sweep rows for pandas ------------------------------------------------------------------
 
 
-def test_sweep_rows_equal_results_csv_as_pandas_reads_it(tmp_path):
+@pytest.mark.parametrize("study", ["dlrm-fabric", "tpu-v4-fig4"])
+def test_sweep_rows_equal_results_csv_as_pandas_reads_it(tmp_path, study):
+    # tpu-v4-fig4 (availability) leaves the training columns and bound_by empty.
     pandas = pytest.importorskip("pandas")
-    r = stackflow.sweep("studies/dlrm-fabric.yaml", out=tmp_path / "s")
+    r = stackflow.sweep(f"studies/{study}.yaml", out=tmp_path / "s")
     rows = stackflow.sweep_rows(r)
     frame = pandas.DataFrame(rows)
     csv = pandas.read_csv(tmp_path / "s" / "results.csv")

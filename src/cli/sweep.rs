@@ -906,7 +906,11 @@ fn plot(study: &Outline, p: &StudyPlot, results: &[PointResult]) -> anyhow::Resu
             .filter_map(|(_, r)| r.time_per_iteration_s)
     };
     let slowest = times().fold(0.0f64, f64::max);
-    let fastest = times().fold(f64::INFINITY, f64::min);
+    // The y range holds every point drawn, infeasible ones too.
+    let fastest = points
+        .iter()
+        .filter_map(|(_, r)| r.time_per_iteration_s)
+        .fold(f64::INFINITY, f64::min);
     // With `over`, each point's time against its reference's: the same coordinates but
     // the first value of that axis.
     let reference: BTreeMap<Vec<usize>, f64> = over.map_or_else(BTreeMap::new, |o| {
@@ -1135,8 +1139,19 @@ fn draw_lines(
             ))?
             .label(name)
             .legend(move |(a, b)| PathElement::new(vec![(a, b), (a + 18, b)], color));
-        chart.draw_series(pts.iter().filter(|p| !p.2).map(|&(i, y, _)| {
-            Circle::new((SegmentValue::CenterOf(i), y), 4, color.stroke_width(1))
+        // Every point a marker (a line of one feasible point draws no line): filled where
+        // it fits, hollow where it does not.
+        chart.draw_series(pts.iter().map(|&(i, y, feasible)| {
+            let style = if feasible {
+                color.filled()
+            } else {
+                color.stroke_width(1)
+            };
+            Circle::new(
+                (SegmentValue::CenterOf(i), y),
+                if feasible { 3 } else { 4 },
+                style,
+            )
         }))?;
     }
     if series.is_some() || over.is_some_and(|o| study.axes[o].values.len() > 2) {

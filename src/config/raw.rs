@@ -828,7 +828,11 @@ fn finite_json<E: serde::de::Error>(v: serde_yaml::Value) -> Result<serde_json::
             }
             serde_yaml::Value::Sequence(items) => items.iter().try_for_each(check),
             serde_yaml::Value::Mapping(m) => m.values().try_for_each(check),
-            serde_yaml::Value::Tagged(t) => check(&t.value),
+            // No field takes a tagged value (serde_json's reader refused them too).
+            serde_yaml::Value::Tagged(t) => Err(E::custom(format!(
+                "a tagged value ({}) is not a value a field takes",
+                t.tag
+            ))),
             _ => Ok(()),
         }
     }
@@ -840,8 +844,16 @@ fn finite_values<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Vec<serde_json::Value>>, D::Error> {
     let raw: Option<Vec<serde_yaml::Value>> = Deserialize::deserialize(d)?;
-    raw.map(|vs| vs.into_iter().map(finite_json).collect())
-        .transpose()
+    raw.map(|vs| {
+        vs.into_iter()
+            .enumerate()
+            .map(|(k, v)| {
+                finite_json(v)
+                    .map_err(|e: D::Error| serde::de::Error::custom(format!("[{k}]: {e}")))
+            })
+            .collect()
+    })
+    .transpose()
 }
 
 type Edits = Vec<std::collections::BTreeMap<String, serde_json::Value>>;

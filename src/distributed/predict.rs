@@ -78,9 +78,14 @@ impl Fitted {
                 workload: fit.graph.name.clone(),
                 message: format!(
                     "tp=overlap runs the tensor-parallel collectives on the compute units \
-                     beside the linear layers, and {} gives no compute.collective_compute_share \
-                     (the share they hold) to price it with",
-                    arch.template
+                     beside the linear layers, and {} gives no {} (the share they hold) to \
+                     price it with",
+                    arch.template,
+                    if arch.pinned.is_some() {
+                        "processor.collective_compute_share"
+                    } else {
+                        "compute.collective_compute_share"
+                    }
                 ),
             });
         }

@@ -553,15 +553,13 @@ pub fn import_system(
     if let Some(n) = s.networks.get(share_tier) {
         let path = format!("networks[{share_tier}].processor_usage");
         let usage = check.within(&path, n.processor_usage, 0.0, 0.999)?;
-        if usage > 0.0 {
-            line(
-                &mut out,
-                2,
-                "collective_compute_share",
-                &num(usage),
-                &format!("{path} (the tier tensor parallelism's collectives run on)"),
-            );
-        }
+        line(
+            &mut out,
+            2,
+            "collective_compute_share",
+            &num(usage),
+            &format!("{path} (the tier tensor parallelism's collectives run on)"),
+        );
     }
     if let Some(m) = &s.mem2 {
         notes.push(format!(

@@ -497,18 +497,21 @@ impl Study {
                     study.point_settings(&coords)
                 });
                 checked.map_err(|e| {
-                    // A field the file does not have: the axis's field is wrong, whatever
-                    // its values (the parser's line is of the edited text, not the user's).
+                    // The axis's own field unknown to its file (the parser stops at the
+                    // path the axis edits, with a plain value there): the field is wrong,
+                    // whatever its values. The parser's line is of the edited text.
                     if let (
                         Some(field),
+                        [edit],
                         ConfigError::Parse {
                             file: base,
                             path,
                             message,
                         },
-                    ) = (&raw.axes[i].field, &e)
+                    ) = (&raw.axes[i].field, edits.as_slice(), &e)
                     {
-                        if message.contains("unknown field") {
+                        let scalar = !(edit.value.is_object() || edit.value.is_array());
+                        if scalar && *path == edit.path && message.contains("unknown field") {
                             let message = message
                                 .rfind(" at line ")
                                 .map_or(message.as_str(), |at| &message[..at]);
