@@ -730,6 +730,96 @@ fn predict_from_a_saved_architecture_matches_predict_from_its_budget() {
     let from_budget = run(&["--budget", "budgets/a100.yaml"]);
     let from_arch = run(&["--arch", &path]);
     assert_close("saved architecture", from_arch, from_budget, 1e-9);
+    // An edited file is checked: numbers out of range, and fields derived from others that
+    // no longer agree with them, are refused by name (they printed negative or infinite
+    // times, or were silently ignored).
+    let v: serde_json::Value = serde_json::from_str(&arch_json).unwrap();
+    for (pointer, value, says) in [
+        ("/core/kernel_launch_s", -1.0, "core.kernel_launch_s = -1"),
+        (
+            "/main_memory/bandwidth_bytes_per_s",
+            -1.0,
+            "main_memory.bandwidth_bytes_per_s = -1",
+        ),
+        ("/core/peak_flops_per_s", -5.0, "core.peak_flops_per_s = -5"),
+        (
+            "/core/throughput_by_precision/bf16",
+            -1.0,
+            "core.throughput_by_precision.bf16 = -1",
+        ),
+        (
+            "/core/sustained_flops_per_s",
+            0.0,
+            "core.sustained_flops_per_s = 0",
+        ),
+        ("/memory_capacity_bytes", 0.0, "memory_capacity_bytes = 0"),
+    ] {
+        let mut edited = v.clone();
+        *edited.pointer_mut(pointer).unwrap() = value.into();
+        let bad = scratch.write("edited.json", &edited.to_string());
+        let (code, _, err) = stackflow(&[
+            "predict",
+            "--workload",
+            "workloads/gemm-8192.yaml",
+            "--arch",
+            &bad,
+        ]);
+        assert_eq!(code, 2, "{pointer}: {err}");
+        assert!(err.contains(&format!("{bad}: {says}")), "{pointer}: {err}");
+    }
+}
+
+/// Output files that would overwrite an input, or each other, are refused before the
+/// run; so is a `--csv` whose folder does not exist (it printed the whole report first).
+#[test]
+fn predict_outputs_never_overwrite_inputs_or_each_other() {
+    let scratch = Scratch::new("outputs-clash");
+    let workload = scratch.write(
+        "w.yaml",
+        &std::fs::read_to_string(root().join("workloads/gemm-8192.yaml")).unwrap(),
+    );
+    let before = std::fs::read_to_string(&workload).unwrap();
+    let csv = scratch.path().join("k.csv").display().to_string();
+    let plot = scratch.path().join("plot").display().to_string();
+    let roofline = scratch
+        .path()
+        .join("plot/roofline.csv")
+        .display()
+        .to_string();
+    let missing = scratch.path().join("nowhere/k.csv").display().to_string();
+    for (extra, says) in [
+        (vec!["--csv", workload.as_str()], "an input of this run"),
+        (vec!["--report", workload.as_str()], "an input of this run"),
+        (
+            vec!["--plot", plot.as_str(), "--csv", roofline.as_str()],
+            "--csv and --plot's roofline.csv name the same file",
+        ),
+        (vec!["--csv", missing.as_str()], "does not exist"),
+    ] {
+        let mut args = vec!["predict", "--workload", workload.as_str()];
+        args.extend(extra.iter().copied());
+        let (code, out, err) = stackflow(&args);
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+        assert!(out.is_empty(), "refused before any work: {out}");
+    }
+    assert_eq!(std::fs::read_to_string(&workload).unwrap(), before);
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-a100.yaml",
+        "--workload",
+        "workloads/gpt-1.7b.yaml",
+        "--csv",
+        &csv,
+        "--trace",
+        &csv,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--csv and --trace name the same file"),
+        "{err}"
+    );
 }
 
 // ------------------------------------------------------------------ bad input

@@ -1734,3 +1734,34 @@ fn madmax_fig9_ablation_row_bytes_do_not_carry_the_spread() {
     assert!(artifact.0 < table2.0 && artifact.1 > table2.1);
     assert!(artifact.0 > 0.8 && artifact.1 < 1.25);
 }
+
+/// A device count a GEMM cannot be split over whole (3 x 5 x 7 over 64 devices: at most
+/// 3 x 4 x 4 parts of powers of two) is refused by name, not dropped (with `--out` the
+/// empty plot hung); an `--out` that is a file is refused before any work.
+#[test]
+fn intensity_refuses_counts_a_gemm_cannot_split_over() {
+    let dir = Scratch::new("intensity-small");
+    let gemm = dir.write(
+        "g357.yaml",
+        "version: 1\nkind: gemm\nm: 3\nk: 5\nn: 7\nprecision: fp16\n",
+    );
+    let out = dir.path().join("out").display().to_string();
+    let (code, _, err) = stackflow(&[
+        "intensity",
+        "--workload",
+        &gemm,
+        "--devices",
+        "1,4,64",
+        "--out",
+        &out,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("devices = 64 (for a 3 x 5 x 7 GEMM)"), "{err}");
+    let (code, out_text, err) = stackflow(&["intensity", "--workload", &gemm, "--devices", "1,4"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out_text.contains("devices"), "{out_text}");
+    let file = dir.write("a-file", "");
+    let (code, _, err) = stackflow(&["intensity", "--workload", &gemm, "--out", &file]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--out") && err.contains("is a file"), "{err}");
+}

@@ -76,6 +76,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     } else {
         a.devices.clone()
     };
+    if let Some(out) = &a.out {
+        super::output_folder("--out", out)?;
+    }
     let points = shard_points(&arch, gemm, &devices)?;
     if a.json {
         super::print_json(&points)?;

@@ -667,6 +667,30 @@ struct PredictArgs {
 
 /// Runs `predict`: distributed on `--system`, else one iteration on one accelerator.
 fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
+    let plot_files = a.plot.as_ref().map(|d| d.join("roofline.csv"));
+    distinct_outputs(
+        &[
+            ("--csv", a.csv.as_deref()),
+            ("--trace", a.trace.as_deref()),
+            ("--report", a.report.as_deref()),
+            ("--plot's roofline.csv", plot_files.as_deref()),
+        ],
+        &[
+            a.workload.as_deref(),
+            a.budget.as_deref(),
+            a.template.as_deref(),
+            a.tech.as_deref(),
+            a.arch.as_deref(),
+            a.system.as_deref(),
+        ],
+    )?;
+    // The chart folder first: a --csv may go into it.
+    if let Some(dir) = &a.plot {
+        plot::prepare(dir)?;
+    }
+    if let Some(path) = &a.csv {
+        output_file("--csv", path)?;
+    }
     if let Some(system) = &a.system {
         return distributed::run(distributed::Args {
             workload: a.workload.as_deref(),
@@ -886,6 +910,40 @@ pub(super) fn output_file(flag: &str, path: &std::path::Path) -> anyhow::Result<
     Ok(())
 }
 
+/// Refuses output files that would overwrite each other or an input of the run (the same
+/// path, as the working directory resolves it): checked before any work.
+pub(super) fn distinct_outputs(
+    outputs: &[(&str, Option<&std::path::Path>)],
+    inputs: &[Option<&std::path::Path>],
+) -> anyhow::Result<()> {
+    let resolved = |p: &std::path::Path| {
+        std::path::absolute(p).map_or_else(|_| p.to_path_buf(), |a| crate::config::normalize(&a))
+    };
+    let given: Vec<(&str, std::path::PathBuf)> = outputs
+        .iter()
+        .filter_map(|(flag, p)| p.map(|p| (*flag, resolved(p))))
+        .collect();
+    for (i, (flag, path)) in given.iter().enumerate() {
+        if let Some((other, _)) = given[..i].iter().find(|(_, q)| q == path) {
+            anyhow::bail!(
+                "{other} and {flag} name the same file {}: give each its own",
+                path.display()
+            );
+        }
+        if inputs
+            .iter()
+            .flatten()
+            .any(|input| resolved(input) == *path)
+        {
+            anyhow::bail!(
+                "{flag} {}: an input of this run; writing it would overwrite the input",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Refuses an output folder `--flag path` that cannot be made: an existing file, or a path
 /// under one (checked before any work).
 pub(super) fn output_folder(flag: &str, path: &std::path::Path) -> anyhow::Result<()> {
@@ -920,6 +978,85 @@ pub(super) fn output_file_making_folders(flag: &str, path: &std::path::Path) -> 
     }
 }
 
+/// A saved architecture's numbers in their ranges, and the fields derived from others
+/// agreeing with them (an edited file could say anything): what `generate` writes passes,
+/// an infeasible design's zeros included (the model reports those as violations).
+fn check_architecture(file: &str, a: &Architecture) -> Result<(), crate::config::ConfigError> {
+    use crate::config::{Checker, ConfigError};
+    let check = Checker { file };
+    let c = &a.core;
+    check.non_negative("core.peak_flops_per_s", c.peak_flops_per_s)?;
+    check.within("core.max_utilization", c.max_utilization, 1e-6, 1.0)?;
+    check.non_negative("core.kernel_launch_s", c.kernel_launch_s)?;
+    check.non_negative("core.frequency_hz", c.frequency_hz)?;
+    for (p, share) in &c.throughput_by_precision {
+        check.positive(
+            &format!("core.throughput_by_precision.{}", p.name()),
+            *share,
+        )?;
+    }
+    for (key, w) in [
+        ("core.idle_power_w", c.idle_power_w),
+        ("core.active_power_w", c.active_power_w),
+    ] {
+        if let Some(w) = w {
+            check.within(key, w, 0.0, crate::template::CHIP_POWER_MAX_W)?;
+        }
+    }
+    if let Some(f) = c.collective_compute_share {
+        check.within("core.collective_compute_share", f, 0.0, 0.999)?;
+    }
+    let m = &a.main_memory;
+    check.non_negative("main_memory.bandwidth_bytes_per_s", m.bandwidth_bytes_per_s)?;
+    check.non_negative("main_memory.capacity_bytes", m.capacity_bytes)?;
+    check.non_negative("main_memory.latency_s", m.latency_s)?;
+    for (i, l) in a.on_chip.iter().enumerate() {
+        check.non_negative(&format!("on_chip[{i}].capacity_bytes"), l.capacity_bytes)?;
+        check.non_negative(
+            &format!("on_chip[{i}].bandwidth_bytes_per_s"),
+            l.bandwidth_bytes_per_s,
+        )?;
+        check.non_negative(&format!("on_chip[{i}].latency_s"), l.latency_s)?;
+    }
+    let agree = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(y.abs());
+    for (key, value, from, source) in [
+        (
+            "peak_flops_per_s",
+            a.peak_flops_per_s,
+            "core.peak_flops_per_s",
+            c.peak_flops_per_s,
+        ),
+        (
+            "core.sustained_flops_per_s",
+            c.sustained_flops_per_s,
+            "core.peak_flops_per_s x core.max_utilization",
+            c.peak_flops_per_s * c.max_utilization,
+        ),
+        (
+            "memory_bandwidth_bytes_per_s",
+            a.memory_bandwidth_bytes_per_s,
+            "main_memory.bandwidth_bytes_per_s",
+            m.bandwidth_bytes_per_s,
+        ),
+        (
+            "memory_capacity_bytes",
+            a.memory_capacity_bytes,
+            "main_memory.capacity_bytes",
+            m.capacity_bytes,
+        ),
+    ] {
+        if !agree(value, source) {
+            return Err(ConfigError::invalid(
+                file,
+                key,
+                value,
+                format!("{from} = {source} (a derived field agrees with what it is derived from)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The accelerator `predict` runs on, from `--arch` or a budget, and how to describe it.
 fn load_architecture(a: &PredictArgs) -> anyhow::Result<(Architecture, String)> {
     Ok(match &a.arch {
@@ -927,6 +1064,7 @@ fn load_architecture(a: &PredictArgs) -> anyhow::Result<(Architecture, String)> 
             let file = path.display().to_string();
             let text = Source::Disk.read(path)?;
             let arch: Architecture = parse_json(&file, &text)?;
+            check_architecture(&file, &arch)?;
             (arch, format!("architecture {file}"))
         }
         None => {

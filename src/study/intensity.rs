@@ -98,6 +98,7 @@ pub fn shard_points(
     let mut evaluator = Evaluator::new(arch);
     let mut out = Vec::new();
     for p in counts {
+        let before = out.len();
         for split in splits(p) {
             let [a, b, c] = split;
             if a > gemm.m || b > gemm.n || c > gemm.k {
@@ -111,6 +112,16 @@ pub fn shard_points(
             };
             let split = Dims { m: a, k: c, n: b };
             out.push(price(&mut evaluator, p, split, &shard));
+        }
+        if out.len() == before {
+            // No way to give every device a part: each dimension splits into at most its
+            // size.
+            return Err(ModelError::Setting {
+                setting: "devices",
+                value: format!("{p} (for a {} x {} x {} GEMM)", gemm.m, gemm.k, gemm.n),
+                expected: "a device count the GEMM splits over whole: m, n and k each into at \
+                           most their size, the parts multiplying to the count",
+            });
         }
     }
     Ok(out)
