@@ -3014,6 +3014,18 @@ fn ocs_slice_goodput_matches_the_papers_reading() {
     let (code, _, err) = common::stackflow(&["availability", "--pod-chips", "100"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--pod-chips = 100"), "{err}");
+    // A value given twice is one row (intensity's device counts likewise).
+    let (code, out, err) = common::stackflow(&[
+        "availability",
+        "--host-availability",
+        "0.99,0.99",
+        "--slices",
+        "64,64,128",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows.len(), 2, "{out}");
 }
 
 /// Fuzz finding (execution 16894 of seed 1): a node of 2^64 - 1 devices made the refusal of

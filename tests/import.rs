@@ -503,3 +503,28 @@ fn calculon_executions_without_an_axis_and_with_overlap_run() {
         imported.notes
     );
 }
+
+/// Two inputs of the same name from different folders would import as the same files, the
+/// later silently over the earlier: refused before anything is written.
+#[test]
+fn inputs_importing_as_the_same_files_are_refused() {
+    let dir = Scratch::new("import-same-name");
+    let original = root().join("tests/import/deepflow/hw-v100.yaml");
+    let text = std::fs::read_to_string(&original).unwrap();
+    let copy = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&copy).unwrap();
+    let copy = copy.join("hw-v100.yaml");
+    std::fs::write(&copy, text).unwrap();
+    let out = dir.path().join("out");
+    let (code, _, err) = stackflow(&[
+        "import",
+        "deepflow",
+        &original.display().to_string(),
+        &copy.display().to_string(),
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("both import as hw-v100-budget.yaml"), "{err}");
+    assert!(!out.exists(), "nothing written");
+}

@@ -102,6 +102,22 @@ pub(crate) fn run(a: Args) -> anyhow::Result<()> {
         };
         imports.push((file, *format, imported));
     }
+    // Two inputs of the same name (from different folders) would write the same files, the
+    // later over the earlier: refused before anything is written.
+    let mut names: Vec<(&str, &str)> = Vec::new();
+    for (file, _, imported) in &imports {
+        for f in &imported.files {
+            if let Some((earlier, _)) = names.iter().find(|(_, n)| *n == f.name) {
+                anyhow::bail!(
+                    "{file} and {earlier} both import as {} in {}: import them into \
+                     different --out folders (or rename one)",
+                    f.name,
+                    a.out.display()
+                );
+            }
+            names.push((file, &f.name));
+        }
+    }
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("creating the output folder {}", a.out.display()))?;
     let mut report = Vec::new();

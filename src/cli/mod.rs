@@ -515,7 +515,14 @@ fn availability(
     let hosts = if hosts.is_empty() {
         vec![0.99, 0.995, 0.999]
     } else {
-        hosts.to_vec()
+        // Each value once, in the order given (intensity's device counts likewise).
+        let mut once: Vec<f64> = Vec::new();
+        for &h in hosts {
+            if !once.contains(&h) {
+                once.push(h);
+            }
+        }
+        once
     };
     // Default slices: the block doubled up to the pod, and three quarters of it (Fig. 4).
     let slices = if slices.is_empty() {
@@ -532,7 +539,13 @@ fn availability(
         s.sort_unstable();
         s
     } else {
-        slices.to_vec()
+        let mut once: Vec<u64> = Vec::new();
+        for &s in slices {
+            if !once.contains(&s) {
+                once.push(s);
+            }
+        }
+        once
     };
     let mut rows = Vec::new();
     for &a in &hosts {
