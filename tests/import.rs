@@ -528,3 +528,25 @@ fn inputs_importing_as_the_same_files_are_refused() {
     assert!(err.contains("both import as hw-v100-budget.yaml"), "{err}");
     assert!(!out.exists(), "nothing written");
 }
+
+/// A DeepFlow hardware file without its TDP (or area budgets) names the key as missing,
+/// not as NaN.
+#[test]
+fn a_deepflow_budget_key_left_out_is_named_missing() {
+    let dir = Scratch::new("import-missing-tdp");
+    let text = std::fs::read_to_string(root().join("tests/import/deepflow/hw-v100.yaml")).unwrap();
+    let without: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("TDP:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(without, text);
+    let file = dir.write("hw-notdp.yaml", &without);
+    let out = dir.path().join("out").display().to_string();
+    let (code, _, err) = stackflow(&["import", "deepflow", &file, "--out", &out]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("power_breakdown.TDP = (missing): a positive number"),
+        "{err}"
+    );
+}

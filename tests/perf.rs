@@ -820,6 +820,25 @@ fn predict_outputs_never_overwrite_inputs_or_each_other() {
         err.contains("--csv and --trace name the same file"),
         "{err}"
     );
+    // A served model on a system lists no kernels: refused before the answer is printed.
+    let (code, out, err) = stackflow(&[
+        "predict",
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--devices",
+        "8",
+        "--workload",
+        "workloads/llama2-70b-decode.yaml",
+        "--strategy",
+        "t8",
+        "--csv",
+        &csv,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("phases' totals") && out.is_empty(),
+        "{out}{err}"
+    );
 }
 
 // ------------------------------------------------------------------ bad input

@@ -61,6 +61,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // A Calculon execution as --strategy: its degrees, and its batch for a Calculon model.
     let execution = super::import::execution(args.strategy)?;
     let workload = super::import::workload(source, &workload_file, execution.as_ref())?;
+    if let (Some(path), Some(_)) = (args.csv, workload.serving()) {
+        bail!(
+            "--csv {}: a served model on a system reports its phases' totals, not kernels or \
+             collectives (see --json; on one accelerator, --budget, --csv lists them)",
+            path.display()
+        );
+    }
     let (budget, template, tech) = args.accelerator;
     let budget = budget.map(super::import::budget).transpose()?;
     let system = load_system_with(args.system, args.slice, args.host, execution.as_ref())?

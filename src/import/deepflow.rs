@@ -1137,15 +1137,19 @@ pub fn import_hardware(file: &str, text: &str) -> Result<Imported, ConfigError> 
     // ---- budget
     let a = &raw.area_breakdown;
     let p = &raw.power_breakdown;
-    let chip = check.positive(
+    // A budget needs all three: a missing one is named as missing, not as NaN.
+    let given = |path: &str, v: Option<f64>| -> Result<f64, ConfigError> {
+        match v {
+            Some(v) => check.positive(path, v),
+            None => Err(fail(&check, path, "(missing)", "a positive number")),
+        }
+    };
+    let chip = given(
         "area_breakdown.proc_chip_area_budget",
-        a.proc_chip_area_budget.unwrap_or(f64::NAN),
+        a.proc_chip_area_budget,
     )?;
-    let node = check.positive(
-        "area_breakdown.device_area_budget",
-        a.device_area_budget.unwrap_or(f64::NAN),
-    )?;
-    let tdp = check.positive("power_breakdown.TDP", p.tdp.unwrap_or(f64::NAN))?;
+    let node = given("area_breakdown.device_area_budget", a.device_area_budget)?;
+    let tdp = given("power_breakdown.TDP", p.tdp)?;
     let mut budget = String::new();
     let _ = writeln!(
         budget,
