@@ -1765,3 +1765,35 @@ fn intensity_refuses_counts_a_gemm_cannot_split_over() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--out") && err.contains("is a file"), "{err}");
 }
+
+/// A journal line holding what no point can (a negative time, a goodput beyond 1: an edited
+/// or damaged file) is refused by line and field when a sweep resumes or shards merge.
+#[test]
+fn a_journal_point_out_of_range_is_refused_by_line() {
+    let dir = Scratch::new("journal-range");
+    let base = sec9_base("templates/deepflow-sec9.yaml") + "  strategy: d512-z2\n";
+    let s = study(
+        &dir,
+        "j",
+        &base,
+        "predict",
+        "  - name: x\n    field: system.fabrics[0].bandwidth_gb_per_s\n    values: [100, 400]\n",
+    );
+    let out = dir.path().join("j-out");
+    let out_s = out.display().to_string();
+    let (code, _, err) = stackflow(&["sweep", &s, "--out", &out_s]);
+    assert_eq!(code, 0, "{err}");
+    let journal = out.join("points.jsonl");
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let first = text.lines().next().unwrap();
+    let mut point: serde_json::Value = serde_json::from_str(first).unwrap();
+    point["time_per_iteration_s"] = (-1.0).into();
+    let bad = text.replacen(first, &point.to_string(), 1);
+    std::fs::write(&journal, bad).unwrap();
+    let (code, _, err) = stackflow(&["sweep", &s, "--out", &out_s, "--resume"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("line 1 (time_per_iteration_s) = -1: expected a number > 0"),
+        "{err}"
+    );
+}

@@ -80,6 +80,31 @@ fn read_journal(path: &Path) -> anyhow::Result<BTreeMap<usize, PointResult>> {
         }
         let p: PointResult = serde_json::from_str(line)
             .with_context(|| format!("{}: line {} is not a point result", path.display(), n + 1))?;
+        // What a point can hold: a time or a speed-up above 0, a goodput a share.
+        let at = |field: &str| format!("{}: line {} ({field})", path.display(), n + 1);
+        for (field, value) in [
+            ("time_per_iteration_s", p.time_per_iteration_s),
+            (
+                "initial_time_per_iteration_s",
+                p.initial_time_per_iteration_s,
+            ),
+            ("speedup", p.speedup),
+        ] {
+            if let Some(v) = value {
+                ensure!(
+                    v.is_finite() && v > 0.0,
+                    "{} = {v}: expected a number > 0",
+                    at(field)
+                );
+            }
+        }
+        if let Some(g) = p.goodput {
+            ensure!(
+                (0.0..=1.0).contains(&g),
+                "{} = {g}: expected a share in [0, 1]",
+                at("goodput")
+            );
+        }
         out.insert(p.index, p);
     }
     Ok(out)
