@@ -155,18 +155,12 @@ impl Template {
                 idle_power_w: raw
                     .compute
                     .idle_power_w
-                    .map(|w| {
-                        check.positive("compute.idle_power_w", w)?;
-                        check.within("compute.idle_power_w", w, 0.0, CHIP_POWER_MAX_W)
-                    })
+                    .map(|w| chip_power(&check, "compute.idle_power_w", w, true))
                     .transpose()?,
                 active_power_w: raw
                     .compute
                     .active_power_w
-                    .map(|w| {
-                        check.non_negative("compute.active_power_w", w)?;
-                        check.within("compute.active_power_w", w, 0.0, CHIP_POWER_MAX_W)
-                    })
+                    .map(|w| chip_power(&check, "compute.active_power_w", w, false))
                     .transpose()?,
                 collective_compute_share: match raw.compute.collective_compute_share {
                     None => None,
@@ -252,6 +246,17 @@ pub const MAX_FAT_TREE_LEVELS: u64 = 8;
 /// The most a chip's idle or active power may be, in W: 100 kW, five times a wafer-scale
 /// engine's ~20 kW (Cerebras CS-2 system power), so that no floor overflows an energy.
 pub const CHIP_POWER_MAX_W: f64 = 1e5;
+
+/// A chip's power figure at `path`: above 0 (`positive`) or at least 0, and at most
+/// [`CHIP_POWER_MAX_W`].
+fn chip_power(check: &Checker, path: &str, w: f64, positive: bool) -> Result<f64, ConfigError> {
+    if positive {
+        check.positive(path, w)?;
+    } else {
+        check.non_negative(path, w)?;
+    }
+    check.within(path, w, 0.0, CHIP_POWER_MAX_W)
+}
 
 /// Checks a topology at `path` (grid sizes, twisted-torus shape, fat-tree levels) and
 /// returns the members a grid topology joins (at most [`MAX_DEVICES`]).

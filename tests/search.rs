@@ -638,43 +638,34 @@ fn search_refuses_serving_flags_on_training_and_outputs_it_cannot_write() {
             "{flags:?}: {err}"
         );
     }
+    // A search of gpt-1.7b's default on 8 A100s with `extra` flags.
+    let on_8 = |extra: &[&str]| {
+        let args = [
+            &[
+                "search",
+                "--system",
+                "templates/dgx-a100.yaml",
+                "--devices",
+                "8",
+            ][..],
+            extra,
+        ]
+        .concat();
+        stackflow(&args)
+    };
     let file = dir.write("a-file", "");
-    let (code, _, err) = stackflow(&[
-        "search",
-        "--system",
-        "templates/dgx-a100.yaml",
-        "--devices",
-        "8",
-        "--plot",
-        &file,
-    ]);
+    let (code, _, err) = on_8(&["--plot", &file]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("is a file, not a folder"), "{err}");
     let under = format!("{file}/top.csv");
-    let (code, _, err) = stackflow(&[
-        "search",
-        "--system",
-        "templates/dgx-a100.yaml",
-        "--devices",
-        "8",
-        "--csv",
-        &under,
-    ]);
+    let (code, _, err) = on_8(&["--csv", &under]);
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains(&format!("--csv {under}: {file} is a file")),
         "{err}"
     );
     let fresh = dir.path().join("new-folder").join("top.csv");
-    let (code, _, err) = stackflow(&[
-        "search",
-        "--system",
-        "templates/dgx-a100.yaml",
-        "--devices",
-        "8",
-        "--csv",
-        &fresh.display().to_string(),
-    ]);
+    let (code, _, err) = on_8(&["--csv", &fresh.display().to_string()]);
     assert_eq!(code, 0, "{err}");
     assert!(fresh.is_file());
 }

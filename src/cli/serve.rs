@@ -57,6 +57,25 @@ pub struct Args {
     json: bool,
 }
 
+/// The engine flags' defaults, in one place for clap and for [`EngineFlags::given`].
+struct EngineDefaults {
+    requests: u64,
+    seed: u64,
+    max_batch: u64,
+    max_step_tokens: u64,
+    block_tokens: u64,
+    memory_utilization: f64,
+}
+
+const ENGINE_DEFAULTS: EngineDefaults = EngineDefaults {
+    requests: 1000,
+    seed: 0,
+    max_batch: 256,
+    max_step_tokens: 8192,
+    block_tokens: 16,
+    memory_utilization: 0.9,
+};
+
 /// The arrivals, the engine's policy and the SLO: `serve`'s and a serving `search`'s.
 #[derive(clap::Args, Debug)]
 pub struct EngineFlags {
@@ -66,24 +85,24 @@ pub struct EngineFlags {
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// Requests simulated (Poisson arrivals; a trace runs all its rows).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=MAX_REQUESTS))]
+    #[arg(long, default_value_t = ENGINE_DEFAULTS.requests, value_parser = clap::value_parser!(u64).range(1..=MAX_REQUESTS))]
     pub requests: u64,
     /// Seed of the arrivals.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = ENGINE_DEFAULTS.seed)]
     seed: u64,
     /// Most sequences running at once per replica (vLLM's max_num_seqs).
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    #[arg(long, default_value_t = ENGINE_DEFAULTS.max_batch, value_parser = clap::value_parser!(u64).range(1..=65536))]
     max_batch: u64,
     /// Most tokens one step takes (vLLM's max_num_batched_tokens): prompt tokens, and with
     /// --chunked-prefill decoding sequences too.
-    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
+    #[arg(long, default_value_t = ENGINE_DEFAULTS.max_step_tokens, value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
     max_step_tokens: u64,
     /// Tokens per KV-cache block.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = ENGINE_DEFAULTS.block_tokens)]
     block_tokens: u64,
     /// Share of device memory the engine uses for weights and KV cache (vLLM's
     /// gpu_memory_utilization).
-    #[arg(long, default_value_t = 0.9)]
+    #[arg(long, default_value_t = ENGINE_DEFAULTS.memory_utilization)]
     memory_utilization: f64,
     /// Mix prompt chunks into decode steps up to --max-step-tokens (Sarathi-Serve, vLLM V1).
     #[arg(long)]
@@ -108,14 +127,21 @@ impl EngineFlags {
     /// The engine flags set away from their defaults, or that take no default, by name: a
     /// search of a training workload refuses them (it runs no engine).
     pub fn given(&self) -> Vec<&'static str> {
+        let d = &ENGINE_DEFAULTS;
         [
             (self.trace.is_some(), "--trace"),
-            (self.requests != 1000, "--requests"),
-            (self.seed != 0, "--seed"),
-            (self.max_batch != 256, "--max-batch"),
-            (self.max_step_tokens != 8192, "--max-step-tokens"),
-            (self.block_tokens != 16, "--block-tokens"),
-            (self.memory_utilization != 0.9, "--memory-utilization"),
+            (self.requests != d.requests, "--requests"),
+            (self.seed != d.seed, "--seed"),
+            (self.max_batch != d.max_batch, "--max-batch"),
+            (
+                self.max_step_tokens != d.max_step_tokens,
+                "--max-step-tokens",
+            ),
+            (self.block_tokens != d.block_tokens, "--block-tokens"),
+            (
+                self.memory_utilization != d.memory_utilization,
+                "--memory-utilization",
+            ),
             (self.chunked_prefill, "--chunked-prefill"),
             (self.no_evict, "--no-evict"),
             (self.slo_ttft_ms.is_some(), "--slo-ttft-ms"),
