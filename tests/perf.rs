@@ -972,6 +972,38 @@ fn a_running_chip_draws_its_active_power_on_one_device() {
     assert!(e.average_power_w > 90.0 + 31.0, "{}", e.average_power_w);
 }
 
+/// The compute units spend energy on the work: a product whose few tiles leave most units
+/// idle in its one wave takes far longer than its FLOPs at the full rate, yet its compute
+/// energy per FLOP is a full product's (the idle units draw only the chip's floor, which
+/// is charged over the whole iteration).
+#[test]
+fn units_idle_in_a_last_wave_spend_no_compute_energy() {
+    let a = arch("budgets/h100.yaml");
+    let per_flop = |m: u64, k: u64, n: u64| {
+        let w = Workload::Gemm(Gemm {
+            m,
+            k,
+            n,
+            precision: Precision::Bf16,
+        });
+        let run = stackflow::perf::as_run(&a, &w.graph());
+        let p = Evaluator::new(&run).predict(&w.graph(), &run.violations);
+        let e = stackflow::perf::energy(&run, &p);
+        let kernel = &p.kernels[0];
+        (
+            e.compute_j / kernel.flops,
+            kernel.detail.compute_s / kernel.flops,
+        )
+    };
+    let (full_j, full_s) = per_flop(8192, 8192, 8192);
+    let (few_j, few_s) = per_flop(128, 8192, 256);
+    assert!(few_s > 4.0 * full_s, "{few_s} s/FLOP against {full_s}");
+    assert!(
+        (few_j / full_j - 1.0).abs() < 1e-9,
+        "{few_j} J/FLOP against {full_j}"
+    );
+}
+
 /// Energy from the technology energies: the parts add up, the average power stays under the
 /// TDP the design was generated for, a compute-bound GEMM draws more of it than a memory-
 /// bound LSTM step, and CO2e is energy x PUE x grid intensity.

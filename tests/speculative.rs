@@ -126,6 +126,33 @@ fn the_speedup_never_exceeds_the_acceptance_bound() {
     }
 }
 
+/// A draft that is never right spends energy for nothing: each token then costs the
+/// drafting and a verification of five positions, more than the plain decode step, in
+/// time and in joules. One that is mostly right saves both: fewer passes over the weights
+/// and less time on the chips' floor per token.
+#[test]
+fn a_draft_never_accepted_costs_energy_per_token() {
+    let dir = Scratch::new("speculative-energy");
+    let (_, plain, _) = predict(&workload(&dir, "plain.yaml", ""));
+    let joules = |r: &Value| r["joules_per_token"].as_f64().unwrap();
+    for (acceptance, dearer) in [(0.0, true), (0.9, false)] {
+        let w = workload(
+            &dir,
+            &format!("a{acceptance}.yaml"),
+            &format!("{{draft: {DRAFT}, tokens: 4, acceptance: {acceptance}}}"),
+        );
+        let (code, r, err) = predict(&w);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(
+            joules(&r) > joules(&plain),
+            dearer,
+            "acceptance {acceptance}: {} J against plain {} J",
+            joules(&r),
+            joules(&plain)
+        );
+    }
+}
+
 /// Bad speculative settings exit 2 naming the field: an acceptance rate outside [0, 1], no
 /// or too many proposals, a draft as large as the model, a draft whose heads do not divide
 /// its width; and a pipelined replica, which the model does not price.

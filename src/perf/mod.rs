@@ -292,6 +292,11 @@ impl std::fmt::Display for Bound {
 pub struct KernelTime {
     pub time_s: f64,
     pub compute_s: f64,
+    /// The work in `compute_s` with every compute unit busy, what the units spend energy
+    /// on: below `compute_s` where a product's tiles leave units idle in its last wave
+    /// (they draw the chip's floor, which is charged over the whole iteration).
+    #[serde(skip)]
+    pub work_s: f64,
     /// Bytes accessed at each level, innermost first.
     pub level_bytes: Vec<f64>,
     /// bytes / bandwidth at each level.
@@ -525,7 +530,9 @@ impl Evaluator {
             cost.level_bytes[main] += weight_bytes;
         }
         let level_s = self.product_level_s(&cost.level_bytes);
-        self.assemble(cost.compute_s, home, cost.level_bytes, level_s, cost.tiles)
+        let mut t = self.assemble(cost.compute_s, home, cost.level_bytes, level_s, cost.tiles);
+        t.work_s = cost.work_s;
+        t
     }
 
     /// A product whose `elements` weights are stored in `f`, narrower than the product's
@@ -557,11 +564,16 @@ impl Evaluator {
         let padded = rows.div_ceil(16) * 16;
         let product_s = 2.0 * padded as f64 * p.k as f64 * p.n as f64 / rate;
         let tensor_core = self.machine.hierarchy.mcu.2 > 1;
-        let compute_s = if rows <= 64 && tensor_core && self.machine.pinned.is_none() {
-            whole.compute_s.min(product_s)
+        // The padded rows pass through the MMAs and spend their energy; idle units do not.
+        let (compute_s, work_s) = if rows <= 64
+            && tensor_core
+            && self.machine.pinned.is_none()
+            && product_s < whole.compute_s
+        {
+            (product_s + widen_s, product_s + widen_s)
         } else {
-            whole.compute_s
-        } + widen_s;
+            (whole.compute_s + widen_s, whole.work_s + widen_s)
+        };
         // Every level the weights cross at their width (all but the per-unit registers,
         // where tiles are widened) carries them so: its traffic scales as the operands'
         // compulsory bytes do; main memory, when the operands live on chip, streams just
@@ -586,13 +598,15 @@ impl Evaluator {
             return self.finish(compute_s, home, whole.level_bytes[home] * ratio, Vec::new());
         }
         let level_s = self.product_level_s(&level_bytes);
-        self.assemble(
+        let mut t = self.assemble(
             compute_s,
             whole.home,
             level_bytes,
             level_s,
             whole.tiles.clone(),
-        )
+        );
+        t.work_s = work_s;
+        t
     }
 
     /// A product's time at each level for its bytes there: main memory at the products'
@@ -662,6 +676,7 @@ impl Evaluator {
         KernelTime {
             time_s: longest + launch_s,
             compute_s,
+            work_s: compute_s,
             level_bytes,
             level_s,
             launch_s,
@@ -929,7 +944,8 @@ impl Evaluator {
 /// (TPU v4 paper Sec. 7.6 for the method of turning it into carbon).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Energy {
-    /// Compute units busy at their operating point: core power x busy time.
+    /// Compute units at work at their operating point: core power x the work's time at
+    /// the full rate (units idle in a last wave are on the floor).
     pub compute_j: f64,
     /// Bytes moved at each memory level x that level's energy per byte (its dynamic power
     /// over its bandwidth; main memory's includes its standby share).
@@ -1004,8 +1020,9 @@ impl EnergyRates {
 
     /// Compute and memory energy of one instance of a kernel, by level (compute first).
     pub fn kernel_j(&self, t: &KernelTime) -> (f64, Vec<f64>) {
-        // Busy time is stretched by the achievable utilization; energy is spent on the work.
-        let compute = self.core_w * t.compute_s * t.utilization;
+        // Busy time is stretched by the achievable utilization and by idle units in a
+        // product's last wave; energy is spent on the work.
+        let compute = self.core_w * t.work_s * t.utilization;
         let memory = t
             .level_bytes
             .iter()

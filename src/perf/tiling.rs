@@ -81,6 +81,9 @@ pub struct GemmCost {
     /// Compute time at the full sustained rate, stretched when units of work are fewer
     /// than bundles.
     pub compute_s: f64,
+    /// The work itself at the full sustained rate, every unit busy: what the units spend
+    /// energy on (those without a tile in the last wave idle, on the chip's floor).
+    pub work_s: f64,
     /// Chosen tile per level below home (None at and above home).
     pub tiles: Vec<Option<Tile>>,
 }
@@ -603,12 +606,14 @@ pub fn search(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
     let mut level_bytes = vec![0.0; levels];
     let mut tiles = vec![None; levels];
     let flops = 2.0 * batch * p.m as f64 * p.k as f64 * p.n as f64;
-    let mut compute_s = flops / rate;
+    let work_s = flops / rate;
+    let mut compute_s = work_s;
     if home == 0 {
         level_bytes[0] = in_registers(h, p);
         return GemmCost {
             level_bytes,
             compute_s,
+            work_s,
             tiles,
         };
     }
@@ -644,6 +649,7 @@ pub fn search(h: &Hierarchy, p: &Problem, home: usize, rate: f64) -> GemmCost {
     GemmCost {
         level_bytes,
         compute_s,
+        work_s,
         tiles,
     }
 }
