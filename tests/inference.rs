@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{root, stackflow};
+use common::{root, stackflow, Scratch};
 use stackflow::config::Source;
 use stackflow::design::{Design, DesignFiles};
 use stackflow::generator::generate;
@@ -172,6 +172,81 @@ fn gqa_decode_reads_each_kv_head_once_and_streams_at_the_capped_bandwidth() {
     );
 }
 
+/// A served model on one accelerator reports the energy of its batch (prefill, then a
+/// decode step per further token, on the chip's floor for the whole request) per output
+/// token and, with a grid intensity, its CO2e per output token; `--kernels` lists the
+/// prefill's and a decode step's kernels.
+#[test]
+fn one_served_accelerator_reports_energy_and_kernels() {
+    let base = [
+        "predict",
+        "--workload",
+        "workloads/llama2-7b-serve.yaml",
+        "--budget",
+        "budgets/h100.yaml",
+        "--grid-kg-per-kwh",
+        "0.4",
+        "--pue",
+        "1.2",
+    ];
+    let (code, out, err) = stackflow(&[&base[..], &["--json"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let e = &v["energy"];
+    let num = |v: &serde_json::Value| v.as_f64().unwrap();
+    let memory: f64 = e["memory_j"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| num(&m[1]))
+        .sum();
+    let total = num(&e["total_j"]);
+    assert!(((num(&e["compute_j"]) + memory + num(&e["static_j"])) / total - 1.0).abs() < 1e-12);
+    let spec = &v["spec"];
+    let tokens = num(&spec["batch"]) * num(&spec["output_tokens"]);
+    assert!((num(&e["joules_per_token"]) * tokens / total - 1.0).abs() < 1e-12);
+    let request_s = tokens / num(&v["tokens_per_s"]);
+    assert!((num(&e["average_power_w"]) * request_s / total - 1.0).abs() < 1e-9);
+    let kg = num(&v["co2e_kg_per_token"]);
+    assert!((kg / (num(&e["joules_per_token"]) / 3.6e6 * 1.2 * 0.4) - 1.0).abs() < 1e-12);
+    let (code, out, err) = stackflow(&[&base[..], &["--kernels"]].concat());
+    assert_eq!(code, 0, "{err}");
+    for says in [
+        "energy / batch",
+        "per token",
+        "kg per output token",
+        "\nprefill (",
+        "\ndecode step (",
+        "mlp down",
+    ] {
+        assert!(out.contains(says), "{says}: {out}");
+    }
+    assert_eq!(out.matches("qkv projection").count(), 2, "{out}");
+    // A batch whose cache does not fit is out of memory by its KV cache, by name.
+    let dir = Scratch::new("served-oom");
+    let text = std::fs::read_to_string(root().join("workloads/llama2-7b-serve.yaml"))
+        .unwrap()
+        .replace(
+            "inference: {batch: 1, prompt_tokens: 128, output_tokens: 128}",
+            "inference: {batch: 64, prompt_tokens: 2048, output_tokens: 2048}",
+        );
+    let w = dir.write("big.yaml", &text);
+    let (code, out, err) = stackflow(&[
+        "predict",
+        "--workload",
+        &w,
+        "--budget",
+        "budgets/a100-40gb.yaml",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "out of memory: 140.6 GiB per device (weights 12.6, KV cache 128.0) > 40.0 GiB"
+        ),
+        "{out}"
+    );
+}
+
 /// One device, one answer: a served model through `--budget` and through a one-device part
 /// of a DGX H100 (its NVSwitch lets 1, 2 or 4 of 8 GPUs serve alone) agree; 3 is refused.
 #[test]
@@ -199,8 +274,14 @@ fn one_device_is_one_answer_and_part_of_a_node_serves() {
         ]
         .concat(),
     );
-    for key in ["time_to_first_token_s", "time_per_output_token_s"] {
-        let (a, b) = (alone[key].as_f64().unwrap(), one[key].as_f64().unwrap());
+    for (key, of_alone) in [
+        ("time_to_first_token_s", "/time_to_first_token_s"),
+        ("time_per_output_token_s", "/time_per_output_token_s"),
+        ("joules_per_token", "/energy/joules_per_token"),
+        ("average_power_w", "/energy/average_power_w"),
+    ] {
+        let a = alone.pointer(of_alone).and_then(|v| v.as_f64()).unwrap();
+        let b = one[key].as_f64().unwrap();
         assert!(
             (a / b - 1.0).abs() < 0.01,
             "{key}: {a} through --budget, {b} on one device"

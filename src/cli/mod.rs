@@ -756,11 +756,34 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
             );
         }
         let p = evaluator.predict_inference(t, spec, &architecture.violations);
+        let energy = crate::perf::inference_energy(&architecture, &p);
+        let carbon = carbon_rates(a.grid_kg_per_kwh, a.pue)?
+            .map(|r| r.kg_per_joule() * energy.joules_per_token);
+        let mut value = serde_json::to_value(&p)?;
+        value["energy"] = serde_json::to_value(&energy)?;
+        if let Some(kg) = carbon {
+            value["co2e_kg_per_token"] = kg.into();
+        }
+        let text = format!(
+            "{}{}{}",
+            predict::render_inference(&p, &architecture),
+            predict::render_energy(
+                &energy,
+                "batch",
+                carbon.map(|kg| (kg, "output token")),
+                "tokens"
+            ),
+            if a.kernels {
+                predict::render_served_kernels(&p)
+            } else {
+                String::new()
+            }
+        );
         if a.json {
-            print_json(&p)?;
+            print_json(&value)?;
         } else {
             println!("Accelerator: {described}.\n");
-            print!("{}", predict::render_inference(&p, &architecture));
+            print!("{text}");
         }
         if let Some(path) = &a.csv {
             predict::write_csv(path, &serde_json::to_value(&p)?)?;
@@ -774,17 +797,13 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
             predict::rooflines(&p.workload, &architecture.template, &charts)?.write(dir)?;
         }
         if let Some(path) = &a.report {
-            let text = format!(
-                "Accelerator: {described}.\n\n{}",
-                predict::render_inference(&p, &architecture)
-            );
+            let text = format!("Accelerator: {described}.\n\n{text}");
             let charts = predict::rooflines(&p.workload, &architecture.template, &charts)?;
             let headline = format!(
                 "time to first token {}, time per output token {}",
                 predict::seconds(p.time_to_first_token_s),
                 predict::seconds(p.time_per_output_token_s)
             );
-            let value = serde_json::to_value(&p)?;
             predict_report(path, &a, (&p.workload, &headline), &text, &charts, &value)?;
         }
         return Ok(Outcome::Done);
@@ -810,7 +829,12 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
         );
         print!(
             "{}",
-            predict::render_energy(&energy, carbon, distributed::unit_of(&wl))
+            predict::render_energy(
+                &energy,
+                "iteration",
+                carbon.map(|kg| (kg, "iteration")),
+                distributed::unit_of(&wl)
+            )
         );
     }
     if let Some(path) = &a.csv {
@@ -828,7 +852,12 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
         let text = format!(
             "Accelerator: {described}.\n\n{}{}",
             predict::render(&prediction, architecture.peak_flops_per_s, a.kernels),
-            predict::render_energy(&energy, carbon, distributed::unit_of(&wl))
+            predict::render_energy(
+                &energy,
+                "iteration",
+                carbon.map(|kg| (kg, "iteration")),
+                distributed::unit_of(&wl)
+            )
         );
         let mut value = serde_json::to_value(&prediction)?;
         value["energy"] = serde_json::to_value(&energy)?;

@@ -49,6 +49,29 @@ pub fn render(p: &Prediction, peak_flops_per_s: f64, kernels: bool) -> String {
         gib(m.activations_bytes)
     );
     let _ = writeln!(s);
+    s.push_str(&class_table(p));
+    if kernels {
+        let _ = writeln!(s);
+        s.push_str(&kernel_table(p));
+    }
+    let _ = writeln!(s);
+    if p.feasible {
+        let _ = writeln!(
+            s,
+            "feasible: the design fits its budget and holds the workload"
+        );
+    } else {
+        let _ = writeln!(s, "INFEASIBLE:");
+        for v in &p.violations {
+            let _ = writeln!(s, "  - {v}");
+        }
+    }
+    s
+}
+
+/// Each kernel class's kernels, FLOPs, time, share and bound.
+fn class_table(p: &Prediction) -> String {
+    let mut s = String::new();
     let _ = writeln!(
         s,
         "{:<11} {:>8} {:>14} {:>12} {:>7}  bound by",
@@ -66,38 +89,39 @@ pub fn render(p: &Prediction, peak_flops_per_s: f64, kernels: bool) -> String {
             c.bound
         );
     }
-    if kernels {
+    s
+}
+
+/// Every kernel: its count, time each and in all, and bound.
+fn kernel_table(p: &Prediction) -> String {
+    let rows: Vec<Vec<String>> = p
+        .kernels
+        .iter()
+        .map(|k| {
+            vec![
+                k.name.clone(),
+                k.count.to_string(),
+                seconds(k.detail.time_s),
+                seconds(k.time_s),
+                k.bound.to_string(),
+            ]
+        })
+        .collect();
+    super::table::aligned(
+        &["kernel", "count", "time each", "total", "bound by"],
+        &rows,
+        &[false, true, true, true, false],
+    )
+}
+
+/// `--kernels` on a served model: the prefill's and a decode step's classes and kernels.
+pub fn render_served_kernels(p: &crate::perf::InferencePrediction) -> String {
+    let mut s = String::new();
+    for (name, pass) in [("prefill", &p.prefill), ("decode step", &p.decode)] {
+        let _ = writeln!(s, "\n{name} ({})", seconds(pass.time_per_iteration_s));
+        s.push_str(&class_table(pass));
         let _ = writeln!(s);
-        let rows: Vec<Vec<String>> = p
-            .kernels
-            .iter()
-            .map(|k| {
-                vec![
-                    k.name.clone(),
-                    k.count.to_string(),
-                    seconds(k.detail.time_s),
-                    seconds(k.time_s),
-                    k.bound.to_string(),
-                ]
-            })
-            .collect();
-        s.push_str(&super::table::aligned(
-            &["kernel", "count", "time each", "total", "bound by"],
-            &rows,
-            &[false, true, true, true, false],
-        ));
-    }
-    let _ = writeln!(s);
-    if p.feasible {
-        let _ = writeln!(
-            s,
-            "feasible: the design fits its budget and holds the workload"
-        );
-    } else {
-        let _ = writeln!(s, "INFEASIBLE:");
-        for v in &p.violations {
-            let _ = writeln!(s, "  - {v}");
-        }
+        s.push_str(&kernel_table(pass));
     }
     s
 }
@@ -171,8 +195,14 @@ pub fn per_unit_energy(joules: f64, unit: &str) -> String {
     }
 }
 
-/// Energy of the iteration and, with a grid intensity, its operational emissions.
-pub fn render_energy(e: &crate::perf::Energy, carbon_kg: Option<f64>, unit: &str) -> String {
+/// Energy of the `period` (an iteration; a served batch) and, with a grid intensity, its
+/// operational emissions with what they are per.
+pub fn render_energy(
+    e: &crate::perf::Energy,
+    period: &str,
+    carbon_kg: Option<(f64, &str)>,
+    unit: &str,
+) -> String {
     let mut s = String::new();
     let memory: Vec<String> = e
         .memory_j
@@ -182,15 +212,16 @@ pub fn render_energy(e: &crate::perf::Energy, carbon_kg: Option<f64>, unit: &str
     let per_unit = per_unit_energy(e.joules_per_token, unit);
     let _ = writeln!(
         s,
-        "\nenergy / iteration  {} (compute {}, {}, floor {}); average {}{per_unit}",
+        "\n{:<19} {} (compute {}, {}, floor {}); average {}{per_unit}",
+        format!("energy / {period}"),
         si(e.total_j, "J"),
         si(e.compute_j, "J"),
         memory.join(", "),
         si(e.static_j, "J"),
         si(e.average_power_w, "W"),
     );
-    if let Some(kg) = carbon_kg {
-        let _ = writeln!(s, "operational CO2e    {kg:.3e} kg per iteration");
+    if let Some((kg, per)) = carbon_kg {
+        let _ = writeln!(s, "operational CO2e    {kg:.3e} kg per {per}");
     }
     s
 }

@@ -903,7 +903,7 @@ impl Evaluator {
         use crate::workload::inference::{
             decode_graph, kv_cache_bytes, mean_context, prefill_graph,
         };
-        let prefill = self.predict(&prefill_graph(w, spec), arch_violations);
+        let mut prefill = self.predict(&prefill_graph(w, spec), arch_violations);
         let context = mean_context(spec);
         // Serving stacks replay each decode step as one captured CUDA graph (vLLM,
         // TensorRT-LLM): one launch per step instead of one per kernel.
@@ -911,6 +911,17 @@ impl Evaluator {
         self.machine.kernel_launch_s = 0.0;
         self.clear_cache();
         let mut decode = self.predict(&decode_graph(w, spec, context), arch_violations);
+        // A served graph's activations are its KV cache: the memory check says so.
+        for v in prefill.violations.iter_mut().chain(&mut decode.violations) {
+            if let Violation::OutOfMemory {
+                activations_bytes,
+                kv_cache_bytes,
+                ..
+            } = v
+            {
+                *kv_cache_bytes += std::mem::take(activations_bytes);
+            }
+        }
         self.machine.kernel_launch_s = launch;
         self.clear_cache();
         decode.time_per_iteration_s += launch;
@@ -1033,9 +1044,8 @@ impl EnergyRates {
     }
 }
 
-/// Energy of `p` on `arch`.
-pub fn energy(arch: &Architecture, p: &Prediction) -> Energy {
-    let rates = EnergyRates::of(arch);
+/// Compute energy and memory energy by level of `p`'s kernels.
+fn kernels_j(rates: &EnergyRates, p: &Prediction) -> (f64, Vec<(String, f64)>) {
     let mut compute_j = 0.0;
     let mut memory_j: Vec<(String, f64)> = rates
         .per_byte
@@ -1049,14 +1059,54 @@ pub fn energy(arch: &Architecture, p: &Prediction) -> Energy {
             slot.1 += j * k.count as f64;
         }
     }
-    let static_j = rates.floor_w * p.time_per_iteration_s;
+    (compute_j, memory_j)
+}
+
+/// The parts of an energy over `time_s` for `units` tokens (or samples).
+fn energy_of(
+    rates: &EnergyRates,
+    (compute_j, memory_j): (f64, Vec<(String, f64)>),
+    time_s: f64,
+    units: f64,
+) -> Energy {
+    let static_j = rates.floor_w * time_s;
     let total_j = compute_j + memory_j.iter().map(|m| m.1).sum::<f64>() + static_j;
     Energy {
         compute_j,
         memory_j,
         static_j,
         total_j,
-        average_power_w: total_j / p.time_per_iteration_s,
-        joules_per_token: total_j / p.tokens_per_iteration.max(1.0),
+        average_power_w: total_j / time_s,
+        joules_per_token: total_j / units.max(1.0),
     }
+}
+
+/// Energy of `p` on `arch`.
+pub fn energy(arch: &Architecture, p: &Prediction) -> Energy {
+    let rates = EnergyRates::of(arch);
+    let work = kernels_j(&rates, p);
+    energy_of(&rates, work, p.time_per_iteration_s, p.tokens_per_iteration)
+}
+
+/// Energy of serving one batch on `arch`: the prefill's kernels, the decode step's for each
+/// of the further `output_tokens - 1` tokens, and the chip's floor over the whole request
+/// (the engine's host work per step included); per token, per output token of the batch.
+pub fn inference_energy(arch: &Architecture, p: &InferencePrediction) -> Energy {
+    let rates = EnergyRates::of(arch);
+    let steps = p.spec.output_tokens.saturating_sub(1) as f64;
+    let (prefill_c, prefill_m) = kernels_j(&rates, &p.prefill);
+    let (decode_c, decode_m) = kernels_j(&rates, &p.decode);
+    let memory = prefill_m
+        .into_iter()
+        .zip(decode_m)
+        .map(|((name, a), (_, b))| (name, a + steps * b))
+        .collect();
+    let time_s = p.time_to_first_token_s + steps * p.time_per_output_token_s;
+    let tokens = (p.spec.batch * p.spec.output_tokens) as f64;
+    energy_of(
+        &rates,
+        (prefill_c + steps * decode_c, memory),
+        time_s,
+        tokens,
+    )
 }
