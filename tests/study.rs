@@ -1796,4 +1796,21 @@ fn a_journal_point_out_of_range_is_refused_by_line() {
         err.contains("line 1 (time_per_iteration_s) = -1: expected a number > 0"),
         "{err}"
     );
+    // A value of the wrong type is named by its field, and text after a point is refused.
+    point["time_per_iteration_s"] = "fast".into();
+    for (line, says) in [
+        (
+            point.to_string(),
+            "points.jsonl: line 1: time_per_iteration_s: invalid type: string \"fast\", expected f64",
+        ),
+        (
+            format!("{first} junk"),
+            "points.jsonl: line 1: (after the value): trailing characters",
+        ),
+    ] {
+        std::fs::write(&journal, text.replacen(first, &line, 1)).unwrap();
+        let (code, _, err) = stackflow(&["sweep", &s, "--out", &out_s, "--resume"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(says), "{says}: {err}");
+    }
 }

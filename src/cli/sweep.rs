@@ -78,8 +78,8 @@ fn read_journal(path: &Path) -> anyhow::Result<BTreeMap<usize, PointResult>> {
         if line.trim().is_empty() {
             continue;
         }
-        let p: PointResult = serde_json::from_str(line)
-            .with_context(|| format!("{}: line {} is not a point result", path.display(), n + 1))?;
+        let p: PointResult =
+            crate::config::parse_json(&format!("{}: line {}", path.display(), n + 1), line)?;
         // What a point can hold: a time or a speed-up above 0, a goodput a share.
         let at = |field: &str| format!("{}: line {} ({field})", path.display(), n + 1);
         for (field, value) in [

@@ -167,18 +167,25 @@ fn field_path(path: String) -> String {
     }
 }
 
-/// Parses JSON text from `file` into `T` (architectures written by `generate --json`),
-/// reporting the field path of any error.
+/// Parses JSON text from `file` into `T` (architectures written by `generate --json`, a
+/// sweep's journal lines), reporting the field path of any error; nothing but whitespace
+/// may follow the value.
 pub fn parse_json<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, ConfigError> {
     let mut deserializer = serde_json::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let path = e.path().to_string();
         ConfigError::Parse {
             file: file.to_string(),
             path: field_path(path),
             message: e.into_inner().to_string(),
         }
-    })
+    })?;
+    deserializer.end().map_err(|e| ConfigError::Parse {
+        file: file.to_string(),
+        path: "(after the value)".to_string(),
+        message: e.to_string(),
+    })?;
+    Ok(value)
 }
 
 /// A number as an error message shows it: in scientific notation when very large or very
