@@ -309,9 +309,16 @@ impl Scope {
     }
 }
 
-/// How the endpoints of one network level are connected.
+/// How the endpoints of one network level are connected. Read through [`TopologyRaw`], so
+/// a field the kind does not take (`size` or `dims` on a switch) is refused by name rather
+/// than ignored.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    deny_unknown_fields,
+    try_from = "TopologyRaw"
+)]
 pub enum Topology {
     Ring,
     FullyConnected,
@@ -331,6 +338,72 @@ pub enum Topology {
     FatTree {
         levels: u64,
     },
+}
+
+/// A topology as a file gives it: its kind and the fields some kinds take.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopologyRaw {
+    kind: TopologyKind,
+    dims: Option<Vec<u64>>,
+    levels: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum TopologyKind {
+    Ring,
+    FullyConnected,
+    Switch,
+    Mesh,
+    Torus,
+    TwistedTorus,
+    FatTree,
+}
+
+impl TryFrom<TopologyRaw> for Topology {
+    type Error = String;
+
+    fn try_from(raw: TopologyRaw) -> Result<Topology, String> {
+        use TopologyKind as K;
+        let name = match raw.kind {
+            K::Ring => "a ring",
+            K::FullyConnected => "a fully connected level",
+            K::Switch => "a switch",
+            K::Mesh => "a mesh",
+            K::Torus => "a torus",
+            K::TwistedTorus => "a twisted torus",
+            K::FatTree => "a fat tree",
+        };
+        let dimensional = matches!(raw.kind, K::Mesh | K::Torus | K::TwistedTorus);
+        if raw.dims.is_some() && !dimensional {
+            return Err(format!(
+                "{name} takes no dims (only a mesh, torus or twisted torus has them; the \
+                 fabric's own size: gives the members of a ring, switch or fat tree)"
+            ));
+        }
+        if raw.levels.is_some() && raw.kind != K::FatTree {
+            return Err(format!("{name} takes no levels (only a fat tree does)"));
+        }
+        let dims = || {
+            raw.dims
+                .clone()
+                .ok_or_else(|| format!("{name} needs its dims, e.g. [4, 4, 4]"))
+        };
+        Ok(match raw.kind {
+            K::Ring => Topology::Ring,
+            K::FullyConnected => Topology::FullyConnected,
+            K::Switch => Topology::Switch,
+            K::Mesh => Topology::Mesh { dims: dims()? },
+            K::Torus => Topology::Torus { dims: dims()? },
+            K::TwistedTorus => Topology::TwistedTorus { dims: dims()? },
+            K::FatTree => Topology::FatTree {
+                levels: raw
+                    .levels
+                    .ok_or_else(|| "a fat tree needs its levels, e.g. 2".to_string())?,
+            },
+        })
+    }
 }
 
 /// Training optimizer, which sets the state kept per parameter and the update traffic.

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_close, root};
+use common::{assert_close, root, Scratch};
 use stackflow::config::Source;
 use stackflow::distributed::predict;
 use stackflow::generator::Architecture;
@@ -306,6 +306,67 @@ fn bad_strategies_and_systems_fail_with_exit_2_and_a_clear_message() {
         err.contains("compose from [4, 4, 4] blocks: 4i x 4j x 4k"),
         "{err}"
     );
+    // A block is checked by its own field: an extent of 0 or beyond its dimension, one
+    // extent per dimension, and only on a dimensional topology.
+    let dir = Scratch::new("dist-block");
+    let pod = std::fs::read_to_string(root().join("templates/tpu-v4-pod.yaml"))
+        .unwrap()
+        .replace(
+            "accelerator: ../",
+            &format!("accelerator: {}/", root().display()),
+        );
+    for (i, (from, to, says)) in [
+        (
+            "block: [4, 4, 4]",
+            "block: [0, 4, 4]",
+            "fabrics[0].block[0] = 0: expected an integer from 1 to 8",
+        ),
+        (
+            "block: [4, 4, 4]",
+            "block: [4, 16, 4]",
+            "fabrics[0].block[1] = 16: expected an integer from 1 to 8",
+        ),
+        (
+            "block: [4, 4, 4]",
+            "block: [4, 4]",
+            "fabrics[0].block = [4, 4]: one extent per dimension of topology.dims ([8, 8, 8]: 3)",
+        ),
+        (
+            "{kind: torus, dims: [8, 8, 8]}",
+            "{kind: ring}",
+            "fabrics[0].block = [4, 4, 4]: no block: blocks compose slices of a torus",
+        ),
+        // A topology takes the fields of its kind and no others.
+        (
+            "{kind: torus, dims: [8, 8, 8]}",
+            "{kind: switch, size: 8}",
+            "fabrics[0].topology.size: unknown field `size`, expected one of `kind`, `dims`, `levels`",
+        ),
+        (
+            "{kind: torus, dims: [8, 8, 8]}",
+            "{kind: fat_tree, dims: [8, 8, 8]}",
+            "fabrics[0].topology: a fat tree takes no dims",
+        ),
+        (
+            "{kind: torus, dims: [8, 8, 8]}",
+            "{kind: torus, levels: 2}",
+            "fabrics[0].topology: a torus takes no levels (only a fat tree does)",
+        ),
+        (
+            "{kind: torus, dims: [8, 8, 8]}",
+            "{kind: mesh}",
+            "fabrics[0].topology: a mesh needs its dims",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        assert!(pod.contains(from));
+        let f = dir.write(&format!("pod{i}.yaml"), &pod.replace(from, to));
+        let (code, _, err) = stackflow(&["predict", "--system", &f]);
+        assert_eq!(code, 2, "{to}: {err}");
+        assert!(err.contains(says), "{to}: {err}");
+    }
     let (code, out, err) = stackflow(&[
         "predict",
         "--system",

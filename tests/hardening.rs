@@ -275,7 +275,15 @@ fn d4_an_endless_iteration_is_infeasible_and_says_why() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("INFEASIBLE"), "{out}");
     assert!(
-        out.contains("time per iteration (gradient sync) is inf: a non-finite result"),
+        out.contains(
+            "time per iteration (gradient sync; fabric infiniband (512 members, 0 B/s per \
+             device) cannot send: the accelerator's network has no bandwidth (no lanes, or no \
+             power)) is inf: a non-finite result"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("energy / iteration  not finite: the iteration's time is not"),
         "{out}"
     );
     assert!(

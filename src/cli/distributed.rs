@@ -303,6 +303,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "\nenergy / iteration  not modelled: a pinned processor (a Calculon system) gives \
              no power figures"
         );
+    } else if !(prediction.energy_j.is_finite() && prediction.time_per_iteration_s.is_finite()) {
+        let _ = writeln!(
+            text,
+            "\nenergy / iteration  not finite: the iteration's time is not (see above)"
+        );
     } else {
         let _ = writeln!(
             text,
@@ -320,8 +325,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             super::predict::per_unit_energy(prediction.joules_per_token, unit_of(&workload))
         );
     }
-    if let Some(kg) = carbon {
-        let _ = writeln!(text, "operational CO2e    {kg:.3e} kg per iteration");
+    match carbon {
+        Some(kg) if kg.is_finite() => {
+            let _ = writeln!(text, "operational CO2e    {kg:.3e} kg per iteration");
+        }
+        Some(_) => {
+            let _ = writeln!(text, "operational CO2e    not finite, as the energy");
+        }
+        None => {}
     }
     if args.json {
         super::print_json(&value).context("writing the prediction")?;

@@ -256,6 +256,8 @@ pub struct LayeredPlan {
     boundaries: Vec<Boundary>,
     memory: Footprint,
     violations: Vec<Violation>,
+    /// [`Network::dead_fabrics`], to say why a time is endless.
+    dead_fabrics: Vec<String>,
     free_end_s: f64,
     devices: u64,
     devices_per_node: u64,
@@ -425,6 +427,7 @@ impl LayeredPlan {
             parts,
             memory,
             violations,
+            dead_fabrics: net.dead_fabrics(),
             devices: net.devices,
             devices_per_node,
             peak_flops_per_s: arch.peak_flops_per_s,
@@ -583,7 +586,11 @@ impl LayeredPlan {
             })
             .collect();
         let mut violations = self.violations.clone();
-        violations.extend(super::predict::non_finite_time(time, &eval.comms));
+        violations.extend(super::predict::non_finite_time(
+            time,
+            &eval.comms,
+            &self.dead_fabrics,
+        ));
         LayeredPrediction {
             workload: graph.name.clone(),
             strategy: self.strategy.to_string(),

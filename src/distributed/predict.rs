@@ -37,6 +37,9 @@ pub struct Fitted {
     devices: u64,
     /// The hosts' work on the tables they hold, if any.
     host: Option<HostReport>,
+    /// The network's fabrics that cannot send ([`Network::dead_fabrics`]), to say why a
+    /// time is endless.
+    dead_fabrics: Vec<String>,
 }
 
 impl Fitted {
@@ -105,6 +108,7 @@ impl Fitted {
             violations,
             devices: net.devices,
             host,
+            dead_fabrics: net.dead_fabrics(),
         })
     }
 
@@ -217,6 +221,7 @@ impl Fitted {
             stages,
             memory: self.memory,
             violations: self.violations,
+            dead_fabrics: self.dead_fabrics,
             rates,
             devices: self.devices,
             peak_flops_per_s: arch.peak_flops_per_s,
@@ -246,6 +251,8 @@ pub struct Plan {
     pub(super) stages: Arc<Vec<Arc<StageWork>>>,
     pub(super) memory: Footprint,
     violations: Vec<Violation>,
+    /// [`Network::dead_fabrics`], to say why a time is endless.
+    dead_fabrics: Vec<String>,
     /// Table-wise sharded embeddings talk to every device at once.
     table_wise: bool,
     /// End of the schedule with free communication.
@@ -597,7 +604,7 @@ impl Plan {
         let energy_j = self.energy_j(&eval);
         let memory = &self.memory;
         let mut violations = self.violations.clone();
-        violations.extend(non_finite_time(time, &eval.comms));
+        violations.extend(non_finite_time(time, &eval.comms, &self.dead_fabrics));
         if time.is_finite() {
             violations.extend(Violation::unless_finite(
                 "energy per iteration (J)",
@@ -658,18 +665,35 @@ impl Plan {
 }
 
 /// Why an iteration's time is not finite, naming the collective that made it so when one
-/// did: nothing such a prediction says can be trusted.
-pub(super) fn non_finite_time(time_s: f64, comms: &[CommReport]) -> Option<Violation> {
+/// did and the fabrics that cannot send (`dead`): nothing such a prediction says can be
+/// trusted.
+pub(super) fn non_finite_time(
+    time_s: f64,
+    comms: &[CommReport],
+    dead: &[String],
+) -> Option<Violation> {
     if time_s.is_finite() {
         return None;
     }
-    let culprit = comms
+    let mut why: Vec<String> = comms
         .iter()
         .find(|c| !c.time_s.is_finite())
-        .map_or("time per iteration".to_string(), |c| {
-            format!("time per iteration ({})", c.name)
-        });
-    Violation::unless_finite(&culprit, time_s)
+        .map(|c| c.name.clone())
+        .into_iter()
+        .collect();
+    if !dead.is_empty() {
+        why.push(format!(
+            "fabric {} cannot send: the accelerator's network has no bandwidth (no lanes, \
+             or no power)",
+            dead.join(", ")
+        ));
+    }
+    let quantity = if why.is_empty() {
+        "time per iteration".to_string()
+    } else {
+        format!("time per iteration ({})", why.join("; "))
+    };
+    Violation::unless_finite(&quantity, time_s)
 }
 
 /// The precision of `graph`'s matrix products (the one most of their FLOPs use) and its

@@ -248,6 +248,23 @@ impl PartialEq for Memo {
 }
 
 impl Network {
+    /// Fabrics whose members cannot send at all (no bandwidth: a network of 0 lanes or
+    /// no power), by name and members: any bytes across them take forever.
+    pub fn dead_fabrics(&self) -> Vec<String> {
+        self.fabrics
+            .iter()
+            .filter(|f| {
+                f.size > 1 && (f.egress_bytes_per_s.is_nan() || f.egress_bytes_per_s <= 0.0)
+            })
+            .map(|f| {
+                format!(
+                    "{} ({} members, {} B/s per device)",
+                    f.name, f.size, f.egress_bytes_per_s
+                )
+            })
+            .collect()
+    }
+
     /// Bisection bandwidth, bytes per second each way: the least bandwidth across any cut
     /// of the devices into halves along one fabric (every device of a member has its own
     /// ports). A torus or mesh is cut across its longest dimension (the wraparound doubles

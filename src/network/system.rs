@@ -304,6 +304,7 @@ impl System {
                 ));
             }
             if let Some(b) = &f.block {
+                check_block(&check, &path, &f.topology, b)?;
                 check_slice(file, &path("topology.dims"), &f.topology, b)?;
             }
             fabrics.push(FabricSpec {
@@ -677,6 +678,46 @@ impl System {
 }
 
 /// Checks that a mesh or torus is made of whole `block`s.
+/// A fabric's `block` itself: on a torus, twisted torus or mesh, one extent per dimension of
+/// its `dims`, each from 1 to that dimension (whether the dims compose from it is
+/// [`check_slice`]'s).
+fn check_block(
+    check: &Checker,
+    path: &dyn Fn(&str) -> String,
+    topology: &Topology,
+    block: &[u64],
+) -> Result<(), ConfigError> {
+    let dims = match topology {
+        Topology::Torus { dims } | Topology::TwistedTorus { dims } | Topology::Mesh { dims } => {
+            dims
+        }
+        _ => {
+            return Err(ConfigError::invalid(
+                check.file,
+                path("block"),
+                format!("{block:?}"),
+                "no block: blocks compose slices of a torus, twisted torus or mesh \
+                 (topology.kind), which this fabric is not",
+            ))
+        }
+    };
+    if block.len() != dims.len() {
+        return Err(ConfigError::invalid(
+            check.file,
+            path("block"),
+            format!("{block:?}"),
+            format!(
+                "one extent per dimension of topology.dims ({dims:?}: {})",
+                dims.len()
+            ),
+        ));
+    }
+    for (j, (&b, &d)) in block.iter().zip(dims).enumerate() {
+        check.count_in(&path(&format!("block[{j}]")), b, d)?;
+    }
+    Ok(())
+}
+
 fn check_slice(
     file: &str,
     path: &str,

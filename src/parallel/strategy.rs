@@ -996,15 +996,31 @@ impl Strategy {
             } else {
                 ("", String::new())
             };
+            // An example that does multiply to the count: tensor up to 8, pipeline up to 4,
+            // data the rest.
+            let gcd = |mut a: u64, mut b: u64| {
+                while b != 0 {
+                    (a, b) = (b, a % b);
+                }
+                a
+            };
+            let t = gcd(devices, 8).max(1);
+            let p = gcd(devices / t, 4).max(1);
+            let example = Strategy {
+                tensor: t,
+                pipeline: p,
+                data: (devices / (t * p)).max(1),
+                ..Strategy::default()
+            };
             return Err(fail(format!(
                 "data x model x pipeline{name} = {} x {} x {}{degree} = {} devices, but the \
                  system has {devices}; the degrees must multiply to the device count (e.g. \
-                 t8-p4-d{} for {devices} devices)",
+                 {example} for {devices} device{})",
                 self.data,
                 self.model_degree(),
                 self.pipeline,
                 self.devices(),
-                (devices / 32).max(1)
+                if devices == 1 { "" } else { "s" }
             )));
         }
         self.structure().map_err(|(_, _, message)| fail(message))
@@ -1318,5 +1334,26 @@ mod tests {
         };
         let e = coded.check_devices(6).unwrap_err().to_string();
         assert!(e.contains("e4 must divide data parallelism d6"), "{e}");
+    }
+
+    /// A strategy on the wrong device count is told of one that fits it, and the example
+    /// itself fits: tensor up to 8, pipeline up to 4, data the rest.
+    #[test]
+    fn a_wrong_device_count_gets_an_example_that_fits() {
+        let s = Strategy {
+            data: 8,
+            ..Strategy::default()
+        };
+        for (devices, example) in [
+            (1, "t1-d1-p1 for 1 device)"),
+            (6, "t2-d3-p1 for 6 devices)"),
+            (24, "t8-d3-p1 for 24 devices)"),
+            (512, "t8-d16-p4 for 512 devices)"),
+        ] {
+            let e = s.check_devices(devices).unwrap_err().to_string();
+            assert!(e.contains(&format!("(e.g. {example}")), "{devices}: {e}");
+            let fits = Strategy::parse(example.split(' ').next().unwrap()).unwrap();
+            assert_eq!(fits.devices(), devices, "{example}");
+        }
     }
 }
