@@ -979,8 +979,9 @@ fn output_head(
     if training {
         g.cross_entropy("softmax cross-entropy", logits, w.loss);
     } else {
+        // Serving: the softmax the next token is sampled from, no loss.
         g.pointwise(
-            "softmax cross-entropy",
+            "sampling softmax",
             KernelClass::Pointwise,
             1,
             logits,
