@@ -972,6 +972,39 @@ fn a_running_chip_draws_its_active_power_on_one_device() {
     assert!(e.average_power_w > 90.0 + 31.0, "{}", e.average_power_w);
 }
 
+/// A TPU MXU (a 128 x 128 weight-stationary systolic array) streams one row a cycle past
+/// the weights it holds, so a product of 16 to 128 rows reading 100 MB of weights is bound by
+/// HBM, each row count at the 1-row product's time, until its FLOPs make it compute-bound;
+/// it never runs below the memory or the compute bound by more than its launch.
+#[test]
+fn a_systolic_array_reuses_its_weights_for_every_row_it_streams() {
+    let a = arch("budgets/tpu-v4.yaml");
+    let time = |m: u64| {
+        let w = Workload::Gemm(Gemm {
+            m,
+            k: 4096,
+            n: 12288,
+            precision: Precision::Bf16,
+        });
+        let run = stackflow::perf::as_run(&a, &w.graph());
+        let p = Evaluator::new(&run).predict(&w.graph(), &run.violations);
+        (p.time_per_iteration_s, p.kernels[0].bound.to_string())
+    };
+    let (one, bound) = time(1);
+    assert_eq!(bound, "hbm");
+    for m in [16, 64, 128] {
+        let (t, bound) = time(m);
+        assert_eq!(bound, "hbm", "{m} rows");
+        assert!(
+            (t / one - 1.0).abs() < 0.01,
+            "{m} rows: {t} s against {one} s"
+        );
+    }
+    let (big, bound) = time(4096);
+    assert_eq!(bound, "compute");
+    assert!(big > one);
+}
+
 /// The compute units spend energy on the work: a product whose few tiles leave most units
 /// idle in its one wave takes far longer than its FLOPs at the full rate, yet its compute
 /// energy per FLOP is a full product's (the idle units draw only the chip's floor, which

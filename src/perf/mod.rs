@@ -122,6 +122,7 @@ impl Machine {
             mcu,
             operand_tile,
             dataflow,
+            systolic,
         } = hierarchy;
         out.extend(capacity_bytes.iter().map(|c| c.to_bits()));
         out.extend(bandwidth_bytes_per_s.iter().map(|b| b.to_bits()));
@@ -134,6 +135,7 @@ impl Machine {
             operand_tile.0,
             operand_tile.1,
             *dataflow as u64,
+            u64::from(*systolic),
         ]);
         if let Some(p) = pinned {
             let Pinned {
@@ -207,6 +209,7 @@ impl Machine {
             mcu,
             operand_tile: (core.operand_tile.rows, core.operand_tile.cols),
             dataflow: core.dataflow,
+            systolic: matches!(core.mcu, McuShape::SystolicArray { .. }),
         };
         Machine {
             levels,

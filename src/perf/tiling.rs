@@ -11,7 +11,8 @@
 //! - B stationary: the mirror image.
 //!
 //! Output write-back is counted at every level. The innermost level's own accesses follow the
-//! dataflow reuse of DeepFlow Eq. 5. The level whose instances are the bundles also sets the
+//! dataflow reuse of DeepFlow Eq. 5, whose reuse K counts what shares the stationary block: a
+//! tensor core's instructions, a systolic array's streamed rows ([`Hierarchy::systolic`]). The level whose instances are the bundles also sets the
 //! compute time: with fewer units of work than bundles, the rest stand idle.
 //!
 //! The search is separable: a level's tile changes only its own row of costs (the traffic it
@@ -42,6 +43,11 @@ pub struct Hierarchy {
     /// Nx x Ny of Eq. 5.
     pub operand_tile: (u64, u64),
     pub dataflow: Dataflow,
+    /// A systolic array: each cycle takes one row (or column, or reduction element) of the
+    /// streamed operands through its Nx x Ny cells, so Eq. 5's reuse K counts rows streamed
+    /// past the stationary block; a tensor core's counts instructions, each `operand_tile`
+    /// rows (or columns, or `mcu.2` of the reduction).
+    pub systolic: bool,
 }
 
 /// Problem: `batch` products (m x k) (k x n) with elements of `bytes`.
@@ -165,9 +171,14 @@ fn eq5_accesses(h: &Hierarchy, p: &Problem, t: &Tile) -> f64 {
     } else {
         t.k
     };
-    let ws = (t.m as f64 / nx).max(1.0);
-    let as_ = (t.n as f64 / ny).max(1.0);
-    let os = (os_extent as f64 / nz).max(1.0);
+    let (sx, sy, sz) = if h.systolic {
+        (1.0, 1.0, 1.0)
+    } else {
+        (nx, ny, nz)
+    };
+    let ws = (t.m as f64 / sx).max(1.0);
+    let as_ = (t.n as f64 / sy).max(1.0);
+    let os = (os_extent as f64 / sz).max(1.0);
     let reuse = match h.dataflow {
         Dataflow::WeightStationary => ws,
         Dataflow::ActivationStationary => as_,
@@ -273,12 +284,13 @@ fn candidates(dim: u64, min: u64) -> Sizes {
 /// The key of `level`'s frontier.
 fn frontier_key(h: &Hierarchy, p: &Problem, level: usize, mins: (u64, u64, u64)) -> FrontierKey {
     let innermost = level == 0;
+    // A systolic array's reuse counts rows, a tensor core's instructions: codes 5-8.
     let dataflow = match h.dataflow {
         Dataflow::WeightStationary => 1,
         Dataflow::ActivationStationary => 2,
         Dataflow::OutputStationary => 3,
         Dataflow::Best => 4,
-    };
+    } + if h.systolic { 4 } else { 0 };
     [
         p.batch,
         p.m,
@@ -688,6 +700,7 @@ mod tests {
                 mcu: (8, 8, 4),
                 operand_tile: (4, 4),
                 dataflow: Dataflow::Best,
+                systolic: false,
             };
             // The innermost level slow enough for Eq. 5's accesses to choose its tiles.
             h.bandwidth_bytes_per_s[0] /= 1e3;
@@ -755,6 +768,7 @@ mod tests {
                 mcu: (8, 8, 4),
                 operand_tile: (4, 4),
                 dataflow: Dataflow::Best,
+                systolic: false,
             };
             let p = Problem { batch: dims[3] % 5 + 1, m: dims[0], k: dims[1], n: dims[2], bytes: 2 };
             let mins = (h.mcu.0.min(p.m), h.mcu.1.min(p.n), h.mcu.2.min(p.k));
@@ -800,6 +814,7 @@ mod tests {
             mcu: (8, 8, 4),
             operand_tile: (26, 62),
             dataflow: Dataflow::Best,
+            systolic: false,
         };
         let p = Problem {
             batch: 1,
@@ -874,6 +889,7 @@ mod tests {
             mcu: (4, 4, 4),
             operand_tile: (4, 4),
             dataflow: Dataflow::WeightStationary,
+            systolic: false,
         };
         let p = Problem {
             batch: 1,
