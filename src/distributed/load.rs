@@ -702,8 +702,9 @@ impl Engine {
             total_max,
         } = lengths;
         // KV capacity of the replica's fullest device, in tokens of whole blocks.
+        // Priced as a prompt of total_max and one output token: a cache of total_max + 1.
         let one = price(1, total_max)?;
-        let per_token = one.kv_cache_bytes / total_max as f64 / s.pipeline as f64;
+        let per_token = one.kv_cache_bytes / (total_max + 1) as f64 / s.pipeline as f64;
         let free = one.memory_capacity_bytes * load.memory_utilization - one.weights_bytes;
         let capacity_tokens = if per_token > 0.0 && free > 0.0 {
             ((free / per_token) as u64).min(u64::MAX / 2) / load.block_tokens * load.block_tokens
