@@ -222,6 +222,22 @@ fn one_served_accelerator_reports_energy_and_kernels() {
         assert!(out.contains(says), "{says}: {out}");
     }
     assert_eq!(out.matches("qkv projection").count(), 2, "{out}");
+    // On a system it has nothing to list: refused, not ignored.
+    let (code, _, err) = stackflow(&[
+        "predict",
+        "--workload",
+        "workloads/llama2-7b-serve.yaml",
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--strategy",
+        "t8",
+        "--kernels",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--kernels lists one accelerator's kernels"),
+        "{err}"
+    );
     // A batch whose cache does not fit is out of memory by its KV cache, by name.
     let dir = Scratch::new("served-oom");
     let text = std::fs::read_to_string(root().join("workloads/llama2-7b-serve.yaml"))

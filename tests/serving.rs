@@ -574,6 +574,66 @@ fn serving_edges_complete_or_are_refused_by_name() {
         err.contains(&format!("{once}: every request arrives at the same time")),
         "{err}"
     );
+    // Without a rate to scale it to, the burst runs as it is.
+    let burst = json(&[&ONE_H100[..], &["--trace", &once]].concat());
+    assert_eq!(burst["load"]["requests"].as_u64(), Some(2), "{burst}");
+    assert_eq!(burst["most_running"].as_u64(), Some(2), "{burst}");
+    // The cache holds as many tokens whatever the requests' lengths (it was priced per
+    // token over one token too few: 81,152 tokens for 2-token requests, 121,712 for 4000).
+    let capacity = |tokens: &str| {
+        let t = dir.write(
+            &format!("kv{tokens}.csv"),
+            &format!("arrival_s,prompt_tokens,output_tokens\n0,{tokens},{tokens}\n0.5,{tokens},{tokens}\n"),
+        );
+        json(&[&ONE_H100[..], &["--trace", &t]].concat())["kv_capacity_tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(capacity("1"), capacity("2000"));
+    // A trace's request must fit the model's context, as a workload's must.
+    let long = dir.write(
+        "long.csv",
+        "arrival_s,prompt_tokens,output_tokens\n0,128,128\n0.1,5000,64\n",
+    );
+    let (code, _, err) = stackflow(&[&ONE_H100[..], &["--trace", &long]].concat());
+    assert_eq!(code, 2);
+    assert!(
+        err.contains(&format!(
+            "{long}: row 2: prompt_tokens + output_tokens = 5000 + 64: at most the model's \
+             4096-token sequence"
+        )),
+        "{err}"
+    );
+    // A step budget below the longest prompt is not kept without chunking: refused.
+    let (code, _, err) = stackflow(
+        &[
+            &ONE_H100[..],
+            &["--rate", "5", "--requests", "20", "--max-step-tokens", "64"],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--max-step-tokens 64: at least the longest prompt (128 tokens)"),
+        "{err}"
+    );
+    // Disaggregated pools whose devices the system cannot take are the command line's.
+    let (code, _, err) = stackflow(&[
+        "serve",
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--prefill",
+        "t4",
+        "--decode",
+        "t8",
+        "--rate",
+        "10",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("command line: --prefill t4 --decode t8 (their devices, 4 + 8) = 12"),
+        "{err}"
+    );
     let (code, _, err) = stackflow(&[
         "search",
         "--system",

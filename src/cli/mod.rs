@@ -623,7 +623,8 @@ struct PredictArgs {
     /// A derived architecture saved by `generate --json`, instead of a budget.
     #[arg(long)]
     arch: Option<PathBuf>,
-    /// List every kernel, not only the per-class breakdown.
+    /// List every kernel, not only the per-class breakdown (one accelerator; a served model's
+    /// prefill and decode step each).
     #[arg(long)]
     kernels: bool,
     /// A system template (templates/dgx-a100.yaml, templates/tpu-v4-pod.yaml): the
@@ -705,6 +706,13 @@ fn predict_command(a: PredictArgs) -> anyhow::Result<Outcome> {
         output_file("--csv", path)?;
     }
     if let Some(system) = &a.system {
+        if a.kernels {
+            bail!(
+                "--kernels lists one accelerator's kernels (--budget, no --system); on a system \
+                 the report gives each layer type's time by phase and the collectives, and \
+                 --csv writes the kernel classes and collectives"
+            );
+        }
         return distributed::run(distributed::Args {
             workload: a.workload.as_deref(),
             system,

@@ -173,8 +173,15 @@ pub struct EngineSetup {
 }
 
 impl EngineFlags {
-    /// Checks the flags and reads the trace; `spec` gives Poisson arrivals their lengths.
-    pub fn setup(&self, spec: &InferenceSpec) -> anyhow::Result<EngineSetup> {
+    /// Checks the flags and reads the trace; `spec` gives Poisson arrivals their lengths, `t`
+    /// the context every request must fit. `scaled`: the trace will be replayed at other rates
+    /// (`--rate`, a goodput search), which needs two different arrival times.
+    pub fn setup(
+        &self,
+        t: &crate::workload::Transformer,
+        spec: &InferenceSpec,
+        scaled: bool,
+    ) -> anyhow::Result<EngineSetup> {
         if self.block_tokens == 0 || self.block_tokens > 1 << 20 {
             bail!(
                 "--block-tokens {}: expected tokens per KV-cache block from 1 to 1048576",
@@ -195,11 +202,31 @@ impl EngineFlags {
         let arrivals = match &self.trace {
             Some(path) => {
                 let trace = Trace::load(Source::Disk, path)?;
-                if !trace.rate_per_s().is_finite() {
+                if !trace.rate_per_s().is_finite() && (scaled || slo.is_some()) {
                     bail!(
                         "{}: every request arrives at the same time; a trace is replayed at \
-                         rates by scaling its gaps, so it needs two different arrival times",
+                         other rates (--rate, a goodput within an SLO) by scaling its gaps, so \
+                         that needs two different arrival times",
                         path.display()
+                    );
+                }
+                // Each request's prompt and answer share the model's context, as a served
+                // workload's must.
+                if let Some((row, r)) = trace
+                    .requests
+                    .iter()
+                    .enumerate()
+                    .find(|(_, r)| r.prompt_tokens.saturating_add(r.output_tokens) > t.sequence)
+                {
+                    bail!(
+                        "{}: row {}: prompt_tokens + output_tokens = {} + {}: at most the \
+                         model's {}-token sequence ({})",
+                        path.display(),
+                        row + 1,
+                        r.prompt_tokens,
+                        r.output_tokens,
+                        t.sequence,
+                        t.name
                     );
                 }
                 Arrivals::Trace(trace)
@@ -210,6 +237,20 @@ impl EngineFlags {
                 seed: self.seed,
             },
         };
+        // A step takes at least one whole prompt without chunking: a budget the user sets
+        // below the longest would not be kept, so it is refused (the default gives way).
+        let longest = arrivals.lengths().prompt_max;
+        if !self.chunked_prefill
+            && self.max_step_tokens != ENGINE_DEFAULTS.max_step_tokens
+            && self.max_step_tokens < longest
+        {
+            bail!(
+                "--max-step-tokens {}: at least the longest prompt ({longest} tokens) without \
+                 --chunked-prefill, where a step prefills whole prompts (vLLM refuses \
+                 max_num_batched_tokens below the model's length likewise)",
+                self.max_step_tokens
+            );
+        }
         let policy = Load {
             rate_per_s: 1.0,
             requests: self.requests,
@@ -258,7 +299,7 @@ pub fn run(a: Args) -> anyhow::Result<Outcome> {
     }
     let (workload, file) = load_served(a.workload.as_deref())?;
     let (t, spec) = workload.serving().expect("checked by load_served");
-    let mut setup = a.engine.setup(spec)?;
+    let mut setup = a.engine.setup(t, spec, a.rate.is_some())?;
     if let Some(clients) = a.concurrency {
         setup.arrivals = Arrivals::Closed {
             clients,
@@ -296,7 +337,12 @@ pub fn run(a: Args) -> anyhow::Result<Outcome> {
                     bail!("--devices {n}: the pools use {np} + {nd} = {devices}");
                 }
             }
-            let transfer = transfer_link(&system, &arch, devices)?;
+            let transfer = transfer_link(&system, &arch, devices).map_err(|e| {
+                e.given_as(
+                    "command line",
+                    &format!("--prefill {p} --decode {d} (their devices, {np} + {nd})"),
+                )
+            })?;
             (
                 Deployment::Disaggregated {
                     prefill,
@@ -396,7 +442,9 @@ fn render(r: &LoadReport, d: &Deployment, devices: u64) -> String {
         r.mean_output_tokens,
         r.layout,
         r.load.requests,
-        if r.load.rate_per_s > 0.0 {
+        if r.load.rate_per_s.is_infinite() {
+            " all at once".to_string()
+        } else if r.load.rate_per_s > 0.0 {
             format!(" at {:.3}/s", r.load.rate_per_s)
         } else {
             String::new()
