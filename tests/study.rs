@@ -640,6 +640,16 @@ fn bad_studies_exit_2_naming_the_valid_choices() {
             "  - name: x\n    field: system.fabrics[0].bandwidth_gb_per_z\n    values: [100]\n",
             "axes[0].field = system.fabrics[0].bandwidth_gb_per_z: a field",
         ),
+        // A later axis's first value (every other axis's values are checked with it) or
+        // field is that axis's fault, not the first axis's.
+        (
+            "  - name: x\n    field: system.fabrics[0].latency_us\n    values: [1, 2]\n  - name: y\n    field: system.fabrics[0].bandwidth_gb_per_s\n    values: [-100, 100]\n",
+            "axes[1].values[0] = -100: a value y accepts",
+        ),
+        (
+            "  - name: x\n    field: system.fabrics[0].latency_us\n    values: [1, 2]\n  - name: y\n    field: system.fabrics[0].bandwidth_gb_per_z\n    values: [100]\n",
+            "axes[1].field = system.fabrics[0].bandwidth_gb_per_z: a field",
+        ),
         // A non-finite value would reach the field as null (unset): refused.
         (
             "  - name: x\n    field: system.fabrics[0].bandwidth_gb_per_s\n    values: [100, .nan]\n",

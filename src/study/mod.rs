@@ -442,7 +442,7 @@ impl Study {
         }
         // Every value on its own against the base: type and unit errors surface now.
         for (i, a) in study.outline.axes.iter().enumerate() {
-            for (k, edits) in a.values.iter().enumerate() {
+            for k in 0..a.values.len() {
                 let mut coords = vec![0; study.outline.axes.len()];
                 coords[i] = k;
                 let checked = study.inputs(&coords).and_then(|(system, _, workload)| {
@@ -497,6 +497,10 @@ impl Study {
                     study.point_settings(&coords)
                 });
                 checked.map_err(|e| {
+                    // The point holds every other axis at its first value: the field the
+                    // error names may be one of theirs.
+                    let (i, k) = blamed_axis(&study.outline.axes, &coords, &e).unwrap_or((i, k));
+                    let (a, edits) = (&study.outline.axes[i], &study.outline.axes[i].values[k]);
                     // The axis's own field unknown to its file (the parser stops at the
                     // path the axis edits, with a plain value there): the field is wrong,
                     // whatever its values. The parser's line is of the edited text.
@@ -1297,6 +1301,25 @@ fn record_machine(r: &mut PointResult, arch: &Architecture, net: Option<&Network
     r.local_bandwidth_bytes_per_s =
         net.and_then(|n| n.fabrics.first().map(|f| f.egress_bytes_per_s));
     r.bisection_bytes_per_s = net.and_then(|n| finite(n.bisection_bytes_per_s()));
+}
+
+/// The axis value at `coords` whose edit the error `e` names (its field path, or the axis
+/// target and path), if any: a point's error may be any of its axes' values.
+fn blamed_axis(axes: &[Axis], coords: &[usize], e: &ConfigError) -> Option<(usize, usize)> {
+    let path = match e {
+        ConfigError::Parse { path, .. } | ConfigError::Invalid { path, .. } => path,
+        _ => return None,
+    };
+    axes.iter().enumerate().find_map(|(j, a)| {
+        let k = coords[j];
+        a.values[k]
+            .iter()
+            .any(|edit| {
+                !edit.path.is_empty()
+                    && (*path == edit.path || *path == format!("{}.{}", edit.target, edit.path))
+            })
+            .then_some((j, k))
+    })
 }
 
 /// Why a served transformer cannot be priced: no strategy.
