@@ -116,7 +116,7 @@ fn optimize_report_of_the_main_command() {
     for text in [
         "the budgets&apos; split, given and optimized",
         "sensitivities at the optimum",
-        "strategies at the given budget",
+        "strategies at the optimized budget",
         "time per iteration by restart",
         "<h2>The numbers (as --json gives them)</h2>",
         "workload: workloads/lstm-sec9.yaml (embedded default)",

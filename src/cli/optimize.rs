@@ -407,7 +407,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         );
         let mut page = super::report::Report::new(&title, &super::command_line());
         page.headline(text.lines().next().unwrap_or_default());
-        let mut charts = charts(&problem.design, &report, &result, co.as_ref())?;
+        let mut charts = charts(&problem, &report, &result, co.as_ref())?;
         // The chip first, the optimizer's convergence last.
         charts.rotate_left(1);
         page.heading("The chip, the shadow prices, the strategies");
@@ -765,7 +765,7 @@ fn render_co_optimization(s: &mut String, co: &CoOptimization) {
         if co.search.pareto.is_empty() {
             "none fits"
         } else {
-            "Pareto front (time vs memory):"
+            "Pareto front (time vs memory) at the optimized budget:"
         }
     );
     let rows: Vec<Vec<String>> = co
@@ -945,7 +945,7 @@ fn write_outputs(
         }
     }
     write("trace.csv", &csv.into_inner()?)?;
-    for (file, _, svg) in charts(&problem.design, report, result, co)? {
+    for (file, _, svg) in charts(problem, report, result, co)? {
         write(file, svg.as_bytes())?;
     }
     Ok(())
@@ -953,9 +953,9 @@ fn write_outputs(
 
 /// The charts of an optimization: (file name, title, SVG) of its convergence, the budgets'
 /// split given and optimized, the sensitivities and, co-optimizing, the strategies' Pareto
-/// front at the given budget.
+/// front at the optimized budget (step (c)'s last search).
 fn charts(
-    design: &Design,
+    problem: &BudgetProblem,
     report: &Report,
     result: &BudgetResult,
     co: Option<&CoOptimization>,
@@ -1021,14 +1021,16 @@ fn charts(
         out.push(("sensitivities.svg", title, svg));
     }
     if let Some(co) = co {
-        // The strategy search at the given budget (step (a)): its front, its choice and
-        // the baseline, against the given design's capacity.
-        let capacity = crate::generator::generate(design).memory_capacity_bytes;
+        // The strategy search at the optimized budget (step (c)'s last): its front and its
+        // choice, against the optimized design's capacity; its base is the strategy the
+        // budgets were optimized for.
+        let optimized = with_shares(&problem.design, &problem.layout, &result.best);
+        let capacity = crate::generator::generate(&optimized).memory_capacity_bytes;
         let title = format!(
-            "{} on {} x {}: strategies at the given budget, time against memory per device",
+            "{} on {} x {}: strategies at the optimized budget, time against memory per device",
             report.workload, report.devices, report.system
         );
-        let svg = super::plot::pareto_svg(&title, &co.search, capacity)?;
+        let svg = super::plot::pareto_svg(&title, &co.search, capacity, "the budgets' strategy")?;
         out.push(("pareto.svg", title, svg));
     }
     Ok(out)

@@ -261,12 +261,13 @@ impl<'a> ParetoPoint<'a> {
 
 /// The strategies a search kept, time per iteration against memory per device: the
 /// fastest that fit (dots), the Pareto front among them (joined), the chosen one (ringed
-/// and named) and the base (named; hollow when it does not fit); the device's capacity as a
-/// dashed line, what lies right of it out of memory.
+/// and named) and the base (named `base_name`; hollow when it does not fit); the device's
+/// capacity as a dashed line, what lies right of it out of memory.
 pub(super) fn pareto_svg(
     title: &str,
     r: &SearchResult,
     capacity_bytes: f64,
+    base_name: &str,
 ) -> anyhow::Result<String> {
     const GIB: f64 = (1u64 << 30) as f64;
     let kept: Vec<ParetoPoint> = r.top.iter().map(ParetoPoint::of).collect();
@@ -430,10 +431,15 @@ pub(super) fn pareto_svg(
             };
         let same = matches!((base, chosen), (Some(b), Some(c)) if b.strategy == c.strategy);
         if let Some(b) = base.filter(|_| !same) {
-            named(b, "base", distinct(3), false)?;
+            named(b, base_name, distinct(3), false)?;
         }
         if let Some(c) = chosen {
-            let what = if same { "chosen (the base)" } else { "chosen" };
+            let what = if same {
+                format!("chosen ({base_name})")
+            } else {
+                "chosen".to_string()
+            };
+            let what = what.as_str();
             named(c, what, distinct(2), true)?;
         }
         chart

@@ -252,7 +252,7 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
         let mut page = super::report::Report::new(&heading, &super::command_line());
         page.headline(text.lines().next().unwrap_or_default());
         page.heading("Pareto front");
-        let svg = super::plot::pareto_svg(&title, &r, arch.memory_capacity_bytes)?;
+        let svg = super::plot::pareto_svg(&title, &r, arch.memory_capacity_bytes, "the base")?;
         page.chart(&svg, Some(&csv_text(&r)?));
         page.text("Search", &text);
         page.tables("The numbers (as --json gives them)", &value);
@@ -629,7 +629,7 @@ fn table(s: &mut String, rows: &[Candidate]) {
 /// it) into `dir`, created if missing; each file atomically.
 fn write_pareto(dir: &Path, title: &str, r: &SearchResult, capacity: f64) -> anyhow::Result<()> {
     super::plot::prepare(dir)?;
-    let svg = super::plot::pareto_svg(title, r, capacity)?;
+    let svg = super::plot::pareto_svg(title, r, capacity, "the base")?;
     let path = dir.join("pareto.svg");
     write_atomic(&path, svg.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     write_csv(&dir.join("pareto.csv"), r)
