@@ -1824,3 +1824,31 @@ fn a_journal_point_out_of_range_is_refused_by_line() {
         assert!(err.contains(says), "{says}: {err}");
     }
 }
+
+/// What a sweep prints says why points could not run, and times too short for seconds in
+/// their own unit: a base strategy the system's devices cannot take (exit 3, nothing ran),
+/// and Zion Fig. 10's collectives in microseconds, without a speedup column.
+#[test]
+fn a_sweep_says_why_points_could_not_run_and_prints_short_times() {
+    let dir = Scratch::new("study-summary");
+    let base = sec9_base("templates/deepflow-sec9.yaml") + "  strategy: d256-z2\n";
+    let s = study(
+        &dir,
+        "badstrat",
+        &base,
+        "predict",
+        "  - name: net\n    field: system.fabrics[0].bandwidth_gb_per_s\n    values: [100, 200]\n",
+    );
+    let out_dir = dir.path().join("badstrat-out").display().to_string();
+    let (code, out, err) = stackflow(&["sweep", &s, "--out", &out_dir]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        out.contains("could not run (2 points): strategy \"t1-d256-p1-z2\": data x model x pipeline = 256 x 1 x 1 = 256 devices, but the system has 512"),
+        "{out}"
+    );
+    let zion = dir.path().join("zion").display().to_string();
+    let (code, out, err) = stackflow(&["sweep", "studies/zion-fig10.yaml", "--out", &zion]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(" us\n") && !out.contains("0.0000 s"), "{out}");
+    assert!(!out.contains("speedup"), "{out}");
+}

@@ -755,6 +755,28 @@ fn summarize(study: &Outline, results: &[PointResult]) -> String {
         counts.infeasible,
         counts.could_not_run
     );
+    // Why points could not run, each reason once with its count (the first few).
+    let mut reasons: Vec<(&str, usize)> = Vec::new();
+    for e in results.iter().filter_map(|r| r.error.as_deref()) {
+        match reasons.iter_mut().find(|(r, _)| *r == e) {
+            Some((_, n)) => *n += 1,
+            None => reasons.push((e, 1)),
+        }
+    }
+    for (reason, n) in reasons.iter().take(3) {
+        let _ = writeln!(
+            s,
+            "  could not run ({n} {}): {reason}",
+            if *n == 1 { "point" } else { "points" }
+        );
+    }
+    if reasons.len() > 3 {
+        let _ = writeln!(
+            s,
+            "  ... {} more reasons (the error column of results.csv)",
+            reasons.len() - 3
+        );
+    }
     let mut fastest: Vec<(f64, &PointResult)> = results
         .iter()
         .filter(|r| r.feasible)
@@ -764,8 +786,11 @@ fn summarize(study: &Outline, results: &[PointResult]) -> String {
     if fastest.is_empty() {
         return s;
     }
-    // A prediction has no speedup over its start.
-    let speedups = !matches!(study.action, StudyAction::Predict);
+    // A prediction, a collective or a slice's goodput has no speedup over its start.
+    let speedups = !matches!(
+        study.action,
+        StudyAction::Predict | StudyAction::Collective | StudyAction::Availability
+    );
     let mut header: Vec<String> = study.axes.iter().map(|a| a.name.clone()).collect();
     header.extend(["strategy", "time / iter"].map(String::from));
     if speedups {
@@ -777,7 +802,7 @@ fn summarize(study: &Outline, results: &[PointResult]) -> String {
         .map(|(t, r)| {
             let mut row = r.labels.clone();
             row.push(r.strategy.clone());
-            row.push(format!("{t:.4} s"));
+            row.push(super::predict::seconds(*t));
             if speedups {
                 // Only over a start that fits.
                 row.push(
