@@ -435,7 +435,7 @@ fn render(r: &LoadReport, d: &Deployment, devices: u64) -> String {
          TPOT              {}\n\
          end to end        {}\n\
          idle TTFT         {:.2} ms (one request alone)\n\
-         engine            KV cache {} tokens per replica, at most {} running, {} preemptions, {} steps\n\
+         engine            KV cache {} tokens per engine (one per replica's pipeline stage), at most {} running on one, {} preemptions, {} steps\n\
          {transfer}",
         r.workload,
         r.mean_prompt_tokens,

@@ -511,8 +511,9 @@ pub struct LoadReport {
     /// Per request with more than one output token: (completion - first token) / (output - 1).
     pub tpot_s: Percentiles,
     pub end_to_end_s: Percentiles,
-    /// Tokens one (decode) replica's KV cache holds (whole blocks), and the most sequences
-    /// that ran at once on one.
+    /// Tokens one (decode) engine's KV cache holds (whole blocks: a replica's, or with
+    /// pipeline stages each of its engines' share), and the most sequences that ran at once
+    /// on one.
     pub kv_capacity_tokens: u64,
     pub most_running: u64,
     pub preemptions: u64,
@@ -648,6 +649,10 @@ pub struct Engine {
     strategy: String,
     /// Replicas sharing the requests.
     replicas: u64,
+    /// Engines per replica: a replica of `p` pipeline stages runs `p` engines, each with its
+    /// own batch and a `p`-th of the cache, so that every stage works on one of them (vLLM's
+    /// virtual engines); each engine's step is one batch's pass through all stages.
+    engines: u64,
     /// Devices of one replica.
     replica_devices: u64,
     policy: Load,
@@ -706,8 +711,11 @@ impl Engine {
         let one = price(1, total_max)?;
         let per_token = one.kv_cache_bytes / (total_max + 1) as f64 / s.pipeline as f64;
         let free = one.memory_capacity_bytes * load.memory_utilization - one.weights_bytes;
+        // The replica's cache, split over its pipeline engines.
+        let engines = s.pipeline.max(1);
         let capacity_tokens = if per_token > 0.0 && free > 0.0 {
-            ((free / per_token) as u64).min(u64::MAX / 2) / load.block_tokens * load.block_tokens
+            ((free / per_token) as u64).min(u64::MAX / 2) / engines / load.block_tokens
+                * load.block_tokens
         } else {
             0
         };
@@ -716,11 +724,16 @@ impl Engine {
         if blocks_for(total_max) > blocks_total {
             return Err(fail(format!(
                 "one request of {total_max} tokens needs {} KV blocks of {}; the devices hold {} \
-                 after the weights at {:.0}% of their memory",
+                 after the weights at {:.0}% of their memory{}",
                 blocks_for(total_max),
                 load.block_tokens,
                 blocks_total,
-                load.memory_utilization * 100.0
+                load.memory_utilization * 100.0,
+                if engines > 1 {
+                    format!(" (for each of the replica's {engines} pipeline engines)")
+                } else {
+                    String::new()
+                }
             )));
         }
         // The most sequences that can run: the batch cap, and the shortest prompts in the
@@ -763,6 +776,7 @@ impl Engine {
             workload: w.name.clone(),
             strategy: Strategy { data: 1, ..*s }.to_string(),
             replicas: s.data,
+            engines,
             replica_devices: s.tensor * s.pipeline * s.context.max(1),
             policy: *policy,
             blocks_total,
@@ -864,7 +878,7 @@ impl Engine {
             }
             SteadyState {
                 batch: b,
-                requests_per_s: rate * self.replicas as f64,
+                requests_per_s: rate * (self.replicas * self.engines) as f64,
                 tpot_s: tpot,
                 ttft_s: ttft,
             }
@@ -928,7 +942,8 @@ impl Engine {
         prefilled: Option<&[f64]>,
         out: &mut Served,
     ) -> Result<(), FitError> {
-        let d = self.replicas.max(1) as usize;
+        // Every engine of every replica takes requests in turn.
+        let d = (self.replicas.max(1) * self.engines.max(1)) as usize;
         // A closed loop's clients start one idle request's time apart in turn, as a
         // benchmark ramps up (identical requests started at once would stay in lockstep in
         // a simulation without jitter).
@@ -940,10 +955,19 @@ impl Engine {
                 return Err(FitError {
                     strategy: self.strategy.clone(),
                     workload: self.workload.clone(),
-                    message: format!(
-                        "a closed loop of {clients} clients on {d} replicas: each replica needs \
-                         a client of its own (at least {d})"
-                    ),
+                    message: if self.engines > 1 {
+                        format!(
+                            "a closed loop of {clients} clients on {d} engines ({} replicas of \
+                             {} pipeline engines): each engine needs a client of its own (at \
+                             least {d})",
+                            self.replicas, self.engines
+                        )
+                    } else {
+                        format!(
+                            "a closed loop of {clients} clients on {d} replicas: each replica \
+                             needs a client of its own (at least {d})"
+                        )
+                    },
                 });
             }
             let first: Vec<usize> = (0..reqs.len())
@@ -1524,7 +1548,7 @@ impl Deployment {
     /// Requests per second it serves swamped (every request at once).
     pub fn capacity_requests_per_s(&self, arrivals: &Arrivals) -> Result<f64, FitError> {
         let e = self.serving_engine();
-        let requests = (4 * e.most).clamp(64, 4096) * e.replicas.max(1);
+        let requests = (4 * e.most).clamp(64, 4096) * e.replicas.max(1) * e.engines.max(1);
         let reqs = arrivals.at_once(requests);
         Ok(self.run(&reqs, "at once", *e.policy())?.requests_per_s)
     }
