@@ -602,6 +602,30 @@ fn serving_edges_complete_or_are_refused_by_name() {
         err.contains(&format!("{once}: every request arrives at the same time")),
         "{err}"
     );
+    // Too few requests for a queue to build: the SLO holds at the search's ceiling, above
+    // what the engine serves swamped, and the figure is printed as the lower bound it is.
+    let (code, out, err) = stackflow(
+        &[
+            &ONE_H100[..],
+            &[
+                "--rate",
+                "10",
+                "--requests",
+                "30",
+                "--slo-ttft-ms",
+                "200",
+                "--slo-tpot-ms",
+                "20",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("goodput           at least ")
+            && out.contains("with 30 requests no queue builds"),
+        "{out}"
+    );
     // Without a rate to scale it to, the burst runs as it is.
     let burst = json(&[&ONE_H100[..], &["--trace", &once]].concat());
     assert_eq!(burst["load"]["requests"].as_u64(), Some(2), "{burst}");
