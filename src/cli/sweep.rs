@@ -1178,6 +1178,18 @@ fn draw_lines(
             _ => String::new(),
         })
         .draw()?;
+    // Where the legend hides the fewest points (as shares of the plot).
+    let shares: Vec<(f64, f64)> = lines
+        .iter()
+        .flat_map(|l| &l.1)
+        .map(|&(i, y, _)| {
+            (
+                (i as f64 + 0.5) / xs.len().max(1) as f64,
+                if top > 0.0 { y / top } else { 0.0 },
+            )
+        })
+        .collect();
+    let legend_rows = lines.len() as f64;
     for (si, (name, pts)) in lines.into_iter().enumerate() {
         let color = distinct(si);
         chart
@@ -1207,17 +1219,68 @@ fn draw_lines(
     if series.is_some() || over.is_some_and(|o| study.axes[o].values.len() > 2) {
         chart
             .configure_series_labels()
-            // Speedups over a reference fall toward 1 at one end: the legend goes high.
-            .position(if over.is_some() {
-                SeriesLabelPosition::UpperRight
-            } else {
-                SeriesLabelPosition::LowerRight
-            })
+            .label_font((FONT, 12))
+            // Speedups over a reference fall toward 1 at one end: the legend prefers high.
+            .position(least_crowded(
+                &shares,
+                (0.4, (0.06 * legend_rows + 0.04).min(0.6)),
+                if over.is_some() {
+                    [
+                        SeriesLabelPosition::UpperRight,
+                        SeriesLabelPosition::UpperLeft,
+                        SeriesLabelPosition::LowerRight,
+                        SeriesLabelPosition::LowerLeft,
+                    ]
+                } else {
+                    [
+                        SeriesLabelPosition::LowerRight,
+                        SeriesLabelPosition::UpperRight,
+                        SeriesLabelPosition::UpperLeft,
+                        SeriesLabelPosition::LowerLeft,
+                    ]
+                },
+            ))
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()?;
     }
     Ok(())
+}
+
+/// The corner of a chart whose legend box (about `width` x `height` of the plot, as shares)
+/// covers the fewest of `points` (x and y as shares of the plot, from the lower left); on a
+/// tie, the first of `corners` in the order given.
+fn least_crowded(
+    points: &[(f64, f64)],
+    (width, height): (f64, f64),
+    corners: [SeriesLabelPosition; 4],
+) -> SeriesLabelPosition {
+    let covered = |c: &SeriesLabelPosition| {
+        let (left, low) = match c {
+            SeriesLabelPosition::UpperLeft => (true, false),
+            SeriesLabelPosition::LowerLeft => (true, true),
+            SeriesLabelPosition::LowerRight => (false, true),
+            _ => (false, false),
+        };
+        points
+            .iter()
+            .filter(|&&(x, y)| {
+                let in_x = if left { x <= width } else { x >= 1.0 - width };
+                let in_y = if low { y <= height } else { y >= 1.0 - height };
+                in_x && in_y
+            })
+            .count()
+    };
+    let mut best = corners[0].clone();
+    let mut fewest = usize::MAX;
+    for c in corners {
+        let n = covered(&c);
+        if n < fewest {
+            fewest = n;
+            best = c;
+        }
+    }
+    best
 }
 
 /// A tick label with an SI prefix: 2.5M, 750k, 12.5.
@@ -1311,9 +1374,10 @@ fn draw_pareto(
             4,
             BLACK.mix(0.6).stroke_width(1),
         ))?;
+        // Half way up: the corners are the legend's.
         chart.draw_series(std::iter::once(Text::new(
             format!("device memory {capacity:.0} GiB"),
-            (capacity, top * 0.97),
+            (capacity, top * 0.5),
             (FONT, 11),
         )))?;
     }
@@ -1361,9 +1425,25 @@ fn draw_pareto(
         )))?;
     }
     if series.is_some() {
+        let shares: Vec<(f64, f64)> = in_panel
+            .iter()
+            .filter_map(|(_, r)| at(r))
+            .map(|(a, b)| ((a - left) / (right - left).max(1e-12), b / top))
+            .collect();
+        let rows = series.map_or(1, |s| study.axes[s].values.len()) as f64;
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            .label_font((FONT, 12))
+            .position(least_crowded(
+                &shares,
+                (0.35, (0.06 * rows + 0.04).min(0.6)),
+                [
+                    SeriesLabelPosition::LowerRight,
+                    SeriesLabelPosition::UpperRight,
+                    SeriesLabelPosition::UpperLeft,
+                    SeriesLabelPosition::LowerLeft,
+                ],
+            ))
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()?;
@@ -1457,6 +1537,7 @@ fn draw_bars(
     if width > 1 {
         chart
             .configure_series_labels()
+            .label_font((FONT, 12))
             .position(SeriesLabelPosition::UpperLeft)
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
@@ -1497,5 +1578,36 @@ fn bar_groups(axes: &PlotAxes, in_panel: &[&Placed]) -> Vec<(&'static str, Measu
             "speedup over the first",
             Box::new(move |r: &PointResult| Some(first? / r.time_per_iteration_s?)),
         )]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The legend goes to the preferred corner unless data sits there, then to the corner
+    /// that hides the fewest points.
+    #[test]
+    fn the_legend_goes_where_it_hides_the_fewest_points() {
+        use SeriesLabelPosition::{LowerLeft, LowerRight, UpperLeft, UpperRight};
+        let order = [LowerRight, UpperRight, UpperLeft, LowerLeft];
+        let name = |p: SeriesLabelPosition| format!("{p:?}");
+        assert_eq!(
+            name(least_crowded(&[], (0.4, 0.3), order.clone())),
+            "LowerRight"
+        );
+        // Goodput falling to zero at the largest slices (TPU v4 Fig. 4): lower right is
+        // taken, upper right is free.
+        let falling = [(0.1, 0.9), (0.5, 0.7), (0.9, 0.05), (0.95, 0.0)];
+        assert_eq!(
+            name(least_crowded(&falling, (0.4, 0.3), order.clone())),
+            "UpperRight"
+        );
+        // Every corner but the lower left holds a point.
+        let corners = [(0.9, 0.9), (0.1, 0.9), (0.9, 0.1)];
+        assert_eq!(
+            name(least_crowded(&corners, (0.4, 0.3), order)),
+            "LowerLeft"
+        );
     }
 }
