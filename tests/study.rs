@@ -650,6 +650,15 @@ fn bad_studies_exit_2_naming_the_valid_choices() {
             "  - name: x\n    field: system.fabrics[0].latency_us\n    values: [1, 2]\n  - name: y\n    field: system.fabrics[0].bandwidth_gb_per_z\n    values: [100]\n",
             "axes[1].field = system.fabrics[0].bandwidth_gb_per_z: a field",
         ),
+        // An index past a list's end, and a resource the machine lacks, are the field's.
+        (
+            "  - name: x\n    field: system.fabrics[7].bandwidth_gb_per_s\n    values: [100]\n",
+            "axes[0].field = system.fabrics[7].bandwidth_gb_per_s: a field",
+        ),
+        (
+            "  - name: x\n    field: system.fabrics[0].latency_us\n    values: [1, 2]\n  - name: y\n    field: scale.computex\n    values: [2]\n",
+            "axes[1].field = scale.computex: scale.<resource>, one of [compute,",
+        ),
         // A non-finite value would reach the field as null (unset): refused.
         (
             "  - name: x\n    field: system.fabrics[0].bandwidth_gb_per_s\n    values: [100, .nan]\n",

@@ -527,6 +527,31 @@ impl Study {
                             );
                         }
                     }
+                    // A list index past the list's end (or into what is no list) is the
+                    // field's fault too.
+                    if let (
+                        Some(field),
+                        [edit],
+                        ConfigError::Invalid {
+                            file: base,
+                            path,
+                            expected,
+                            ..
+                        },
+                    ) = (&raw.axes[i].field, edits.as_slice(), &e)
+                    {
+                        if *path == edit.path
+                            && (expected.starts_with("an index of")
+                                || expected.ends_with("is not a list"))
+                        {
+                            return ConfigError::invalid(
+                                &file,
+                                format!("axes[{i}].field"),
+                                field,
+                                format!("a field {base} has ({path}: {expected})"),
+                            );
+                        }
+                    }
                     let (at, value) = match edits.as_slice() {
                         [one] if raw.axes[i].field.is_some() => {
                             (format!("axes[{i}].values[{k}]"), one.value.clone())
@@ -1521,6 +1546,15 @@ fn check_axes(file: &str, raw: &[StudyAxis]) -> Result<Vec<Axis>, ConfigError> {
         let at = |k: &str| format!("axes[{i}].{k}");
         let split = |field_at: String, field: &str| -> Result<(String, String), ConfigError> {
             match field.split_once('.') {
+                // A multiplier names a resource the machine has.
+                Some(("scale", rest)) if !Scaling::NAMES.contains(&rest) => {
+                    Err(ConfigError::invalid(
+                        &file,
+                        field_at,
+                        field,
+                        format!("scale.<resource>, one of [{}]", Scaling::NAMES.join(", ")),
+                    ))
+                }
                 Some((target, rest)) if TARGETS.contains(&target) && !rest.is_empty() => {
                     Ok((target.to_string(), rest.to_string()))
                 }
