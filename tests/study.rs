@@ -1861,3 +1861,29 @@ fn a_sweep_says_why_points_could_not_run_and_prints_short_times() {
     assert!(out.contains(" us\n") && !out.contains("0.0000 s"), "{out}");
     assert!(!out.contains("speedup"), "{out}");
 }
+
+/// A value past the first that breaks a check spanning two fields is itself to blame (every
+/// first value passed together), not the first value of the other field the error names.
+#[test]
+fn a_later_value_breaking_a_check_of_two_fields_is_blamed() {
+    let dir = Scratch::new("study-two-fields");
+    let r = root();
+    let base = format!(
+        "base:\n  system: {}\n  workload: {}\n  devices: 8\n  strategy: t8\n",
+        r.join("templates/dgx-a100.yaml").display(),
+        r.join("workloads/llama2-70b.yaml").display()
+    );
+    let s = study(
+        &dir,
+        "heads",
+        &base,
+        "predict",
+        "  - name: heads\n    field: workload.heads\n    values: [64, 32]\n  - name: hidden\n    field: workload.hidden\n    values: [8192, 8200]\n",
+    );
+    let (code, _, err) = stackflow(&["sweep", &s, "--out", &dir.write("o", "")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("axes[1].values[1] = 8200: a value hidden accepts"),
+        "{err}"
+    );
+}

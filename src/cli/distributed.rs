@@ -306,7 +306,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else if !(prediction.energy_j.is_finite() && prediction.time_per_iteration_s.is_finite()) {
         let _ = writeln!(
             text,
-            "\nenergy / iteration  not finite: the iteration's time is not (see above)"
+            "\nenergy / iteration  not finite: {} (see above)",
+            if prediction.time_per_iteration_s.is_finite() {
+                "a non-finite result"
+            } else {
+                "the iteration's time is not"
+            }
         );
     } else {
         let _ = writeln!(

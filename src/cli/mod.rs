@@ -147,7 +147,8 @@ enum Command {
         /// With --slo-ttft-ms: the p99 TPOT bound, ms.
         #[arg(long, requires = "slo_ttft_ms")]
         slo_tpot_ms: Option<f64>,
-        /// A served transformer: the engine's batch cap per replica (vLLM's max_num_seqs).
+        /// A served transformer: the engine's batch cap (vLLM's max_num_seqs), per replica or per
+        /// pipelined replica's engine.
         #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65536))]
         max_batch: u64,
         /// Directory for budget.yaml, report.json, trace.csv and the charts

@@ -269,7 +269,7 @@ pub fn run(a: SearchArgs) -> anyhow::Result<Outcome> {
 /// The serving search ([`crate::opt::search::serving`]) of a served transformer.
 fn run_serving(a: &SearchArgs, workload: &Workload, file: &Path) -> anyhow::Result<Outcome> {
     let (t, spec) = workload.serving().expect("a serving workload");
-    let setup = a.engine.setup(t, spec, true)?;
+    let setup = a.engine.setup(t, spec, true, true)?;
     let Some(slo) = setup.slo else {
         bail!(
             "{}: a serving workload is searched by goodput within an SLO: give --slo-ttft-ms and \

@@ -90,7 +90,8 @@ pub struct EngineFlags {
     /// Seed of the arrivals.
     #[arg(long, default_value_t = ENGINE_DEFAULTS.seed)]
     seed: u64,
-    /// Most sequences running at once per replica (vLLM's max_num_seqs).
+    /// Most sequences running at once per engine (vLLM's max_num_seqs): a replica, or each of
+    /// a pipelined replica's engines, one per stage.
     #[arg(long, default_value_t = ENGINE_DEFAULTS.max_batch, value_parser = clap::value_parser!(u64).range(1..=65536))]
     max_batch: u64,
     /// Most tokens one step takes (vLLM's max_num_batched_tokens): prompt tokens, and with
@@ -175,12 +176,14 @@ pub struct EngineSetup {
 impl EngineFlags {
     /// Checks the flags and reads the trace; `spec` gives Poisson arrivals their lengths, `t`
     /// the context every request must fit. `scaled`: the trace will be replayed at other rates
-    /// (`--rate`, a goodput search), which needs two different arrival times.
+    /// (`--rate`, a goodput search), which needs two different arrival times. `searched`: a
+    /// serving search, which tries deployments without chunked prefill whatever the flag.
     pub fn setup(
         &self,
         t: &crate::workload::Transformer,
         spec: &InferenceSpec,
         scaled: bool,
+        searched: bool,
     ) -> anyhow::Result<EngineSetup> {
         if self.block_tokens == 0 || self.block_tokens > 1 << 20 {
             bail!(
@@ -219,9 +222,10 @@ impl EngineFlags {
                     .find(|(_, r)| r.prompt_tokens.saturating_add(r.output_tokens) > t.sequence)
                 {
                     bail!(
-                        "{}: row {}: prompt_tokens + output_tokens = {} + {}: at most the \
-                         model's {}-token sequence ({})",
+                        "{}: request {} (data row {} after the header): prompt_tokens + \
+                         output_tokens = {} + {}: at most the model's {}-token sequence ({})",
                         path.display(),
+                        row + 1,
                         row + 1,
                         r.prompt_tokens,
                         r.output_tokens,
@@ -240,15 +244,20 @@ impl EngineFlags {
         // A step takes at least one whole prompt without chunking: a budget the user sets
         // below the longest would not be kept, so it is refused (the default gives way).
         let longest = arrivals.lengths().prompt_max;
-        if !self.chunked_prefill
+        if (searched || !self.chunked_prefill)
             && self.max_step_tokens != ENGINE_DEFAULTS.max_step_tokens
             && self.max_step_tokens < longest
         {
             bail!(
-                "--max-step-tokens {}: at least the longest prompt ({longest} tokens) without \
-                 --chunked-prefill, where a step prefills whole prompts (vLLM refuses \
-                 max_num_batched_tokens below the model's length likewise)",
-                self.max_step_tokens
+                "--max-step-tokens {}: at least the longest prompt ({longest} tokens) {}, where \
+                 a step prefills whole prompts (vLLM refuses max_num_batched_tokens below the \
+                 model's length likewise)",
+                self.max_step_tokens,
+                if searched {
+                    "in a serving search, which also tries deployments without chunked prefill"
+                } else {
+                    "without --chunked-prefill"
+                }
             );
         }
         let policy = Load {
@@ -299,7 +308,7 @@ pub fn run(a: Args) -> anyhow::Result<Outcome> {
     }
     let (workload, file) = load_served(a.workload.as_deref())?;
     let (t, spec) = workload.serving().expect("checked by load_served");
-    let mut setup = a.engine.setup(t, spec, a.rate.is_some())?;
+    let mut setup = a.engine.setup(t, spec, a.rate.is_some(), false)?;
     if let Some(clients) = a.concurrency {
         setup.arrivals = Arrivals::Closed {
             clients,
@@ -394,19 +403,16 @@ pub fn run(a: Args) -> anyhow::Result<Outcome> {
 
 fn render_goodput(g: &Result<Goodput, String>) -> String {
     match g {
-        // The SLO held at the search's ceiling: the run was too short for a queue to build
-        // at a rate no engine sustains, so the figure is a lower bound, not a goodput.
+        // The SLO held at the search's ceiling, 150% of what the deployment serves swamped:
+        // no sustained rate reaches that, so the SLO does not limit it; its capacity does.
         Ok(g) if g.binding == "none" => format!(
-            "goodput           at least {:.3} requests/s ({:.3} per device) within p99 TTFT \
-             {:.1} ms and p99 TPOT {:.1} ms: no bound binds up to the search's ceiling, 150% \
-             of the {:.3} requests/s it serves swamped; with {} requests no queue builds, so \
-             more --requests give the goodput\n",
-            g.requests_per_s,
-            g.requests_per_s_per_device,
+            "goodput           not limited by the SLO (p99 TTFT {:.1} ms, p99 TPOT {:.1} ms): \
+             runs of {} requests keep it up to the search's ceiling, 150% of the {:.3} \
+             requests/s it serves swamped, so its capacity bounds the goodput\n",
             g.slo.ttft_p99_s * 1e3,
             g.slo.tpot_p99_s * 1e3,
+            g.at.load.requests,
             g.capacity_requests_per_s,
-            g.at.load.requests
         ),
         Ok(g) => format!(
             "goodput           {:.3} requests/s ({:.3} per device, {:.1} output tokens/s) within \

@@ -943,33 +943,27 @@ impl Engine {
         out: &mut Served,
     ) -> Result<(), FitError> {
         // Every engine of every replica takes requests in turn.
-        let d = (self.replicas.max(1) * self.engines.max(1)) as usize;
+        let mut d = (self.replicas.max(1) * self.engines.max(1)) as usize;
         // A closed loop's clients start one idle request's time apart in turn, as a
         // benchmark ramps up (identical requests started at once would stay in lockstep in
         // a simulation without jitter).
         let staggered: Vec<Request>;
         let reqs = if reqs.iter().any(|r| r.arrival_s.is_infinite()) {
-            // Each replica's clients stay with it: every replica needs one.
+            // Each replica's clients stay with it: every replica needs one. A replica's
+            // pipeline engines beyond its clients stand idle (one client: one engine).
             let clients = reqs.iter().filter(|r| r.arrival_s.is_finite()).count();
-            if clients < d {
+            let replicas = self.replicas.max(1) as usize;
+            if clients < replicas {
                 return Err(FitError {
                     strategy: self.strategy.clone(),
                     workload: self.workload.clone(),
-                    message: if self.engines > 1 {
-                        format!(
-                            "a closed loop of {clients} clients on {d} engines ({} replicas of \
-                             {} pipeline engines): each engine needs a client of its own (at \
-                             least {d})",
-                            self.replicas, self.engines
-                        )
-                    } else {
-                        format!(
-                            "a closed loop of {clients} clients on {d} replicas: each replica \
-                             needs a client of its own (at least {d})"
-                        )
-                    },
+                    message: format!(
+                        "a closed loop of {clients} clients on {replicas} replicas: each replica \
+                         needs a client of its own (at least {replicas})"
+                    ),
                 });
             }
+            d = d.min(clients);
             let first: Vec<usize> = (0..reqs.len())
                 .filter(|&i| reqs[i].arrival_s.is_finite())
                 .collect();

@@ -499,7 +499,18 @@ impl Study {
                 checked.map_err(|e| {
                     // The point holds every other axis at its first value: the field the
                     // error names may be one of theirs.
-                    let (i, k) = blamed_axis(&study.outline.axes, &coords, &e).unwrap_or((i, k));
+                    // Only at the point of first values (any other point's values all
+                    // passed there, so the value checked is to blame), and only when the
+                    // checked edit does not itself name the field.
+                    let own = study.outline.axes[i].values[k].iter().any(|edit| {
+                        matches!(&e, ConfigError::Parse { path, .. }
+                            | ConfigError::Invalid { path, .. } if *path == edit.path)
+                    });
+                    let (i, k) = if k == 0 && !own {
+                        blamed_axis(&study.outline.axes, &coords, &e).unwrap_or((i, k))
+                    } else {
+                        (i, k)
+                    };
                     let (a, edits) = (&study.outline.axes[i], &study.outline.axes[i].values[k]);
                     // The axis's own field unknown to its file (the parser stops at the
                     // path the axis edits, with a plain value there): the field is wrong,
