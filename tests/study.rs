@@ -1887,3 +1887,39 @@ fn a_later_value_breaking_a_check_of_two_fields_is_blamed() {
         "{err}"
     );
 }
+
+/// A partial merge's plot says which panel has no points because its shard is missing,
+/// rather than drawing an empty panel a reader takes for "nothing fits".
+#[test]
+fn a_partial_merges_empty_panel_says_why() {
+    let dir = Scratch::new("study-partial-panel");
+    let base = sec9_base("templates/deepflow-sec9.yaml") + "  strategy: d512-z2\n";
+    let r = root();
+    let axes = format!(
+        "  - name: node\n    field: budget.technology\n    values: [{}, {}]\n  - name: net\n    field: system.fabrics[0].bandwidth_gb_per_s\n    values: [100, 200]\n",
+        r.join("tech_libs/n7.yaml").display(),
+        r.join("tech_libs/n5.yaml").display()
+    );
+    let s = study(&dir, "panels", &base, "predict", &axes);
+    let text =
+        std::fs::read_to_string(&s).unwrap() + "plots:\n  - {kind: lines, x: node, panels: net}\n";
+    let s = dir.write("panels.yaml", &text);
+    let out = |n: &str| dir.path().join(n).display().to_string();
+    // Shard 1 of 2 holds the points at net 100 (indices 0 and 2).
+    let (code, _, err) = stackflow(&["sweep", &s, "--out", &out("shard1"), "--shard", "1/2"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = stackflow(&[
+        "merge",
+        &out("shard1"),
+        "--out",
+        &out("m"),
+        "--allow-partial",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let svg = file(&dir.path().join("m"), "plot-1-node.svg");
+    assert!(
+        svg.contains("net = 200 (no points: not in the merged shards)")
+            && !svg.contains("net = 100 (no points"),
+        "{svg}"
+    );
+}

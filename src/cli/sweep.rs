@@ -1057,9 +1057,15 @@ fn plot(study: &Outline, p: &StudyPlot, results: &[PointResult]) -> anyhow::Resu
         }
         let areas = root.split_evenly((rows, columns));
         for (pi, (area, in_panel)) in areas.iter().zip(&by_panel).enumerate() {
-            let caption = panels.map_or(String::new(), |i| {
+            let mut caption = panels.map_or(String::new(), |i| {
                 format!("{} = {}", study.axes[i].name, study.axes[i].labels[pi])
             });
+            // Only a partial merge leaves a panel without points: say so, not "nothing fits".
+            if in_panel.is_empty() {
+                caption = format!("{caption} (no points: not in the merged shards)")
+                    .trim_start()
+                    .to_string();
+            }
             match p.kind {
                 StudyPlotKind::Lines => draw_lines(area, &axes, in_panel, &caption)?,
                 StudyPlotKind::Pareto => draw_pareto(area, &axes, &points, in_panel, &caption)?,
