@@ -662,6 +662,29 @@ fn serving_edges_complete_or_are_refused_by_name() {
             && out.contains("runs of 30 requests keep it up to the search's ceiling, 150% of the"),
         "{out}"
     );
+    // The serving search's table marks such a deployment as bounded by the ceiling.
+    let (code, out, err) = stackflow(&[
+        "search",
+        "--workload",
+        "workloads/llama2-7b-serve.yaml",
+        "--system",
+        "templates/dgx-h100.yaml",
+        "--devices",
+        "2",
+        "--slo-ttft-ms",
+        "100000",
+        "--slo-tpot-ms",
+        "100000",
+        "--requests",
+        "50",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("the SLO binds nowhere up to the search's ceiling")
+            && out.contains("  ceiling\n")
+            && out.contains("\nceiling: the SLO held up to the goodput search's ceiling"),
+        "{out}"
+    );
     // Without a rate to scale it to, the burst runs as it is.
     let burst = json(&[&ONE_H100[..], &["--trace", &once]].concat());
     assert_eq!(burst["load"]["requests"].as_u64(), Some(2), "{burst}");

@@ -359,14 +359,20 @@ fn render_serving(
             let _ = writeln!(
                 s,
                 "{workload} on {devices} x {system}: best {} (batch cap {}{}) serves {:.3} requests/s \
-                 ({:.3} per device, {:.0} output tokens/s) within {within}; {} binds",
+                 ({:.3} per device, {:.0} output tokens/s) within {within}; {}",
                 b.layout,
                 b.max_batch,
                 if b.chunked_prefill { ", chunked prefill" } else { "" },
                 b.goodput_requests_per_s,
                 b.goodput_requests_per_s_per_device,
                 b.output_tokens_per_s,
-                b.binding
+                if b.binding == "none" {
+                    "the SLO binds nowhere up to the search's ceiling, 150% of what it serves \
+                     swamped: its capacity bounds it"
+                        .to_string()
+                } else {
+                    format!("{} binds", b.binding)
+                }
             );
         }
         None => {
@@ -390,10 +396,15 @@ fn render_serving(
                 format!("{:.3}", c.capacity_requests_per_s),
                 format!("{:.1}", c.ttft_p99_s * 1e3),
                 format!("{:.2}", c.tpot_p99_s * 1e3),
-                c.binding.clone(),
+                if c.binding == "none" {
+                    "ceiling".to_string()
+                } else {
+                    c.binding.clone()
+                },
             ]
         })
         .collect();
+    let ceiling = r.top.iter().any(|c| c.binding == "none");
     if !rows.is_empty() {
         let _ = writeln!(s, "\nTop {} by goodput per device:", rows.len());
         s.push_str(&aligned(
@@ -411,6 +422,14 @@ fn render_serving(
             &rows,
             &[false, true, false, true, true, true, true, true, false],
         ));
+        if ceiling {
+            let _ = writeln!(
+                s,
+                "ceiling: the SLO held up to the goodput search's ceiling, 150% of the swamped \
+                 rate, which no engine sustains: the capacity, not the SLO, bounds that \
+                 deployment (more --requests, or a tighter SLO, rank it)"
+            );
+        }
     }
     let _ = writeln!(
         s,
