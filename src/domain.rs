@@ -340,6 +340,18 @@ pub enum Topology {
     },
 }
 
+impl Topology {
+    /// The shape of a mesh, torus or twisted torus; `None` for the other kinds.
+    pub fn dims(&self) -> Option<&[u64]> {
+        match self {
+            Topology::Mesh { dims }
+            | Topology::Torus { dims }
+            | Topology::TwistedTorus { dims } => Some(dims),
+            _ => None,
+        }
+    }
+}
+
 /// A topology as a file gives it: its kind and the fields some kinds take.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

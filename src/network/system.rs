@@ -677,7 +677,6 @@ impl System {
     }
 }
 
-/// Checks that a mesh or torus is made of whole `block`s.
 /// A fabric's `block` itself: on a torus, twisted torus or mesh, one extent per dimension of
 /// its `dims`, each from 1 to that dimension (whether the dims compose from it is
 /// [`check_slice`]'s).
@@ -687,19 +686,14 @@ fn check_block(
     topology: &Topology,
     block: &[u64],
 ) -> Result<(), ConfigError> {
-    let dims = match topology {
-        Topology::Torus { dims } | Topology::TwistedTorus { dims } | Topology::Mesh { dims } => {
-            dims
-        }
-        _ => {
-            return Err(ConfigError::invalid(
-                check.file,
-                path("block"),
-                format!("{block:?}"),
-                "no block: blocks compose slices of a torus, twisted torus or mesh \
-                 (topology.kind), which this fabric is not",
-            ))
-        }
+    let Some(dims) = topology.dims() else {
+        return Err(ConfigError::invalid(
+            check.file,
+            path("block"),
+            format!("{block:?}"),
+            "no block: blocks compose slices of a torus, twisted torus or mesh \
+             (topology.kind), which this fabric is not",
+        ));
     };
     if block.len() != dims.len() {
         return Err(ConfigError::invalid(
@@ -718,17 +712,15 @@ fn check_block(
     Ok(())
 }
 
+/// Checks that a mesh or torus is made of whole `block`s.
 fn check_slice(
     file: &str,
     path: &str,
     topology: &Topology,
     block: &[u64],
 ) -> Result<(), ConfigError> {
-    let dims = match topology {
-        Topology::Torus { dims } | Topology::TwistedTorus { dims } | Topology::Mesh { dims } => {
-            dims
-        }
-        _ => return Ok(()),
+    let Some(dims) = topology.dims() else {
+        return Ok(());
     };
     let fits = dims.len() == block.len()
         && block.iter().all(|&b| b > 0)
