@@ -366,10 +366,8 @@ fn render_serving(
                 b.goodput_requests_per_s,
                 b.goodput_requests_per_s_per_device,
                 b.output_tokens_per_s,
-                if b.binding == "none" {
-                    "the SLO binds nowhere up to the search's ceiling, 150% of what it serves \
-                     swamped: its capacity bounds it"
-                        .to_string()
+                if b.binding == "capacity" {
+                    "the SLO holds up to what it serves swamped: its capacity binds".to_string()
                 } else {
                     format!("{} binds", b.binding)
                 }
@@ -396,15 +394,10 @@ fn render_serving(
                 format!("{:.3}", c.capacity_requests_per_s),
                 format!("{:.1}", c.ttft_p99_s * 1e3),
                 format!("{:.2}", c.tpot_p99_s * 1e3),
-                if c.binding == "none" {
-                    "ceiling".to_string()
-                } else {
-                    c.binding.clone()
-                },
+                c.binding.clone(),
             ]
         })
         .collect();
-    let ceiling = r.top.iter().any(|c| c.binding == "none");
     if !rows.is_empty() {
         let _ = writeln!(s, "\nTop {} by goodput per device:", rows.len());
         s.push_str(&aligned(
@@ -422,14 +415,6 @@ fn render_serving(
             &rows,
             &[false, true, false, true, true, true, true, true, false],
         ));
-        if ceiling {
-            let _ = writeln!(
-                s,
-                "ceiling: the SLO held up to the goodput search's ceiling, 150% of the swamped \
-                 rate, which no engine sustains: the capacity, not the SLO, bounds that \
-                 deployment (more --requests, or a tighter SLO, rank it)"
-            );
-        }
     }
     let _ = writeln!(
         s,

@@ -403,16 +403,17 @@ pub fn run(a: Args) -> anyhow::Result<Outcome> {
 
 fn render_goodput(g: &Result<Goodput, String>) -> String {
     match g {
-        // The SLO held at the search's ceiling, 150% of what the deployment serves swamped:
-        // no sustained rate reaches that, so the SLO does not limit it; its capacity does.
-        Ok(g) if g.binding == "none" => format!(
-            "goodput           not limited by the SLO (p99 TTFT {:.1} ms, p99 TPOT {:.1} ms): \
-             runs of {} requests keep it up to the search's ceiling, 150% of the {:.3} \
-             requests/s it serves swamped, so its capacity bounds the goodput\n",
+        // The SLO held at the rate it serves swamped, which no higher rate exceeds.
+        Ok(g) if g.binding == "capacity" => format!(
+            "goodput           {:.3} requests/s ({:.3} per device, {:.1} output tokens/s): the \
+             rate it serves swamped, and runs of {} requests keep p99 TTFT {:.1} ms and p99 \
+             TPOT {:.1} ms up to it; capacity binds\n",
+            g.requests_per_s,
+            g.requests_per_s_per_device,
+            g.output_tokens_per_s,
+            g.at.load.requests,
             g.slo.ttft_p99_s * 1e3,
             g.slo.tpot_p99_s * 1e3,
-            g.at.load.requests,
-            g.capacity_requests_per_s,
         ),
         Ok(g) => format!(
             "goodput           {:.3} requests/s ({:.3} per device, {:.1} output tokens/s) within \

@@ -1381,13 +1381,8 @@ impl Deployment {
         }
     }
 
-    /// Serves `reqs` (sorted by arrival).
-    pub fn run(
-        &self,
-        reqs: &[Request],
-        arrivals: &str,
-        load: Load,
-    ) -> Result<LoadReport, FitError> {
+    /// Each request's times when `reqs` (sorted by arrival) are served.
+    fn serve_all(&self, reqs: &[Request]) -> Result<Served, FitError> {
         let n = reqs.len();
         let mut out = Served::new(n);
         match self {
@@ -1441,6 +1436,18 @@ impl Deployment {
                 out.most_running = dec.most_running;
             }
         }
+        Ok(out)
+    }
+
+    /// Serves `reqs` (sorted by arrival).
+    pub fn run(
+        &self,
+        reqs: &[Request],
+        arrivals: &str,
+        load: Load,
+    ) -> Result<LoadReport, FitError> {
+        let n = reqs.len();
+        let out = self.serve_all(reqs)?;
         // A closed loop is measured in its steady state: the requests sent as others
         // completed (not the first burst), at the rate they were sent (one per completion
         // from the first to the last send, before the clients drain).
@@ -1539,16 +1546,19 @@ impl Deployment {
         self.run(&reqs, &arrivals.name(), load)
     }
 
-    /// Requests per second it serves swamped (every request at once).
+    /// Requests per second it serves swamped: every request sent at once, the completions
+    /// counted while the queue keeps every engine full. [`saturated_rate`] leaves out the
+    /// ramp (the first batches' prompts, and a prefill pool's head start on its decode pool)
+    /// and the drain (the last batches finishing with no one to replace them).
     pub fn capacity_requests_per_s(&self, arrivals: &Arrivals) -> Result<f64, FitError> {
         let e = self.serving_engine();
         let requests = (4 * e.most).clamp(64, 4096) * e.replicas.max(1) * e.engines.max(1);
         let reqs = arrivals.at_once(requests);
-        Ok(self.run(&reqs, "at once", *e.policy())?.requests_per_s)
+        Ok(saturated_rate(&self.serve_all(&reqs)?.done))
     }
 
     /// The highest arrival rate whose run of `requests` keeps `slo`, found by bisection to
-    /// 0.5% between 1% and 150% of the swamped capacity. `Ok(Err(why))`: not even 1% of
+    /// 0.5% between 1% and 100% of the swamped capacity (no higher rate is sustained). `Ok(Err(why))`: not even 1% of
     /// capacity keeps it (the binding latency and its numbers).
     pub fn goodput(
         &self,
@@ -1576,8 +1586,10 @@ impl Deployment {
                 "{why} already at {lo:.3} requests/s (1% of the {capacity:.3} it serves swamped)"
             )));
         }
-        let mut hi = 1.5 * capacity;
-        let (mut at, mut binding) = (low, String::from("none"));
+        // No rate above what it serves swamped is sustained, whatever a finite run's
+        // latencies: the capacity binds where the SLO does not.
+        let mut hi = capacity;
+        let (mut at, mut binding) = (low, String::from("capacity"));
         let high = self.run_at(arrivals, hi, requests)?;
         match slo.kept(&high) {
             Ok(()) => {
@@ -1609,6 +1621,28 @@ impl Deployment {
             binding,
             at,
         }))
+    }
+}
+
+/// The rate of completions of a swamped run (every request sent at time 0), `done` each
+/// request's completion time: those after the first quartile's time up to the third's, over
+/// the time between, while a queue keeps every engine full (the ramp and the drain left
+/// out; a batch that ends together counted whole); where the quartiles coincide (every
+/// request in one batch), all of them over the last completion.
+fn saturated_rate(done: &[f64]) -> f64 {
+    let mut t: Vec<f64> = done.iter().copied().filter(|d| d.is_finite()).collect();
+    t.sort_by(f64::total_cmp);
+    let n = t.len();
+    if n == 0 {
+        return 0.0;
+    }
+    let (a, b) = (t[n / 4], t[3 * n / 4]);
+    // Completions after `a` up to `b`: whole batches where they end together.
+    let upto = |x: f64| t.partition_point(|&d| d <= x);
+    if b - a > 1e-9 * t[n - 1] {
+        (upto(b) - upto(a)) as f64 / (b - a)
+    } else {
+        n as f64 / t[n - 1].max(f64::MIN_POSITIVE)
     }
 }
 
@@ -1647,7 +1681,8 @@ pub struct Goodput {
     pub output_tokens_per_s: f64,
     /// What it serves swamped, whatever the latency.
     pub capacity_requests_per_s: f64,
-    /// The bound that stops a higher rate: "ttft", "tpot", or "none" (150% of capacity kept).
+    /// The bound that stops a higher rate: "ttft", "tpot", or "capacity" (the SLO holds up
+    /// to the rate it serves swamped, which no higher rate exceeds).
     pub binding: String,
     /// The run at the goodput rate.
     pub at: LoadReport,
@@ -1686,6 +1721,21 @@ impl Slo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_swamped_run_is_counted_while_its_engines_are_full() {
+        // Batches of 8 that take 1 s, 40 requests at once: completions at 1, 2, ..., 5 s.
+        let waves: Vec<f64> = (0..40).map(|i| (i / 8 + 1) as f64).collect();
+        assert!((saturated_rate(&waves) - 8.0).abs() < 1e-12);
+        // A pipeline that fills for 3 s before its first completion, then completes one
+        // request every 0.1 s: the fill and a slow last request are left out.
+        let mut piped: Vec<f64> = (0..100).map(|i| 3.0 + 0.1 * i as f64).collect();
+        piped[99] = 20.0;
+        assert!((saturated_rate(&piped) - 10.0).abs() < 1e-9);
+        // Every request in one batch: all of them over the last completion.
+        assert!((saturated_rate(&[2.0; 16]) - 8.0).abs() < 1e-12);
+        assert_eq!(saturated_rate(&[]), 0.0);
+    }
 
     #[test]
     fn timestamps_count_days_across_months_and_years() {

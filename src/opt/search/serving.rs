@@ -5,10 +5,10 @@
 //! and a decode pool of their own splits and counts, every division of the devices).
 //!
 //! Exact over that space with pruning that cannot change the top N: every deployment's
-//! swamped capacity is simulated first, and as goodput never exceeds 150% of it (the
-//! bisection's upper end), deployments are searched in order of capacity per device, a
-//! chunk at a time, and one whose 150% is below the N-th best goodput per device so far is
-//! *pruned by capacity*. Engines are priced once per split and reused for every batch cap
+//! swamped capacity is simulated first, and as goodput never exceeds it (the bisection's
+//! upper end: no higher rate is sustained), deployments are searched in order of capacity
+//! per device, a chunk at a time, and one whose capacity is below the N-th best goodput per
+//! device so far is *pruned by capacity*. Engines are priced once per split and reused for every batch cap
 //! and pool. Chunks are fixed and the incumbent moves only between them: the same inputs
 //! give the same answer on any number of threads.
 //!
@@ -278,7 +278,7 @@ pub fn search_serving(
         let todo: Vec<usize> = chunk
             .iter()
             .copied()
-            .filter(|&i| !settings.prune || 1.5 * per_device(i) >= bar * (1.0 - 1e-12))
+            .filter(|&i| !settings.prune || per_device(i) >= bar * (1.0 - 1e-12))
             .collect();
         pruned += chunk.len() - todo.len();
         let results: Vec<Searched> = todo
