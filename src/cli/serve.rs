@@ -417,13 +417,15 @@ fn render_goodput(g: &Result<Goodput, String>) -> String {
         ),
         Ok(g) => format!(
             "goodput           {:.3} requests/s ({:.3} per device, {:.1} output tokens/s) within \
-             p99 TTFT {:.1} ms and p99 TPOT {:.1} ms; {} binds (swamped: {:.3} requests/s)\n",
+             p99 TTFT {:.1} ms and p99 TPOT {:.1} ms; {} binds (broken at {:.3} requests/s; \
+             swamped: {:.3} requests/s)\n",
             g.requests_per_s,
             g.requests_per_s_per_device,
             g.output_tokens_per_s,
             g.slo.ttft_p99_s * 1e3,
             g.slo.tpot_p99_s * 1e3,
             g.binding,
+            g.breaks_at_requests_per_s.unwrap_or(f64::NAN),
             g.capacity_requests_per_s
         ),
         Err(why) => format!("goodput           none: {why}\n"),

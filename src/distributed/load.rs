@@ -1614,6 +1614,7 @@ impl Deployment {
         }
         Ok(Ok(Goodput {
             slo: *slo,
+            breaks_at_requests_per_s: (binding != "capacity").then_some(hi),
             requests_per_s: lo,
             requests_per_s_per_device: lo / devices.max(1) as f64,
             output_tokens_per_s: lo * at.mean_output_tokens,
@@ -1675,6 +1676,10 @@ pub struct Slo {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Goodput {
     pub slo: Slo,
+    /// The lowest rate the bisection ran that broke the binding bound, within 0.5% above
+    /// the goodput (none where the capacity binds). A finite run's latencies need not rise
+    /// with the rate everywhere, so a rate between the two may keep the SLO.
+    pub breaks_at_requests_per_s: Option<f64>,
     /// All replicas, and per device of the deployment.
     pub requests_per_s: f64,
     pub requests_per_s_per_device: f64,
