@@ -3223,3 +3223,51 @@ fn validate_and_devices_errors_name_where_the_value_came_from() {
         "{err}"
     );
 }
+
+/// Activations per layer as Korthikanti et al. (2022, Table 2) count them, in s b h bytes:
+/// with tensor parallelism t, 10 + 24 / t + 5 a s / (h t) (the inputs of the QKV and first
+/// MLP products, 2 s b h each, and the first layer norm's and the dropout masks, whole on
+/// every rank); with sequence parallelism all of it over t; selective recomputation drops
+/// the 5 a s / h of the attention core (softmax, its dropout) and keeps its inputs Q, K, V.
+/// Full recomputation keeps each layer's input (2 s b h, over t with sequence parallelism),
+/// so the differences from it leave out what lies outside the layers.
+#[test]
+fn activations_per_layer_are_korthikanti_s() {
+    let (system, arch) = system("templates/dgx-h100.yaml");
+    let net = system.network(&arch, 8).unwrap();
+    let (h, a, s, layers, t) = (4096.0, 32.0, 2048.0, 4.0, 8.0);
+    let w = Workload::from_yaml(
+        "k.yaml",
+        "version: 1\nkind: transformer\nname: k\nhidden: 4096\nlayers: 4\nheads: 32\n\
+         ffn_hidden: 16384\nsequence: 2048\nvocab: 51200\nglobal_batch: 1\nprecision: bf16\n\
+         dropout: 0.1\n",
+    )
+    .unwrap();
+    let act = |strategy: &str| {
+        predict(&w, &arch, &net, &Strategy::parse(strategy).unwrap())
+            .unwrap()
+            .activations_bytes
+    };
+    let sbh = s * h;
+    let core = 5.0 * a * s / h;
+    for (sp, split, whole) in [("", t, 1.0), ("-sp", t, t)] {
+        let full = act(&format!("t8-mb1{sp}-rc=full"));
+        let none = act(&format!("t8-mb1{sp}-rc=none")) - full;
+        let selective = act(&format!("t8-mb1{sp}-rc=selective")) - full;
+        // Whole on every rank without sequence parallelism: 10 s b h; split: 24 s b h.
+        let kept = 10.0 / whole + 24.0 / split;
+        let input = 2.0 / whole;
+        assert_close(
+            &format!("rc=none{sp}"),
+            none,
+            layers * sbh * (kept + core / split - input),
+            1e-3,
+        );
+        assert_close(
+            &format!("rc=selective{sp}"),
+            selective,
+            layers * sbh * (kept - input),
+            1e-3,
+        );
+    }
+}

@@ -931,7 +931,15 @@ impl Builder {
             } else {
                 self.math.bytes()
             };
+            // Kept as the product takes it: a column-parallel layer's input whole on every
+            // tensor rank (Korthikanti et al. 2022's 10 sbh term; sequence parallelism
+            // splits it, see `Strategy::activation_split`).
+            let layer_split = self.split;
+            if input_split == Split::Replicated {
+                self.split = Split::Replicated;
+            }
             self.save(m as f64 * k as f64 * width, count, false, class);
+            self.split = layer_split;
         }
         if let Some(a) = adapter {
             self.adapter_products(name, count, (m, k, n), a, weight_instances, recomputable);
@@ -1145,7 +1153,11 @@ impl Builder {
         saved_bytes: f64,
     ) {
         self.push(name, class, count, Op::Gemm { batch, m, k, n }, true);
-        self.save(saved_bytes, count, false, class);
+        // Its operands come from other kernels (queries, keys and values from their
+        // projections): selective recomputation keeps them as the recomputed core's inputs
+        // (Korthikanti et al. 2022: 34 sbh per layer with them); only what the core makes
+        // inside (the softmax, the dropout) is dropped.
+        self.save(saved_bytes, count, false, KernelClass::Gemm);
         self.push_backward(
             format!("{name} dA"),
             class,
