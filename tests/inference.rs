@@ -814,3 +814,73 @@ fn rotary_positions_rotate_queries_and_keys_over_a_prompt() {
         "{err}"
     );
 }
+
+/// A served mixture of experts (Mixtral-8x7B's shape, 8 experts, 2 per token, FP8) reads
+/// the experts its tokens are routed to: one token's decode step streams the attention and
+/// 2 of each layer's 8 experts, so its time follows those bytes, not all the weights; a
+/// batch of 64 tokens reaches every expert (8 (1 - (3/4)^64) ~ 8) and reads them all.
+#[test]
+fn a_served_mixture_of_experts_reads_the_experts_its_tokens_reach() {
+    let design = Design::load(DesignFiles {
+        source: Source::Disk,
+        budget: &root().join("budgets/h100.yaml"),
+        template: None,
+        tech: None,
+    })
+    .unwrap();
+    let arch = generate(&design);
+    let served = |batch: u64| {
+        let yaml = format!(
+            "version: 1\nkind: transformer\nname: mixtral\nhidden: 4096\nlayers: 32\nheads: 32\n\
+             kv_heads: 8\nffn_hidden: 14336\ngated_ffn: true\nsequence: 4096\nvocab: 32000\n\
+             positions: rotary\nglobal_batch: 1\nprecision: fp8\n\
+             moe: {{experts: 8, top_k: 2, capacity_factor: 1.25}}\n\
+             inference: {{batch: {batch}, prompt_tokens: 512, output_tokens: 128}}\n"
+        );
+        let Workload::Transformer(w) = Workload::from_yaml("mixtral.yaml", &yaml).unwrap() else {
+            unreachable!()
+        };
+        let spec = w.inference.unwrap();
+        let p = Evaluator::new(&arch).predict_inference(&w, &spec, &arch.violations);
+        (w, p)
+    };
+    let (w, one) = served(1);
+    // Per layer: attention 4096 x (4096 + 2 x 1024) + 4096 x 4096, 2 experts of
+    // 3 x 4096 x 14336; the embedding and the output layer, 32000 x 4096 each; 1 byte each.
+    let (h, ffn) = (4096.0, 14336.0);
+    let attention = h * (h + 2.0 * 1024.0) + h * h;
+    let expert = 3.0 * h * ffn;
+    let held = 32.0 * (attention + 8.0 * expert + 2.0 * h) + 2.0 * 32000.0 * h;
+    let read = held - 32.0 * 6.0 * expert;
+    assert!(
+        (w.parameters() / held - 1.0).abs() < 1e-3,
+        "{}",
+        w.parameters()
+    );
+    assert!(
+        (one.decode_weights_bytes_per_step / read - 1.0).abs() < 1e-3,
+        "{} of {}",
+        one.decode_weights_bytes_per_step,
+        one.weights_bytes
+    );
+    // The step streams its products' weights (all but the embedding table, of which it
+    // looks up one row) at the products' achieved bandwidth, within launches, the KV cache
+    // and the sampling: not the 3.6x more of every expert.
+    let floor = (read - 32000.0 * h) / arch.achieved_product_bandwidth();
+    assert!(
+        one.time_per_output_token_s > floor && one.time_per_output_token_s < 1.15 * floor,
+        "TPOT {} s, {} s to read {read} bytes",
+        one.time_per_output_token_s,
+        floor
+    );
+    // A served expert takes its routed tokens alone (no capacity padding): 2 rows at
+    // batch 1, 16 each of 8 experts at batch 64.
+    let (_, wide) = served(64);
+    assert!((wide.decode_weights_bytes_per_step / held - 1.0).abs() < 1e-3);
+    assert!(wide.time_per_output_token_s > 3.0 * one.time_per_output_token_s);
+    let moe = w.moe.unwrap();
+    assert_eq!(moe.routed(1.0, true), (2, 1));
+    assert_eq!(moe.routed(64.0, true), (8, 16));
+    // Training pads each expert to its capacity: 1.25 x 4096 x 2 / 8 = 1280 rows.
+    assert_eq!(moe.routed(4096.0, false), (8, 1280));
+}

@@ -162,11 +162,17 @@ pub fn render_inference(
         "throughput             {:.1} output tokens/s",
         p.tokens_per_s
     );
+    // A mixture of experts reads only the experts its tokens are routed to.
+    let read = p.decode_weights_bytes_per_step;
+    let weights = if read < p.weights_bytes * (1.0 - 1e-9) {
+        format!("{} of the {} held", gib(read), gib(p.weights_bytes))
+    } else {
+        gib(p.weights_bytes)
+    };
     let _ = writeln!(
         s,
-        "decode reads           {} per step (weights {}, KV cache {} at the end); at {} that is {}",
+        "decode reads           {} per step (weights {weights}, KV cache {} at the end); at {} that is {}",
         bytes(p.decode_bytes_per_step),
-        gib(p.weights_bytes),
         gib(p.kv_cache_bytes),
         si(arch.memory_bandwidth_bytes_per_s, "B/s"),
         seconds(p.decode_bytes_per_step / arch.memory_bandwidth_bytes_per_s)

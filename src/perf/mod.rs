@@ -887,7 +887,10 @@ pub struct InferencePrediction {
     pub tokens_per_s: f64,
     pub weights_bytes: f64,
     pub kv_cache_bytes: f64,
-    /// Main-memory bytes one decode step reads: weights plus the mean KV cache.
+    /// Weights one decode step reads: all of them, or of a mixture of experts those its
+    /// tokens are routed to.
+    pub decode_weights_bytes_per_step: f64,
+    /// Main-memory bytes one decode step reads: those weights plus the mean KV cache.
     pub decode_bytes_per_step: f64,
     pub feasible: bool,
     pub violations: Vec<Violation>,
@@ -937,6 +940,7 @@ impl Evaluator {
         let total = ttft + spec.output_tokens.saturating_sub(1) as f64 * tpot;
         let weights = prefill.memory.weights_bytes;
         let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens);
+        let weights_read = weights * w.served_parameter_share(spec.batch);
         InferencePrediction {
             workload: w.name.clone(),
             spec: *spec,
@@ -945,7 +949,8 @@ impl Evaluator {
             tokens_per_s: (spec.batch * spec.output_tokens) as f64 / total,
             weights_bytes: weights,
             kv_cache_bytes: kv,
-            decode_bytes_per_step: weights + kv_cache_bytes(w, spec.batch, context),
+            decode_weights_bytes_per_step: weights_read,
+            decode_bytes_per_step: weights_read + kv_cache_bytes(w, spec.batch, context),
             feasible: prefill.feasible,
             violations: prefill.violations.clone(),
             prefill,

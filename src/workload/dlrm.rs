@@ -477,6 +477,7 @@ fn feature_transformer(g: &mut Builder, w: &Dlrm, features: u64, dim: u64) -> u6
         moe: None,
         dropout: false,
         flash: false,
+        dropless: w.inference.is_some(),
         rotary: false,
         lora: None,
     };
@@ -508,13 +509,15 @@ fn expert_top_mlp(g: &mut Builder, w: &Dlrm, moe: &Moe, top_in: u64) -> u64 {
         6.0,
         1.0,
     );
-    let per_expert = ((b as f64 * moe.top_k as f64 * moe.capacity_factor) / e as f64).ceil() as u64;
+    // Served, the experts take exactly their routed samples; an expert no sample reaches
+    // (a small served batch) is not run.
+    let (active, per_expert) = moe.routed(b as f64, w.inference.is_some());
     let (up, down) = (w.top_mlp[1], w.top_mlp[2]);
     g.split = Split::Expert;
     g.linear(
         "expert up",
         KernelClass::Gemm,
-        e,
+        active,
         per_expert,
         first,
         up,
@@ -524,7 +527,7 @@ fn expert_top_mlp(g: &mut Builder, w: &Dlrm, moe: &Moe, top_in: u64) -> u64 {
     g.pointwise(
         "expert activation",
         KernelClass::Pointwise,
-        e,
+        active,
         (per_expert * up) as f64,
         1.0,
         1.0,
@@ -533,7 +536,7 @@ fn expert_top_mlp(g: &mut Builder, w: &Dlrm, moe: &Moe, top_in: u64) -> u64 {
     g.linear(
         "expert down",
         KernelClass::Gemm,
-        e,
+        active,
         per_expert,
         up,
         down,

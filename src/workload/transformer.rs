@@ -206,7 +206,7 @@ impl Transformer {
         let h = self.hidden as f64;
         let q = (self.heads * self.head_dim) as f64;
         let kv = (self.kv_heads * self.head_dim) as f64;
-        let ffn = self.ffn_hidden as f64 * h * if self.gated_ffn { 3.0 } else { 2.0 };
+        let ffn = self.feed_forward_parameters();
         let experts = self.moe.map_or(1.0, |m| m.experts as f64);
         let tables = if self.tie_embeddings { 1.0 } else { 2.0 };
         self.layers as f64 * (2.0 * h * q + 2.0 * h * kv + experts * ffn)
@@ -215,6 +215,21 @@ impl Transformer {
 }
 
 impl Transformer {
+    /// Parameters of one layer's feed-forward (one expert's, in a mixture of experts).
+    pub fn feed_forward_parameters(&self) -> f64 {
+        self.ffn_hidden as f64 * self.hidden as f64 * if self.gated_ffn { 3.0 } else { 2.0 }
+    }
+
+    /// The share of the parameters a served step of `batch` tokens reads: all of them,
+    /// less the experts none of its tokens is routed to.
+    pub fn served_parameter_share(&self, batch: u64) -> f64 {
+        self.moe.map_or(1.0, |m| {
+            let (active, _) = m.routed(batch as f64, true);
+            let idle = (m.experts - active) as f64 * self.layers as f64;
+            1.0 - idle * self.feed_forward_parameters() / self.parameters()
+        })
+    }
+
     fn layer_shape(&self, training: bool) -> LayerShape {
         LayerShape {
             dropout: training && self.dropout > 0.0,
@@ -231,6 +246,8 @@ impl Transformer {
             // reading a key/value head's cache once for the query heads that share it.
             // `attention:` picks the training kernel.
             flash: !training || self.attention == AttentionKernel::Flash,
+            // vLLM's, SGLang's and TensorRT-LLM's fused MoE kernels route dropless.
+            dropless: !training,
             rotary: self.positions == Positions::Rotary,
             lora: self
                 .lora
@@ -253,6 +270,23 @@ pub struct Moe {
     pub capacity_factor: f64,
 }
 
+impl Moe {
+    /// Of `tokens` routed, each to `top_k` of the experts: how many experts receive any
+    /// (the expected number, e (1 - (1 - k / e)^tokens), for routes spread evenly: all of
+    /// them in a training batch, `top_k` for one decoded token) and the rows each takes,
+    /// its share of the routes padded to the capacity factor unless `dropless`. An expert
+    /// that receives nothing is not run, and its weights are not read.
+    pub fn routed(&self, tokens: f64, dropless: bool) -> (u64, u64) {
+        let (e, k) = (self.experts as f64, self.top_k as f64);
+        let touched = e * (1.0 - (1.0 - k / e).powf(tokens.max(1.0)));
+        // Rounded up, less a hair for one token's k exactly.
+        let active = (touched - 1e-9).ceil().clamp(k, e) as u64;
+        let capacity = if dropless { 1.0 } else { self.capacity_factor };
+        let rows = (tokens * k * capacity / active as f64).ceil().max(1.0) as u64;
+        (active, rows)
+    }
+}
+
 /// One transformer layer's shape, shared by language models and DLRM feature interaction.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct LayerShape {
@@ -270,6 +304,9 @@ pub(super) struct LayerShape {
     pub(super) dropout: bool,
     /// The attention core as one fused kernel per pass ([`AttentionKernel::Flash`]).
     pub(super) flash: bool,
+    /// Experts take exactly the tokens routed to them (serving engines: no capacity
+    /// padding, no dropped tokens); training pads each to its capacity.
+    pub(super) dropless: bool,
     /// Rotary position embeddings ([`Positions::Rotary`]).
     pub(super) rotary: bool,
     /// Low-rank adapters beside the projections.
@@ -1037,7 +1074,7 @@ pub(super) fn transformer_layers(
             g,
             w,
             "mlp",
-            l,
+            (l, l),
             tokens,
             [Split::Column, Split::Sharded, Split::Row],
         ),
@@ -1229,9 +1266,15 @@ fn moe_feed_forward(g: &mut Builder, w: &LayerShape, moe: &Moe, l: u64, tokens: 
         6.0,
         1.0,
     );
-    let e = moe.experts;
-    let per_expert = ((t * moe.top_k as f64 * moe.capacity_factor) / e as f64).ceil() as u64;
-    feed_forward(g, w, "expert", l * e, per_expert.max(1), [Split::Expert; 3]);
+    let (active, per_expert) = moe.routed(t, w.dropless);
+    feed_forward(
+        g,
+        w,
+        "expert",
+        (l * active, l * moe.experts),
+        per_expert,
+        [Split::Expert; 3],
+    );
 }
 
 /// Bytes of a dropout mask per element (PyTorch keeps one boolean per element).
@@ -1265,7 +1308,7 @@ pub(super) fn feed_forward(
     g: &mut Builder,
     w: &LayerShape,
     name: &str,
-    count: u64,
+    (count, weights): (u64, u64),
     m: u64,
     splits: [Split; 3],
 ) {
@@ -1285,7 +1328,7 @@ pub(super) fn feed_forward(
         m,
         h,
         up,
-        count,
+        weights,
         true,
     );
     g.split = splits[1];
@@ -1307,7 +1350,7 @@ pub(super) fn feed_forward(
         m,
         f,
         h,
-        count,
+        weights,
         true,
     );
 }
