@@ -220,6 +220,11 @@ impl Waves {
     }
 }
 
+/// A [`Frontier`]'s listing of output-stationary tiles cut to fill the bundles, and its
+/// loop order once every tile is listed.
+const FILLING: u8 = 3;
+const LISTED: u8 = 4;
+
 /// Tile sizes with their reload counts, shared.
 type Sizes = Rc<[(u64, u64)]>;
 
@@ -244,10 +249,11 @@ impl Candidates {
 }
 
 /// What a level's [`Frontier`] reads: the problem, the level's capacity in elements, the
-/// smallest tile, and Eq. 5's operand tile and dataflow for the innermost level. One slot
-/// per value (none packed), 0 where the level does not read it: the dataflow's code is at
-/// least 1, so the innermost level never shares a frontier with another.
-type FrontierKey = [u64; 13];
+/// smallest tile, Eq. 5's operand tile and dataflow for the innermost level, and the
+/// bundles a level spread over them fills. One slot per value (none packed), 0 where the
+/// level does not read it: the dataflow's code is at least 1, so the innermost level never
+/// shares a frontier with another.
+type FrontierKey = [u64; 14];
 
 // What each thread remembers of its searches, in two memos of pure functions (neither
 // changes a result): tile sizes by (dimension, smallest size), and each level's frontier by
@@ -305,7 +311,13 @@ fn frontier_key(h: &Hierarchy, p: &Problem, level: usize, mins: (u64, u64, u64))
         mins.0,
         mins.1,
         mins.2,
+        spread(h, level).unwrap_or(0),
     ]
+}
+
+/// The bundles `level` spreads its tiles over, where it is the per-bundle level.
+fn spread(h: &Hierarchy, level: usize) -> Option<u64> {
+    (h.bundle_level == Some(level) && h.bundles > 0).then_some(h.bundles)
 }
 
 /// Elements of the problem's type that one instance of `level` holds.
@@ -353,9 +365,13 @@ struct Frontier {
     elements: u64,
     innermost: bool,
     /// Where the listing goes on: the loop order (0 output stationary, 1 A stationary,
-    /// 2 B stationary, 3 done) and the candidate size within it.
+    /// 2 B stationary, [`FILLING`], [`LISTED`] done) and the candidate size within it.
     order: u8,
     next: usize,
+    /// In [`FILLING`], the candidate size of n for the m at `next`.
+    next_n: usize,
+    /// The bundles the level spreads its tiles over, where it is the per-bundle level.
+    bundles: Option<u64>,
     /// Every tile's index, by the elements it moves from the level above (then by index):
     /// listed once the list is complete, for the least-traffic choice among tiles that
     /// reach the floor.
@@ -372,6 +388,8 @@ impl Frontier {
             innermost: level == 0,
             order: 0,
             next: 0,
+            next_n: 0,
+            bundles: spread(h, level),
             by_traffic: Vec::new(),
         }
     }
@@ -385,7 +403,56 @@ impl Frontier {
             qk_min,
         } = &self.candidates;
         let (mmin, nmin, kmin, elements) = (*mmin, *nmin, *kmin, self.elements);
-        while self.order < 3 {
+        while self.order < LISTED {
+            if self.order == FILLING {
+                // Output stationary with n cut so that the tiles fill every bundle: the
+                // largest tile a level spread over bundles holds may leave some idle (a
+                // 2048 x 2048 output in 128 x 683 tiles: 48 units on 132 SMs), where a
+                // smaller one moves more from the level above but runs at the full rate.
+                // For each m, the sizes of n below the frontier's down to the first that
+                // fills the bundles: a list that only grows with the bundles, so that more
+                // of them never make a product slower.
+                let Some(bundles) = self.bundles else {
+                    self.order = LISTED;
+                    continue;
+                };
+                let Some(&(m, qm)) = cand_m.get(self.next) else {
+                    self.order = LISTED;
+                    continue;
+                };
+                let used = kmin * m;
+                let frontier_n = if used < elements {
+                    let n_max = ((elements - used) / (m + kmin)).min(p.n);
+                    ceil_div(p.n, ceil_div(p.n, n_max.max(1)))
+                } else {
+                    0
+                };
+                let Some(&(n, qn)) = cand_n.get(self.next_n).filter(|_| qm < bundles) else {
+                    (self.next, self.next_n) = (self.next + 1, 0);
+                    continue;
+                };
+                self.next_n += 1;
+                if n >= frontier_n || n < nmin {
+                    continue;
+                }
+                if qm.saturating_mul(qn) >= bundles {
+                    (self.next, self.next_n) = (self.next + 1, 0);
+                }
+                let tile = Tile {
+                    m,
+                    k: kmin,
+                    n,
+                    order: LoopOrder::OutputStationary,
+                };
+                self.tiles.push(Considered::of(
+                    h,
+                    p,
+                    self.innermost,
+                    tile,
+                    [qm, qn, *qk_min],
+                ));
+                return true;
+            }
             let sizes = if self.order == 2 { cand_n } else { cand_m };
             let Some(&(size, q_size)) = sizes.get(self.next) else {
                 (self.order, self.next) = (self.order + 1, 0);
@@ -504,7 +571,7 @@ impl Frontier {
         floor_s: f64,
         reached: usize,
     ) -> usize {
-        if self.by_traffic.len() != self.tiles.len() || self.order < 3 {
+        if self.by_traffic.len() != self.tiles.len() || self.order < LISTED {
             while self.extend(h, p) {}
             let tiles = &self.tiles;
             let mut order: Vec<usize> = (0..tiles.len()).collect();
