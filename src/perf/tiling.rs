@@ -17,10 +17,12 @@
 //!
 //! The search is separable: a level's tile changes only its own row of costs (the traffic it
 //! asks of the level above, plus Eq. 5 or the idle bundles where they apply), so each level is
-//! optimised on its own and the kernel time is the max over levels. Within a level, only
+//! optimised on its own and the kernel time is the max over levels. Within a level, the
 //! tiles on the capacity frontier are tried: for each candidate size of one dimension, the
 //! other is the largest that fits, shrunk to the smallest size with the same number of
-//! reloads (ceilings).
+//! reloads (ceilings). The level spread over the bundles also tries output-stationary tiles
+//! cut below the frontier until they fill every bundle: the frontier's largest tiles may
+//! leave bundles idle, where smaller ones move more but run at the full rate.
 
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
