@@ -3271,3 +3271,51 @@ fn activations_per_layer_are_korthikanti_s() {
         );
     }
 }
+
+/// Served, a recommendation model's experts take their routed samples alone (no capacity
+/// padding): DLRM-A-MoE at capacity factor 4 serves 65,536 queries with 65,536 x 2 / 16 =
+/// 8192 rows an expert, as at capacity 1, where training pads to 4 x 8192.
+#[test]
+fn served_dlrm_experts_take_their_routed_samples() {
+    let text = std::fs::read_to_string(root().join("workloads/dlrm-a-moe.yaml"))
+        .unwrap()
+        .replace("capacity_factor: 1.0", "capacity_factor: 4.0");
+    let rows = |yaml: &str| {
+        let graph = Workload::from_yaml("moe.yaml", yaml).unwrap().graph();
+        let k = graph
+            .kernels
+            .iter()
+            .find(|k| k.name == "expert up")
+            .expect("the experts' first product");
+        match k.op {
+            stackflow::workload::Op::Gemm { m, .. } => m,
+            _ => unreachable!(),
+        }
+    };
+    assert_eq!(rows(&text), 4 * 8192);
+    assert_eq!(
+        rows(&format!("{text}\ninference: {{batch: 65536}}\n")),
+        8192
+    );
+}
+
+/// A batch that reaches fewer experts than the expert-parallel degree still runs them: 16
+/// queries of DLRM-A-MoE served on 16 devices with an expert each (16 x 2 routes reach
+/// about 14 of 16 experts), the experts' products and their all-to-all priced, not dropped
+/// by rounding the experts a device runs down to none.
+#[test]
+fn experts_reached_by_a_small_batch_are_priced() {
+    let (sys, arch) = system("templates/zionex.yaml");
+    let net = sys.network(&arch, 16).unwrap();
+    let text = std::fs::read_to_string(root().join("workloads/dlrm-a-moe.yaml")).unwrap();
+    let w =
+        Workload::from_yaml("moe.yaml", &format!("{text}\ninference: {{batch: 16}}\n")).unwrap();
+    let p = predict(&w, &arch, &net, &Strategy::parse("d16-e16").unwrap()).unwrap();
+    assert!(
+        p.communication
+            .iter()
+            .any(|c| c.name == "expert all-to-all"),
+        "{:?}",
+        p.communication.iter().map(|c| &c.name).collect::<Vec<_>>()
+    );
+}

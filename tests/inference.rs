@@ -884,3 +884,88 @@ fn a_served_mixture_of_experts_reads_the_experts_its_tokens_reach() {
     // Training pads each expert to its capacity: 1.25 x 4096 x 2 / 8 = 1280 rows.
     assert_eq!(moe.routed(4096.0, false), (8, 1280));
 }
+
+/// What a deployment serves swamped is what it sustains: a long run of arrivals far faster
+/// than it serves comes out at that rate, for a full engine (Llama-2-7B on one H100) as for
+/// a short trace of varied lengths that never fills it (its one batch drains: the spread of
+/// its lengths is not a rate).
+#[test]
+fn the_swamped_capacity_is_the_sustained_rate() {
+    use stackflow::distributed::load::{Arrivals, Deployment, Engine, Load, Trace};
+    use stackflow::parallel::Strategy;
+    let (w, arch, net) = llama2_7b_on_one_h100();
+    let (t, spec) = w.serving().unwrap();
+    let poisson = Arrivals::Poisson {
+        prompt_tokens: spec.prompt_tokens,
+        output_tokens: spec.output_tokens,
+        seed: 0,
+    };
+    let text = std::iter::once("arrival_s,prompt_tokens,output_tokens".to_string())
+        .chain((0..20).map(|i| format!("{},128,{}", i as f64 * 0.1, 100 + i)))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let trace = Arrivals::Trace(Trace::parse("t.csv", &text).unwrap());
+    for (arrivals, requests) in [(poisson, 4000), (trace, 20)] {
+        let engine = Deployment::Colocated(
+            Engine::new(
+                t,
+                arrivals.lengths(),
+                &arch,
+                &net,
+                &Strategy::default(),
+                &Load::default(),
+            )
+            .unwrap(),
+        );
+        let capacity = engine.capacity_requests_per_s(&arrivals).unwrap();
+        let flooded = engine.run_at(&arrivals, 1e6, requests).unwrap();
+        assert!(
+            (capacity / flooded.requests_per_s - 1.0).abs() < 0.03,
+            "{}: capacity {capacity} against {} requests/s flooded",
+            arrivals.name(),
+            flooded.requests_per_s
+        );
+    }
+    // Chunked prefill on two t4 replicas of Llama-2-70B: requests sent at once complete in
+    // waves of a batch, smeared over seconds; a window of whole batches counts whole waves
+    // (one that ended inside the last wave's smear read 21.1 requests/s for 18.5).
+    let (t, arrivals) = {
+        let w = Workload::load(
+            Source::Disk,
+            &root().join("workloads/llama2-70b-serve.yaml"),
+        )
+        .unwrap();
+        let Workload::Transformer(t) = w else {
+            unreachable!()
+        };
+        let spec = t.inference.unwrap();
+        let arrivals = Arrivals::Poisson {
+            prompt_tokens: spec.prompt_tokens,
+            output_tokens: spec.output_tokens,
+            seed: 0,
+        };
+        (t, arrivals)
+    };
+    let (arch, net) = dgx_h100(8);
+    let engine = Deployment::Colocated(
+        Engine::new(
+            &t,
+            arrivals.lengths(),
+            &arch,
+            &net,
+            &Strategy::parse("t4-d2").unwrap(),
+            &Load {
+                chunked_prefill: true,
+                ..Load::default()
+            },
+        )
+        .unwrap(),
+    );
+    let capacity = engine.capacity_requests_per_s(&arrivals).unwrap();
+    let flooded = engine.run_at(&arrivals, 1e6, 4000).unwrap();
+    assert!(
+        (capacity / flooded.requests_per_s - 1.0).abs() < 0.03,
+        "t4-d2 chunked: capacity {capacity} against {} requests/s flooded",
+        flooded.requests_per_s
+    );
+}

@@ -1547,14 +1547,16 @@ impl Deployment {
     }
 
     /// Requests per second it serves swamped: every request sent at once, the completions
-    /// counted while the queue keeps every engine full. [`saturated_rate`] leaves out the
-    /// ramp (the first batches' prompts, and a prefill pool's head start on its decode pool)
-    /// and the drain (the last batches finishing with no one to replace them).
+    /// counted while a queue keeps every engine full. [`saturated_rate`] leaves out the ramp
+    /// (the first batches' prompts, and a prefill pool's head start on its decode pool) and
+    /// the drain (the last batches finishing with no one to replace them).
     pub fn capacity_requests_per_s(&self, arrivals: &Arrivals) -> Result<f64, FitError> {
         let e = self.serving_engine();
-        let requests = (4 * e.most).clamp(64, 4096) * e.replicas.max(1) * e.engines.max(1);
+        let engines = e.replicas.max(1) * e.engines.max(1);
+        let requests = (4 * e.most).clamp(64, 4096) * engines;
         let reqs = arrivals.at_once(requests);
-        Ok(saturated_rate(&self.serve_all(&reqs)?.done))
+        let served = self.serve_all(&reqs)?;
+        Ok(saturated_rate(&served.done, served.most_running * engines))
     }
 
     /// The highest arrival rate whose run of `requests` keeps `slo`, found by bisection to
@@ -1626,22 +1628,28 @@ impl Deployment {
 }
 
 /// The rate of completions of a swamped run (every request sent at time 0), `done` each
-/// request's completion time: those after the first quartile's time up to the third's, over
-/// the time between, while a queue keeps every engine full (the ramp and the drain left
-/// out; a batch that ends together counted whole); where the quartiles coincide (every
-/// request in one batch), all of them over the last completion.
-fn saturated_rate(done: &[f64]) -> f64 {
+/// request's completion time, `slots` the most sequences its engines ran at once: from the
+/// completion a quarter of the way in, over whole multiples of `slots` completions (a batch
+/// that starts together ends together, so a window of whole batches is one of whole waves
+/// wherever it starts), while more requests remain than the engines hold, so that a queue
+/// keeps them full: the ramp and the drain left out. Where no whole batch fits that window
+/// (requests that all fit at once, one batch of varied lengths draining), all of them over
+/// the last completion.
+fn saturated_rate(done: &[f64], slots: u64) -> f64 {
     let mut t: Vec<f64> = done.iter().copied().filter(|d| d.is_finite()).collect();
     t.sort_by(f64::total_cmp);
     let n = t.len();
     if n == 0 {
         return 0.0;
     }
-    let (a, b) = (t[n / 4], t[3 * n / 4]);
-    // Completions after `a` up to `b`: whole batches where they end together.
-    let upto = |x: f64| t.partition_point(|&d| d <= x);
-    if b - a > 1e-9 * t[n - 1] {
-        (upto(b) - upto(a)) as f64 / (b - a)
+    let slots = (slots as usize).max(1);
+    // The completion after which no more than `slots` requests remain.
+    let full = n.saturating_sub(slots + 1);
+    let from = n / 4;
+    let batches = full.saturating_sub(from) / slots;
+    let to = from + batches * slots;
+    if batches > 0 && t[to] - t[from] > 1e-9 * t[n - 1] {
+        (to - from) as f64 / (t[to] - t[from])
     } else {
         n as f64 / t[n - 1].max(f64::MIN_POSITIVE)
     }
@@ -1731,15 +1739,18 @@ mod tests {
     fn a_swamped_run_is_counted_while_its_engines_are_full() {
         // Batches of 8 that take 1 s, 40 requests at once: completions at 1, 2, ..., 5 s.
         let waves: Vec<f64> = (0..40).map(|i| (i / 8 + 1) as f64).collect();
-        assert!((saturated_rate(&waves) - 8.0).abs() < 1e-12);
+        assert!((saturated_rate(&waves, 8) - 8.0).abs() < 1e-12);
         // A pipeline that fills for 3 s before its first completion, then completes one
         // request every 0.1 s: the fill and a slow last request are left out.
         let mut piped: Vec<f64> = (0..100).map(|i| 3.0 + 0.1 * i as f64).collect();
         piped[99] = 20.0;
-        assert!((saturated_rate(&piped) - 10.0).abs() < 1e-9);
+        assert!((saturated_rate(&piped, 10) - 10.0).abs() < 1e-9);
         // Every request in one batch: all of them over the last completion.
-        assert!((saturated_rate(&[2.0; 16]) - 8.0).abs() < 1e-12);
-        assert_eq!(saturated_rate(&[]), 0.0);
+        assert!((saturated_rate(&[2.0; 16], 16) - 8.0).abs() < 1e-12);
+        // One batch whose lengths vary drains, never full: its spread is not a rate.
+        let spread: Vec<f64> = (0..20).map(|i| 1.0 + 0.01 * i as f64).collect();
+        assert!((saturated_rate(&spread, 256) - 20.0 / 1.19).abs() < 1e-9);
+        assert_eq!(saturated_rate(&[], 8), 0.0);
     }
 
     #[test]

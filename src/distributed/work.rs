@@ -708,7 +708,9 @@ fn on_device(
         split_context(&mut k, s.context, kv_bytes);
     }
     let (needs, fewer) = split_kernel(&mut k, s, parallel_blocks);
-    (k, count / fewer.max(1), needs)
+    // A device holds 1/e of the experts: of the expert kernels the tokens reach (fewer
+    // than e where a served batch reaches few experts), at least one.
+    (k, count.div_ceil(fewer.max(1)), needs)
 }
 
 /// The kernels one device of pipeline stage `stage` runs for one micro-batch of `graph`

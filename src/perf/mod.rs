@@ -909,7 +909,9 @@ impl Evaluator {
         use crate::workload::inference::{
             decode_graph, kv_cache_bytes, mean_context, prefill_graph,
         };
-        let mut prefill = self.predict(&prefill_graph(w, spec), arch_violations);
+        let prefill_graph = prefill_graph(w, spec);
+        let weight_bytes = prefill_graph.precisions.weights.bytes();
+        let mut prefill = self.predict(&prefill_graph, arch_violations);
         let context = mean_context(spec);
         // Serving stacks replay each decode step as one captured CUDA graph (vLLM,
         // TensorRT-LLM): one launch per step instead of one per kernel.
@@ -940,7 +942,7 @@ impl Evaluator {
         let total = ttft + spec.output_tokens.saturating_sub(1) as f64 * tpot;
         let weights = prefill.memory.weights_bytes;
         let kv = kv_cache_bytes(w, spec.batch, spec.prompt_tokens + spec.output_tokens);
-        let weights_read = weights * w.served_parameter_share(spec.batch);
+        let weights_read = weights - w.unread_parameters(spec.batch) * weight_bytes;
         InferencePrediction {
             workload: w.name.clone(),
             spec: *spec,

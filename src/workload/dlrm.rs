@@ -477,7 +477,7 @@ fn feature_transformer(g: &mut Builder, w: &Dlrm, features: u64, dim: u64) -> u6
         moe: None,
         dropout: false,
         flash: false,
-        dropless: w.inference.is_some(),
+        dropless: false, // no experts in the interaction's layers
         rotary: false,
         lora: None,
     };
@@ -489,7 +489,7 @@ fn feature_transformer(g: &mut Builder, w: &Dlrm, features: u64, dim: u64) -> u6
 
 /// A top MLP whose second and third layers are routed experts (DLRM-MoE); returns its
 /// output width.
-fn expert_top_mlp(g: &mut Builder, w: &Dlrm, moe: &Moe, top_in: u64) -> u64 {
+fn expert_top_mlp(g: &mut Builder, w: &Dlrm, moe: &Moe, top_in: u64, served: bool) -> u64 {
     let b = w.batch;
     // The first top layer, then the pair after it as experts: a router picks
     // top_k of them per sample; each expert takes its capacity of the routed
@@ -511,7 +511,7 @@ fn expert_top_mlp(g: &mut Builder, w: &Dlrm, moe: &Moe, top_in: u64) -> u64 {
     );
     // Served, the experts take exactly their routed samples; an expert no sample reaches
     // (a small served batch) is not run.
-    let (active, per_expert) = moe.routed(b as f64, w.inference.is_some());
+    let (active, per_expert) = moe.routed(b as f64, served);
     let (up, down) = (w.top_mlp[1], w.top_mlp[2]);
     g.split = Split::Expert;
     g.linear(
@@ -559,7 +559,7 @@ fn expert_top_mlp(g: &mut Builder, w: &Dlrm, moe: &Moe, top_in: u64) -> u64 {
 
 pub(super) fn dlrm_graph(w: &Dlrm) -> Graph {
     match w.inference {
-        None => training_graph(w),
+        None => training_graph(w, false),
         Some(spec) => serving_graph(w, spec),
     }
 }
@@ -573,7 +573,7 @@ fn serving_graph(w: &Dlrm, spec: DlrmInference) -> Graph {
         inference: None,
         ..w.clone()
     };
-    let mut g = training_graph(&served);
+    let mut g = training_graph(&served, true);
     g.kernels.retain(|k| k.phase == Phase::Forward);
     g.trains = false;
     g.served = true;
@@ -586,7 +586,9 @@ fn serving_graph(w: &Dlrm, spec: DlrmInference) -> Graph {
     g
 }
 
-fn training_graph(w: &Dlrm) -> Graph {
+/// The training graph of `w`; `served`: its forward pass serves queries (experts take their
+/// routed samples alone, unpadded).
+fn training_graph(w: &Dlrm, served: bool) -> Graph {
     let mut g = Builder::with_roles(w.precisions, Recompute::None);
     let b = w.batch;
     let dim = mlp(&mut g, "bottom", b, w.dense_features, &w.bottom_mlp);
@@ -596,7 +598,7 @@ fn training_graph(w: &Dlrm) -> Graph {
     g.split = Split::Replicated;
     let width = match w.moe {
         None => mlp(&mut g, "top", b, top_in, &w.top_mlp),
-        Some(moe) => expert_top_mlp(&mut g, w, &moe, top_in),
+        Some(moe) => expert_top_mlp(&mut g, w, &moe, top_in, served),
     };
     g.pointwise(
         "loss",

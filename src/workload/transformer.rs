@@ -220,13 +220,12 @@ impl Transformer {
         self.ffn_hidden as f64 * self.hidden as f64 * if self.gated_ffn { 3.0 } else { 2.0 }
     }
 
-    /// The share of the parameters a served step of `batch` tokens reads: all of them,
-    /// less the experts none of its tokens is routed to.
-    pub fn served_parameter_share(&self, batch: u64) -> f64 {
-        self.moe.map_or(1.0, |m| {
+    /// Parameters a served step of `batch` tokens does not read: the experts none of its
+    /// tokens is routed to (none without a mixture of experts).
+    pub fn unread_parameters(&self, batch: u64) -> f64 {
+        self.moe.map_or(0.0, |m| {
             let (active, _) = m.routed(batch as f64, true);
-            let idle = (m.experts - active) as f64 * self.layers as f64;
-            1.0 - idle * self.feed_forward_parameters() / self.parameters()
+            (m.experts - active) as f64 * self.layers as f64 * self.feed_forward_parameters()
         })
     }
 
