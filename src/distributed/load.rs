@@ -1553,7 +1553,7 @@ impl Deployment {
     pub fn capacity_requests_per_s(&self, arrivals: &Arrivals) -> Result<f64, FitError> {
         let e = self.serving_engine();
         let engines = e.replicas.max(1) * e.engines.max(1);
-        let requests = (4 * e.most).clamp(64, 4096) * engines;
+        let requests = (8 * e.most).clamp(64, 8192) * engines;
         let reqs = arrivals.at_once(requests);
         let served = self.serve_all(&reqs)?;
         Ok(saturated_rate(&served.done, served.most_running * engines))
