@@ -50,6 +50,10 @@ pub enum Violation {
         optimizer_state_bytes: f64,
         activations_bytes: f64,
         kv_cache_bytes: f64,
+        /// ZeRO-3's working set: the layers it gathers whole and a layer's gradient (absent
+        /// from reports written before it was counted).
+        #[serde(default)]
+        gathered_bytes: f64,
     },
     /// Embedding tables (with their optimizer state) exceed the memory of every device
     /// together, however they are sharded.
@@ -155,6 +159,7 @@ impl fmt::Display for Violation {
                 optimizer_state_bytes,
                 activations_bytes,
                 kv_cache_bytes,
+                gathered_bytes,
             } => {
                 write!(
                     f,
@@ -167,6 +172,7 @@ impl fmt::Display for Violation {
                     ("optimizer", optimizer_state_bytes),
                     ("activations", activations_bytes),
                     ("KV cache", kv_cache_bytes),
+                    ("ZeRO-3 gathers", gathered_bytes),
                 ] {
                     if *bytes > 0.0 {
                         write!(f, ", {name} {:.1}", bytes / GIB)?;
@@ -264,6 +270,7 @@ mod tests {
             optimizer_state_bytes: 0.0,
             activations_bytes: 0.0,
             kv_cache_bytes: 0.5 * GIB,
+            gathered_bytes: 0.0,
         };
         let json = serde_json::to_value(&v).unwrap();
         assert_eq!(json["kind"], "out_of_memory");

@@ -3319,3 +3319,47 @@ fn experts_reached_by_a_small_batch_are_priced() {
         p.communication.iter().map(|c| &c.name).collect::<Vec<_>>()
     );
 }
+
+/// ZeRO-3's working set: a device gathers a layer's weights whole before running it (the
+/// next one too when it prefetches) and holds the layer's whole gradient until its
+/// reduce-scatter, on top of its shards. GPT-3 175B at t2: a layer is 12 h^2 + 13 h
+/// parameters, half of them a rank's, 1.81 GB in bf16: prefetching holds two layers and a
+/// gradient, just in time one and a gradient; ZeRO-2 none.
+#[test]
+fn zero_3_holds_the_layers_it_gathers() {
+    let (system, arch) = system("templates/dgx-a100.yaml");
+    let net = system.network(&arch, 1024).unwrap();
+    let w = Workload::load(Source::Disk, &root().join("workloads/gpt3-175b.yaml")).unwrap();
+    let run = |s: &str| predict(&w, &arch, &net, &Strategy::parse(s).unwrap()).unwrap();
+    let base = "t2-d256-p2-mb1-i48-sp-rc=selective";
+    let (z2, z3, just_in_time) = (
+        run(&format!("{base}-z2")),
+        run(&format!("{base}-z3")),
+        run(&format!("{base}-z3-prefetch=off")),
+    );
+    let h = 12288.0;
+    // The first stage's mean layer: 48 layers and the embedding (50,257 x h), over t = 2,
+    // 2 bytes a weight and a gradient.
+    let layer = (48.0 * (12.0 * h * h + 13.0 * h) + 50257.0 * h) / 48.0 / 2.0 * 2.0;
+    assert_eq!(z2.gathered_bytes, 0.0);
+    assert_close("prefetching", z3.gathered_bytes, 3.0 * layer, 0.01);
+    assert_close(
+        "just in time",
+        just_in_time.gathered_bytes,
+        2.0 * layer,
+        0.01,
+    );
+    // The shards themselves: 1/256 of what ZeRO-2 holds whole; the total counts both.
+    assert_close(
+        "weights under ZeRO-3",
+        z3.weights_bytes,
+        z2.weights_bytes / 256.0,
+        0.01,
+    );
+    let parts = z3.weights_bytes
+        + z3.gradients_bytes
+        + z3.optimizer_state_bytes
+        + z3.activations_bytes
+        + z3.gathered_bytes;
+    assert_close("total", z3.memory_per_device_bytes, parts, 1e-12);
+}

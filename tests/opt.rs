@@ -611,11 +611,13 @@ fn the_baseline_is_data_parallelism_with_the_least_sharding_that_fits() {
     );
     assert_eq!(s, "t1-d512-p1-z2");
     assert!(fits);
-    // The LSTM of issue 9 on one DGX A100: plain data parallelism does not fit at any ZeRO
-    // stage, its variant with micro-batches of 1 does under ZeRO-3.
+    // The LSTM of issue 9 on one DGX A100: data parallelism does not fit at any ZeRO stage
+    // (under ZeRO-3 each device still gathers a layer whole, with its gradient: 107 GiB of
+    // working set beside 71 GiB of shards), so the first enumerated strategy that fits is
+    // the baseline.
     let (s, fits) = baseline("templates/dgx-a100.yaml", "workloads/lstm-o1.yaml", 8);
-    assert_eq!(s, "t1-d8-p1-mb1-z3");
-    assert!(fits);
+    assert!(!s.starts_with("t1-d8-p1"), "{s}");
+    assert!(fits, "{s}");
     // GPT-1.7B has a global batch of 4: data parallelism cannot split it 8 ways, and the
     // first enumerated strategy that fits is the baseline.
     let (s, fits) = baseline("templates/dgx-a100.yaml", "workloads/gpt-1.7b.yaml", 8);

@@ -688,13 +688,14 @@ fn render_layered(p: &LayeredPrediction, unit: &str) -> String {
     }
     let _ = writeln!(
         s,
-        "memory / device   {} of {} (weights {}, gradients {}, optimizer {}, activations {})",
+        "memory / device   {} of {} (weights {}, gradients {}, optimizer {}, activations {}{})",
         gib(p.memory_per_device_bytes),
         gib(p.memory_capacity_bytes),
         gib(p.weights_bytes),
         gib(p.gradients_bytes),
         gib(p.optimizer_state_bytes),
-        gib(p.activations_bytes)
+        gib(p.activations_bytes),
+        gathered(p.gathered_bytes)
     );
     let _ = writeln!(
         s,
@@ -974,13 +975,14 @@ pub fn render(p: &DistPrediction, peak: f64, unit: &str) -> String {
     }
     let _ = writeln!(
         s,
-        "memory / device   {} of {}: weights {}, gradients {}, optimizer {}, activations {}",
+        "memory / device   {} of {}: weights {}, gradients {}, optimizer {}, activations {}{}",
         gib(p.memory_per_device_bytes),
         gib(p.memory_capacity_bytes),
         gib(p.weights_bytes),
         gib(p.gradients_bytes),
         gib(p.optimizer_state_bytes),
-        gib(p.activations_bytes)
+        gib(p.activations_bytes),
+        gathered(p.gathered_bytes)
     );
     let _ = writeln!(s, "\n{:<11} {:>12}  bound by", "compute", "time");
     for c in &p.compute {
@@ -1139,4 +1141,13 @@ pub fn render_inference(p: &DistInference) -> String {
         }
     }
     s
+}
+
+/// `, ZeRO-3 gathers <bytes>` where ZeRO-3's working set holds any, else nothing.
+fn gathered(bytes: f64) -> String {
+    if bytes > 0.0 {
+        format!(", ZeRO-3 gathers {}", gib(bytes))
+    } else {
+        String::new()
+    }
 }

@@ -314,6 +314,8 @@ pub struct LayeredPrediction {
     pub gradients_bytes: f64,
     pub optimizer_state_bytes: f64,
     pub activations_bytes: f64,
+    /// ZeRO-3's working set ([`super::DistPrediction::gathered_bytes`]).
+    pub gathered_bytes: f64,
     pub feasible: bool,
     pub violations: Vec<Violation>,
 }
@@ -616,6 +618,7 @@ impl LayeredPlan {
             gradients_bytes: memory.gradients_bytes,
             optimizer_state_bytes: memory.optimizer_state_bytes,
             activations_bytes: memory.activations_bytes,
+            gathered_bytes: memory.gathered_bytes,
             feasible: violations.is_empty(),
             violations,
         }

@@ -15,6 +15,9 @@ pub(super) struct Footprint {
     pub(super) gradients_bytes: f64,
     pub(super) optimizer_state_bytes: f64,
     pub(super) activations_bytes: f64,
+    /// ZeRO-3's working set: the layer it gathers whole to run (and the next, prefetched)
+    /// and that layer's whole gradient, held until its reduce-scatter.
+    pub(super) gathered_bytes: f64,
     /// Parameters of the fullest stage held by one device before ZeRO-3 sharding.
     pub(super) stage_parameters: f64,
     /// The experts' part of `stage_parameters`.
@@ -33,6 +36,7 @@ impl Footprint {
             + self.gradients_bytes
             + self.optimizer_state_bytes
             + self.activations_bytes
+            + self.gathered_bytes
     }
 
     /// Adds what a device holds for another part of the model (a layer type split its own
@@ -42,6 +46,8 @@ impl Footprint {
         self.gradients_bytes += other.gradients_bytes;
         self.optimizer_state_bytes += other.optimizer_state_bytes;
         self.activations_bytes += other.activations_bytes;
+        // One layer is gathered at a time, whichever part it belongs to.
+        self.gathered_bytes = self.gathered_bytes.max(other.gathered_bytes);
         self.stage_parameters += other.stage_parameters;
         self.expert_parameters += other.expert_parameters;
         self.tables_bytes += other.tables_bytes;
@@ -99,11 +105,25 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
     let activations = stage_activations(fit, s, stages);
     // Per stage: weights, gradients (frozen weights have none), optimizer state (the
     // tables' beside their rows), activations.
-    let of = |(st, act): (&StageWork, f64)| -> [f64; 4] {
-        let gradients = if optimizer {
-            sharded(2, st.trained, st.trained_experts) * gradient_bytes
+    // ZeRO-3 gathers a layer's weights whole before it runs (the next one too where it
+    // prefetches: DeepSpeed's and FSDP's working set) and holds its whole gradient until the
+    // reduce-scatter: a stage's mean layer of what the device holds unsharded.
+    let gathered = |st: &StageWork| {
+        if z >= 3 && weight_replicas > 1.0 {
+            held(st) / st.layers.max(1) as f64
         } else {
             0.0
+        }
+    };
+    let in_flight = if s.prefetch { 2.0 } else { 1.0 };
+    let of = |(st, act): (&StageWork, f64)| -> [f64; 5] {
+        let (gradients, gathered_gradient) = if optimizer {
+            (
+                sharded(2, st.trained, st.trained_experts) * gradient_bytes,
+                gathered(st) * gradient_bytes,
+            )
+        } else {
+            (0.0, 0.0)
         };
         [
             sharded(3, held(st), expert_params) * bytes + sparse,
@@ -111,6 +131,7 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
             sharded(1, st.trained, st.trained_experts) * opt_state
                 + graph.table_state_bytes / devices as f64,
             act,
+            in_flight * gathered(st) * bytes + gathered_gradient,
         ]
     };
     let fullest = stages
@@ -124,13 +145,15 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
                 c
             }
         })
-        .unwrap_or([0.0; 4]);
-    let [weights_bytes, gradients_bytes, optimizer_state_bytes, activations_bytes] = fullest;
+        .unwrap_or([0.0; 5]);
+    let [weights_bytes, gradients_bytes, optimizer_state_bytes, activations_bytes, gathered_bytes] =
+        fullest;
     Footprint {
         weights_bytes,
         gradients_bytes,
         optimizer_state_bytes,
         activations_bytes,
+        gathered_bytes,
         // The most any stage holds: what its ZeRO-3 gathers move.
         stage_parameters: stages.iter().map(held).fold(0.0, f64::max),
         expert_parameters: expert_params,
@@ -204,6 +227,7 @@ pub(super) fn violations(arch: &Architecture, memory: &Footprint, devices: u64) 
             optimizer_state_bytes: memory.optimizer_state_bytes,
             activations_bytes: memory.activations_bytes,
             kv_cache_bytes: 0.0,
+            gathered_bytes: memory.gathered_bytes,
         });
     }
     violations

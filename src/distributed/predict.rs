@@ -658,6 +658,7 @@ impl Plan {
             gradients_bytes: memory.gradients_bytes,
             optimizer_state_bytes: memory.optimizer_state_bytes,
             activations_bytes: memory.activations_bytes,
+            gathered_bytes: memory.gathered_bytes,
             feasible: violations.is_empty(),
             violations,
         }

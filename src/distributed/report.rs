@@ -131,6 +131,10 @@ pub struct DistPrediction {
     pub gradients_bytes: f64,
     pub optimizer_state_bytes: f64,
     pub activations_bytes: f64,
+    /// ZeRO-3's working set on top of the shards: the layer it gathers whole to run (the
+    /// next too where it prefetches) and that layer's whole gradient until its
+    /// reduce-scatter; 0 below ZeRO-3.
+    pub gathered_bytes: f64,
     pub feasible: bool,
     pub violations: Vec<Violation>,
 }

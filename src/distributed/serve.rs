@@ -284,6 +284,7 @@ fn memory(
             optimizer_state_bytes: 0.0,
             activations_bytes: 0.0,
             kv_cache_bytes: kv,
+            gathered_bytes: 0.0,
         });
     }
     (weights_bytes, kv, violations)
@@ -483,6 +484,7 @@ pub fn predict_inference(
                     optimizer_state_bytes: 0.0,
                     activations_bytes: 0.0,
                     kv_cache_bytes: kvb,
+                    gathered_bytes: 0.0,
                 });
             }
             (wb, kvb, v)

@@ -745,6 +745,7 @@ impl Evaluator {
                 optimizer_state_bytes: memory.optimizer_state_bytes,
                 activations_bytes: memory.activations_bytes,
                 kv_cache_bytes: 0.0,
+                gathered_bytes: 0.0,
             });
         }
         if !total.is_finite() {
