@@ -3229,8 +3229,9 @@ fn validate_and_devices_errors_name_where_the_value_came_from() {
 /// MLP products, 2 s b h each, and the first layer norm's and the dropout masks, whole on
 /// every rank); with sequence parallelism all of it over t; selective recomputation drops
 /// the 5 a s / h of the attention core (softmax, its dropout) and keeps its inputs Q, K, V.
-/// Full recomputation keeps each layer's input (2 s b h, over t with sequence parallelism),
-/// so the differences from it leave out what lies outside the layers.
+/// Full recomputation keeps each layer's input (2 s b h, over t with sequence parallelism)
+/// and rebuilds one layer's activations at a time for its backward, so the differences
+/// from it leave out what lies outside the layers.
 #[test]
 fn activations_per_layer_are_korthikanti_s() {
     let (system, arch) = system("templates/dgx-h100.yaml");
@@ -3257,16 +3258,17 @@ fn activations_per_layer_are_korthikanti_s() {
         // Whole on every rank without sequence parallelism: 10 s b h; split: 24 s b h.
         let kept = 10.0 / whole + 24.0 / split;
         let input = 2.0 / whole;
+        let layer = kept + core / split;
         assert_close(
             &format!("rc=none{sp}"),
             none,
-            layers * sbh * (kept + core / split - input),
+            sbh * ((layers - 1.0) * layer - layers * input),
             1e-3,
         );
         assert_close(
             &format!("rc=selective{sp}"),
             selective,
-            layers * sbh * (kept - input),
+            sbh * (layers * (kept - input) - layer),
             1e-3,
         );
     }

@@ -46,8 +46,9 @@ impl Footprint {
         self.gradients_bytes += other.gradients_bytes;
         self.optimizer_state_bytes += other.optimizer_state_bytes;
         self.activations_bytes += other.activations_bytes;
-        // One layer is gathered at a time, whichever part it belongs to.
-        self.gathered_bytes = self.gathered_bytes.max(other.gathered_bytes);
+        // A layer's parts of each type are gathered together (a transformer layer's
+        // attention and feed-forward), each its mean per layer: as one strategy prices them.
+        self.gathered_bytes += other.gathered_bytes;
         self.stage_parameters += other.stage_parameters;
         self.expert_parameters += other.expert_parameters;
         self.tables_bytes += other.tables_bytes;
@@ -169,7 +170,8 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
 /// micro-batches in flight (never more than there are): GPipe all m; 1F1B p - i on stage i
 /// (Narayanan et al. 2021); interleaved 1F1B with v chunks (2 (p - i - 1) + (v - 1) p + 1)
 /// chunks of 1/v of the stage (Megatron-LM's warm-up plus one; on the first stage
-/// Narayanan's p (1 + (p - 1) / (p v))); one without pipelining.
+/// Narayanan's p (1 + (p - 1) / (p v))); one without pipelining. Under full recomputation,
+/// one layer's activations of one micro-batch besides, rebuilt for its backward.
 fn stage_activations(fit: &Fit, s: &Strategy, stages: &[StageWork]) -> Vec<f64> {
     let (p, v, m) = (s.pipeline, s.interleave, fit.micro_batches as f64);
     let act = &fit.graph.memory;
@@ -179,6 +181,11 @@ fn stage_activations(fit: &Fit, s: &Strategy, stages: &[StageWork]) -> Vec<f64> 
         * fit.f_tok
         / s.context as f64;
     let layers = fit.graph.layers;
+    // Full recomputation rebuilds one layer of one micro-batch during its backward.
+    let rebuilt = ((act.rebuilt_bytes - act.rebuilt_replicated_bytes) / tensor_split.0
+        + act.rebuilt_replicated_bytes / tensor_split.1)
+        * fit.f_tok
+        / s.context as f64;
     stages
         .iter()
         .enumerate()
@@ -198,7 +205,7 @@ fn stage_activations(fit: &Fit, s: &Strategy, stages: &[StageWork]) -> Vec<f64> 
             } else {
                 1.0 / p as f64
             };
-            whole * share * in_flight
+            whole * share * in_flight + if st.layers > 0 { rebuilt } else { 0.0 }
         })
         .collect()
 }

@@ -731,7 +731,7 @@ impl Evaluator {
             weights_bytes: graph.memory.weights_bytes,
             gradients_bytes: graph.memory.gradients_bytes,
             optimizer_state_bytes: graph.memory.optimizer_state_bytes,
-            activations_bytes: graph.memory.activations_bytes,
+            activations_bytes: graph.memory.activations_bytes + graph.memory.rebuilt_bytes,
             capacity_bytes: self.machine.levels.last().map_or(0.0, |l| l.capacity_bytes),
         };
         let footprint = graph.memory.total_bytes();
@@ -850,6 +850,7 @@ pub struct MemoryReport {
     pub weights_bytes: f64,
     pub gradients_bytes: f64,
     pub optimizer_state_bytes: f64,
+    /// Kept for the backward at their peak, with the layer full recomputation rebuilds.
     pub activations_bytes: f64,
     /// Main-memory capacity of the device.
     pub capacity_bytes: f64,

@@ -300,6 +300,11 @@ pub struct Footprint {
     /// The part of `activations_bytes` that tensor parallelism does not split (unless
     /// sequence parallelism does).
     pub replicated_activations_bytes: f64,
+    /// Under full recomputation, one layer's activations for the whole batch, rebuilt for
+    /// its backward while the layers' inputs stay kept (0 otherwise); and the part of it
+    /// tensor parallelism does not split.
+    pub rebuilt_bytes: f64,
+    pub rebuilt_replicated_bytes: f64,
 }
 
 impl Footprint {
@@ -308,6 +313,7 @@ impl Footprint {
             + self.gradients_bytes
             + self.optimizer_state_bytes
             + self.activations_bytes
+            + self.rebuilt_bytes
     }
 }
 
@@ -403,6 +409,9 @@ pub struct LayerPart {
     pub sparse_weight_bytes: f64,
     pub activations_bytes: f64,
     pub replicated_activations_bytes: f64,
+    /// One layer's activations rebuilt under full recomputation ([`Footprint::rebuilt_bytes`]).
+    pub rebuilt_bytes: f64,
+    pub rebuilt_replicated_bytes: f64,
 }
 
 impl Graph {
@@ -513,6 +522,8 @@ impl Graph {
                 optimizer_state_bytes: p * self.optimizer_state_per_parameter_bytes + table_state,
                 activations_bytes: part.activations_bytes,
                 replicated_activations_bytes: part.replicated_activations_bytes,
+                rebuilt_bytes: part.rebuilt_bytes,
+                rebuilt_replicated_bytes: part.rebuilt_replicated_bytes,
             },
             parameters_by_position: part.parameters_by_position,
             expert_parameters: part.expert_parameters,
@@ -839,14 +850,22 @@ impl Builder {
             Recompute::Selective => class != KernelClass::Attention,
             Recompute::Full => layer_input,
         };
+        let saved = bytes * count as f64;
+        let replicated = self.split == Split::Replicated;
         if kept || !self.in_layer {
-            let saved = bytes * count as f64;
-            let replicated = self.split == Split::Replicated;
             self.saved_bytes += saved;
             self.part().activations_bytes += saved;
             if replicated {
                 self.replicated_saved_bytes += saved;
                 self.part().replicated_activations_bytes += saved;
+            }
+        }
+        if self.in_layer && !layer_input {
+            // All of the layers' activations, of which full recomputation rebuilds one
+            // layer's at a time (see `finish`); their inputs it keeps anyway.
+            self.part().rebuilt_bytes += saved;
+            if replicated {
+                self.part().rebuilt_replicated_bytes += saved;
             }
         }
     }
@@ -1589,6 +1608,16 @@ impl Builder {
             .filter(|k| k.phase == Phase::Forward)
             .map(|k| k.layer)
             .collect();
+        // Full recomputation rebuilds one layer's activations at a time for its backward;
+        // otherwise what a layer keeps is already counted.
+        let full = self.recompute == Recompute::Full && layers > 0;
+        for part in &mut self.parts {
+            let per_layer = if full { 1.0 / layers as f64 } else { 0.0 };
+            part.rebuilt_bytes *= per_layer;
+            part.rebuilt_replicated_bytes *= per_layer;
+        }
+        let rebuilt: f64 = self.parts.iter().map(|p| p.rebuilt_bytes).sum();
+        let rebuilt_replicated: f64 = self.parts.iter().map(|p| p.rebuilt_replicated_bytes).sum();
         let layer_parts = self
             .parts
             .into_iter()
@@ -1606,6 +1635,8 @@ impl Builder {
                 optimizer_state_bytes: p * state,
                 activations_bytes: self.saved_bytes,
                 replicated_activations_bytes: self.replicated_saved_bytes,
+                rebuilt_bytes: rebuilt,
+                rebuilt_replicated_bytes: rebuilt_replicated,
             },
             layers,
             boundary_bytes,

@@ -22,6 +22,8 @@ fn forward_only(mut g: Graph, kv: f64) -> Graph {
     g.memory.optimizer_state_bytes = 0.0;
     g.memory.activations_bytes = kv;
     g.memory.replicated_activations_bytes = 0.0;
+    g.memory.rebuilt_bytes = 0.0;
+    g.memory.rebuilt_replicated_bytes = 0.0;
     g
 }
 
