@@ -1,6 +1,10 @@
 //! Memory of the fullest device (Megatron's accounting, ZeRO stages 1-3, MAD Max Sec. 4):
 //! its shard of the weights, gradients and optimizer state, embedding tables sharded over
-//! every device, and the activations of the micro-batches in flight under the schedule.
+//! every device, the activations of the micro-batches in flight under the schedule (with
+//! the layer full recomputation rebuilds), and ZeRO-3's gathered layers.
+//!
+//! Left out: ZeRO-1/2's gradient buckets before their reduce-scatter, and the attention
+//! core selective recomputation rebuilds during a layer's backward (5 a s^2 b / t).
 
 use super::fit::Fit;
 use super::work::StageWork;
@@ -66,8 +70,8 @@ impl Footprint {
 }
 
 /// The footprint of the fullest device of `stages` under `s`: each stage's weights,
-/// gradients, optimizer state and activations in flight, the stage with the most in all
-/// (its components reported; the first stage on a tie).
+/// gradients, optimizer state, activations in flight and ZeRO-3 gathers, the stage with the
+/// most in all (its components reported; the first stage on a tie).
 pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: u64) -> Footprint {
     let graph = &fit.graph;
     let p = s.pipeline;
@@ -107,21 +111,33 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
     // Per stage: weights, gradients (frozen weights have none), optimizer state (the
     // tables' beside their rows), activations.
     // ZeRO-3 gathers a layer's weights whole before it runs (the next one too where it
-    // prefetches: DeepSpeed's and FSDP's working set) and holds its whole gradient until the
-    // reduce-scatter: a stage's mean layer of what the device holds unsharded.
-    let gathered = |st: &StageWork| {
-        if z >= 3 && weight_replicas > 1.0 {
-            held(st) / st.layers.max(1) as f64
+    // prefetches and there is a next: DeepSpeed's and FSDP's working set) and holds its
+    // trained weights' whole gradient until the reduce-scatter: a stage's mean layer of
+    // what the device holds, of the parts ZeRO shards (dense weights over their replicas,
+    // experts over theirs; a part held whole is already counted).
+    let unsharded = |dense: f64, experts: f64, st: &StageWork| {
+        if z < 3 {
+            return 0.0;
+        }
+        let dense = if weight_replicas > 1.0 { dense } else { 0.0 };
+        let experts = if expert_replicas > 1.0 { experts } else { 0.0 };
+        (dense + experts) / st.layers.max(1) as f64
+    };
+    let gathered = |st: &StageWork| unsharded(held(st) - expert_params, expert_params, st);
+    let gathered_trained =
+        |st: &StageWork| unsharded(st.trained - st.trained_experts, st.trained_experts, st);
+    let in_flight = |st: &StageWork| {
+        if s.prefetch && st.layers > 1 {
+            2.0
         } else {
-            0.0
+            1.0
         }
     };
-    let in_flight = if s.prefetch { 2.0 } else { 1.0 };
     let of = |(st, act): (&StageWork, f64)| -> [f64; 5] {
         let (gradients, gathered_gradient) = if optimizer {
             (
                 sharded(2, st.trained, st.trained_experts) * gradient_bytes,
-                gathered(st) * gradient_bytes,
+                gathered_trained(st) * gradient_bytes,
             )
         } else {
             (0.0, 0.0)
@@ -132,7 +148,7 @@ pub(super) fn footprint(fit: &Fit, s: &Strategy, stages: &[StageWork], devices: 
             sharded(1, st.trained, st.trained_experts) * opt_state
                 + graph.table_state_bytes / devices as f64,
             act,
-            in_flight * gathered(st) * bytes + gathered_gradient,
+            in_flight(st) * gathered(st) * bytes + gathered_gradient,
         ]
     };
     let fullest = stages
@@ -205,7 +221,9 @@ fn stage_activations(fit: &Fit, s: &Strategy, stages: &[StageWork]) -> Vec<f64> 
             } else {
                 1.0 / p as f64
             };
-            whole * share * in_flight + if st.layers > 0 { rebuilt } else { 0.0 }
+            // A stage that trains nothing runs no backward, and rebuilds nothing.
+            let rebuilds = st.layers > 0 && st.trained > 0.0;
+            whole * share * in_flight + if rebuilds { rebuilt } else { 0.0 }
         })
         .collect()
 }

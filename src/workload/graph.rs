@@ -860,12 +860,14 @@ impl Builder {
                 self.part().replicated_activations_bytes += saved;
             }
         }
-        if self.in_layer && !layer_input {
+        if self.in_layer {
             // All of the layers' activations, of which full recomputation rebuilds one
-            // layer's at a time (see `finish`); their inputs it keeps anyway.
-            self.part().rebuilt_bytes += saved;
+            // layer's at a time (see `finish`), less their inputs: kept as the checkpoint,
+            // the rebuild starts from them (the first norm's saved input is that tensor).
+            let sign = if layer_input { -1.0 } else { 1.0 };
+            self.part().rebuilt_bytes += sign * saved;
             if replicated {
-                self.part().rebuilt_replicated_bytes += saved;
+                self.part().rebuilt_replicated_bytes += sign * saved;
             }
         }
     }

@@ -847,6 +847,11 @@ pub(super) fn fine_tune(mut g: Graph, layers: u64, trainable: u64) -> Graph {
     train_share(&mut g, trainable_share);
     g.memory.activations_bytes *= share;
     g.memory.replicated_activations_bytes *= share;
+    // No layer runs a backward: none is rebuilt.
+    if share == 0.0 {
+        g.memory.rebuilt_bytes = 0.0;
+        g.memory.rebuilt_replicated_bytes = 0.0;
+    }
     g.trainable_layers = trainable;
     g
 }
