@@ -10,8 +10,8 @@ use stackflow::generator::generate;
 use stackflow::perf::Evaluator;
 use stackflow::workload::{KernelClass, Workload};
 
-#[test]
-fn decode_is_bandwidth_bound_and_prefill_compute_bound() {
+/// The H100 of `budgets/h100.yaml`, generated.
+fn h100() -> stackflow::generator::Architecture {
     let design = Design::load(DesignFiles {
         source: Source::Disk,
         budget: &root().join("budgets/h100.yaml"),
@@ -19,7 +19,12 @@ fn decode_is_bandwidth_bound_and_prefill_compute_bound() {
         tech: None,
     })
     .unwrap();
-    let arch = generate(&design);
+    generate(&design)
+}
+
+#[test]
+fn decode_is_bandwidth_bound_and_prefill_compute_bound() {
+    let arch = h100();
     let w = match Workload::load(
         Source::Disk,
         &root().join("workloads/llama2-70b-decode.yaml"),
@@ -821,14 +826,7 @@ fn rotary_positions_rotate_queries_and_keys_over_a_prompt() {
 /// batch of 64 tokens reaches every expert (8 (1 - (3/4)^64) ~ 8) and reads them all.
 #[test]
 fn a_served_mixture_of_experts_reads_the_experts_its_tokens_reach() {
-    let design = Design::load(DesignFiles {
-        source: Source::Disk,
-        budget: &root().join("budgets/h100.yaml"),
-        template: None,
-        tech: None,
-    })
-    .unwrap();
-    let arch = generate(&design);
+    let arch = h100();
     let served = |batch: u64| {
         let yaml = format!(
             "version: 1\nkind: transformer\nname: mixtral\nhidden: 4096\nlayers: 32\nheads: 32\n\

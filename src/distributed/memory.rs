@@ -192,16 +192,16 @@ fn stage_activations(fit: &Fit, s: &Strategy, stages: &[StageWork]) -> Vec<f64> 
     let (p, v, m) = (s.pipeline, s.interleave, fit.micro_batches as f64);
     let act = &fit.graph.memory;
     let tensor_split = s.activation_split();
-    let whole = ((act.activations_bytes - act.replicated_activations_bytes) / tensor_split.0
-        + act.replicated_activations_bytes / tensor_split.1)
-        * fit.f_tok
-        / s.context as f64;
+    // A device's share of a micro-batch's bytes, of which `replicated` tensor parallelism
+    // does not split (unless sequence parallelism does).
+    let per_device = |all: f64, replicated: f64| {
+        ((all - replicated) / tensor_split.0 + replicated / tensor_split.1) * fit.f_tok
+            / s.context as f64
+    };
+    let whole = per_device(act.activations_bytes, act.replicated_activations_bytes);
     let layers = fit.graph.layers;
     // Full recomputation rebuilds one layer of one micro-batch during its backward.
-    let rebuilt = ((act.rebuilt_bytes - act.rebuilt_replicated_bytes) / tensor_split.0
-        + act.rebuilt_replicated_bytes / tensor_split.1)
-        * fit.f_tok
-        / s.context as f64;
+    let rebuilt = per_device(act.rebuilt_bytes, act.rebuilt_replicated_bytes);
     stages
         .iter()
         .enumerate()

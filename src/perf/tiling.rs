@@ -325,6 +325,22 @@ fn spread(h: &Hierarchy, level: usize) -> Option<u64> {
     (h.bundle_level == Some(level) && h.bundles > 0).then_some(h.bundles)
 }
 
+/// The n of the output-stationary frontier tile for rows `m` (k at its minimum): the
+/// largest that fits `elements` with its inputs and output, shrunk to the smallest with the
+/// same number of reloads; none where no n from `nmin` fits.
+fn widest_n(p: &Problem, m: u64, (nmin, kmin): (u64, u64), elements: u64) -> Option<u64> {
+    let used = kmin * m;
+    if used >= elements {
+        return None;
+    }
+    let n_max = ((elements - used) / (m + kmin)).min(p.n);
+    if n_max < nmin {
+        return None;
+    }
+    let n = ceil_div(p.n, ceil_div(p.n, n_max));
+    (nmin..=n_max).contains(&n).then_some(n)
+}
+
 /// Elements of the problem's type that one instance of `level` holds.
 fn elements(h: &Hierarchy, p: &Problem, level: usize) -> u64 {
     (h.capacity_bytes[level] / p.bytes as f64).floor() as u64
@@ -425,13 +441,7 @@ impl Frontier {
                     self.order = LISTED;
                     continue;
                 };
-                let used = kmin * m;
-                let frontier_n = if used < elements {
-                    let n_max = ((elements - used) / (m + kmin)).min(p.n);
-                    ceil_div(p.n, ceil_div(p.n, n_max.max(1)))
-                } else {
-                    0
-                };
+                let frontier_n = widest_n(p, m, (nmin, kmin), elements).unwrap_or(0);
                 let Some(&(n, qn)) = cand_n.get(self.next_n).filter(|_| qm < bundles) else {
                     (self.next, self.next_n) = (self.next + 1, 0);
                     continue;
@@ -468,18 +478,9 @@ impl Frontier {
                 // Output stationary: k at its minimum, the largest n that fits each m.
                 0 => {
                     let m = size;
-                    let used = kmin * m;
-                    if used >= elements {
+                    let Some(n) = widest_n(p, m, (nmin, kmin), elements) else {
                         continue;
-                    }
-                    let n_max = ((elements - used) / (m + kmin)).min(p.n);
-                    if n_max < nmin {
-                        continue;
-                    }
-                    let n = ceil_div(p.n, ceil_div(p.n, n_max));
-                    if n < nmin || n > n_max {
-                        continue;
-                    }
+                    };
                     let tile = Tile {
                         m,
                         k: kmin,

@@ -1613,8 +1613,8 @@ impl Builder {
         // Full recomputation rebuilds one layer's activations at a time for its backward;
         // otherwise what a layer keeps is already counted.
         let full = self.recompute == Recompute::Full && layers > 0;
+        let per_layer = if full { 1.0 / layers as f64 } else { 0.0 };
         for part in &mut self.parts {
-            let per_layer = if full { 1.0 / layers as f64 } else { 0.0 };
             part.rebuilt_bytes *= per_layer;
             part.rebuilt_replicated_bytes *= per_layer;
         }
