@@ -1,6 +1,8 @@
 //! Alpha-beta costs of collectives on a group of `p` devices, given what the group's
 //! embedding in the physical network offers: the effective bandwidth of its ring, of its
-//! all-pairs exchange, and the per-step latency (DeepFlow Sec. 6.4, Zion Sec. IV-C).
+//! all-pairs exchange, and the per-step latency (DeepFlow Sec. 6.4, Zion Sec. IV-C); and,
+//! for a group spanning several dimensions of a torus or mesh, its parts along each
+//! dimension, which the dimension-wise algorithm runs on at once (Ying et al. 2018).
 //!
 //! Message sizes `m` are the full tensor a device holds before (all-reduce, reduce-scatter,
 //! all-to-all) or after (all-gather) the collective.
@@ -61,6 +63,12 @@ pub struct GroupLink {
     /// Hierarchical decomposition (inner group inside a node, outer group across nodes),
     /// when the group spans fabrics.
     pub hierarchy: Option<(Box<GroupLink>, Box<GroupLink>)>,
+    /// The group's parts along each dimension of a torus or mesh, when it spans several of
+    /// one fabric's as a whole product of coordinates, innermost first (every group's part
+    /// along one dimension communicating at once): what the dimension-wise algorithm runs
+    /// on ([`GroupLink::dimensional_s`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dims: Vec<GroupLink>,
     /// Fixed cost of one collective (launch and synchronisation), s: the outermost fabric's.
     pub launch_s: f64,
 }
@@ -79,6 +87,7 @@ impl GroupLink {
             next_bytes_per_s: f64::INFINITY,
             next_s: 0.0,
             hierarchy: None,
+            dims: Vec::new(),
             launch_s: 0.0,
         }
     }
@@ -108,12 +117,17 @@ impl GroupLink {
                 let direct = 2.0 * (m / p / self.pair_bytes_per_s + self.all_to_all_s);
                 let tree =
                     2.0 * m / self.ring_bytes_per_s + 2.0 * p.log2().ceil() * self.pair_step_s;
-                ring.min(direct).min(tree)
+                let dimensional = self
+                    .dimensional_s(Collective::ReduceScatter, m)
+                    .zip(self.dimensional_s(Collective::AllGather, m))
+                    .map_or(f64::INFINITY, |(rs, ag)| rs + ag);
+                ring.min(direct).min(tree).min(dimensional)
             }
             Collective::ReduceScatter | Collective::AllGather => {
                 let ring = (p - 1.0) / p * m / self.ring_bytes_per_s + (p - 1.0) * self.ring_step_s;
                 let direct = m / p / self.pair_bytes_per_s + self.all_to_all_s;
-                ring.min(direct)
+                let dimensional = self.dimensional_s(collective, m);
+                ring.min(direct).min(dimensional.unwrap_or(f64::INFINITY))
             }
             // Every device sends m/p to every other (Zion Eq. 3-4).
             Collective::AllToAll => m / p / self.pair_bytes_per_s + self.all_to_all_s,
@@ -147,6 +161,32 @@ impl GroupLink {
 }
 
 impl GroupLink {
+    /// A reduce-scatter or all-gather of `m` bytes along the group's dimensions at once
+    /// ([`GroupLink::dims`]): the 2-D torus all-reduce of Ying et al. (2018, "Image
+    /// classification at supercomputer scale", arXiv:1811.06992) on TPU v3 pods, half the
+    /// payload along X then Y and half along Y then X, extended to any number of
+    /// dimensions. The message is cut into one chunk per dimension; chunk `c`
+    /// runs the collective along dimensions `c, c + 1, ...` (cyclically) in turn, each
+    /// stage on what the previous ones left, so at every stage each dimension's links carry
+    /// exactly one chunk and all of a device's ports work. A stage lasts as long as its
+    /// slowest chunk. None when the group spans fewer than two dimensions.
+    fn dimensional_s(&self, collective: Collective, m: f64) -> Option<f64> {
+        let d = self.dims.len();
+        if d < 2 {
+            return None;
+        }
+        let chunk = m / d as f64;
+        let stage = |k: usize| {
+            (0..d)
+                .map(|c| {
+                    let done: f64 = (0..k).map(|i| self.dims[(c + i) % d].p as f64).product();
+                    self.dims[(c + k) % d].transfer_s(collective, chunk / done)
+                })
+                .fold(0.0, f64::max)
+        };
+        Some((0..d).map(stage).sum())
+    }
+
     /// The phases of `collective` on `m` bytes as [`time`](Self::time) prices it: (fabric,
     /// seconds) in order. A hierarchical algorithm runs its inner and outer steps on
     /// different fabrics; any other runs on the group's outermost fabric.
@@ -216,6 +256,7 @@ mod tests {
             next_bytes_per_s: b / 2.0,
             next_s: alpha,
             hierarchy: None,
+            dims: Vec::new(),
             launch_s: 0.0,
         };
         let fc = GroupLink {

@@ -87,6 +87,10 @@ struct GroupShape {
     next: Vec<f64>,
     next_s: f64,
     hierarchy: Option<Box<(Arc<GroupShape>, Arc<GroupShape>)>>,
+    /// The groups' parts along each dimension of the one direct fabric they span, when
+    /// they span several of its dimensions, each group as the whole product of its
+    /// coordinates; innermost dimension first ([`collective::GroupLink::dims`]).
+    dims: Vec<Arc<GroupShape>>,
 }
 
 /// Group shapes by group set. Clones share it; it never changes a result, so networks
@@ -543,6 +547,7 @@ impl Network {
                 .hierarchy
                 .as_ref()
                 .map(|h| (Box::new(self.link_of(&h.0)), Box::new(self.link_of(&h.1)))),
+            dims: shape.dims.iter().map(|d| self.link_of(d)).collect(),
             launch_s: self.fabrics[shape.level].collective_latency_s,
         }
     }
@@ -599,6 +604,7 @@ impl Network {
             next,
             next_s,
             hierarchy: self.hierarchy(groups),
+            dims: self.dimension_parts(groups),
         }
     }
 
@@ -851,7 +857,105 @@ impl Network {
             next,
             next_s,
             hierarchy: self.symmetric_hierarchy(g0, stride, degree),
+            dims: self.symmetric_dimension_parts(g0, stride, degree),
         }
+    }
+
+    /// [`Network::dimension_parts`] of symmetric groups: a group's part along dimension `j`
+    /// of the direct fabric it spans is the strided group between the larger of `stride`
+    /// and the dimension's lower boundary and the smaller of `stride x degree` and its
+    /// upper one (the boundaries nest, [`Network::symmetry`]).
+    fn symmetric_dimension_parts(
+        &self,
+        g0: &[u64],
+        stride: u64,
+        degree: u64,
+    ) -> Vec<Arc<GroupShape>> {
+        let [f] = self.spanned_fabrics(g0)[..] else {
+            return Vec::new();
+        };
+        let Shape::Direct { dims, .. } = &self.fabrics[f].shape else {
+            return Vec::new();
+        };
+        let period = stride * degree;
+        let mut low = self.stride[f];
+        let mut parts = Vec::new();
+        for &size in dims {
+            let (from, to) = (stride.max(low), period.min(low * size));
+            if to > from {
+                if to % from != 0 {
+                    return Vec::new();
+                }
+                parts.push((to / from, from));
+            }
+            low *= size;
+        }
+        if parts.len() < 2 {
+            return Vec::new();
+        }
+        parts
+            .into_iter()
+            .map(|(degree, stride)| self.strided_shape(degree, stride).0)
+            .collect()
+    }
+
+    /// The groups' parts along each dimension of the direct fabric they span, when every
+    /// group spans the same two or more of its dimensions and is the whole product of its
+    /// coordinates there: for each spanned dimension, every group's lines along it (the
+    /// members that differ only there, in coordinate order), the lines in order of their
+    /// first member. Empty otherwise.
+    fn dimension_parts(&self, groups: &[Vec<u64>]) -> Vec<Arc<GroupShape>> {
+        let [f] = self.spanned_fabrics(&groups[0])[..] else {
+            return Vec::new();
+        };
+        let Shape::Direct { dims, .. } = &self.fabrics[f].shape else {
+            return Vec::new();
+        };
+        let mut lows = Vec::with_capacity(dims.len());
+        let mut low = 1;
+        for &size in dims {
+            lows.push(low);
+            low *= size;
+        }
+        let coordinate = |d: u64, j: usize| (self.local(d, f) / lows[j]) % dims[j];
+        let spanned = |g: &[u64]| -> Vec<(usize, usize)> {
+            (0..dims.len())
+                .map(|j| (j, distinct(g.iter().map(|&d| coordinate(d, j))).len()))
+                .filter(|&(_, count)| count > 1)
+                .collect()
+        };
+        let first = spanned(&groups[0]);
+        if first.len() < 2 {
+            return Vec::new();
+        }
+        let mut parts: Vec<Groups> = vec![Vec::new(); first.len()];
+        for g in groups {
+            let product: usize = first.iter().map(|&(_, count)| count).product();
+            if spanned(g) != first || product != distinct(g.iter().copied()).len() {
+                return Vec::new();
+            }
+            for (part, &(j, _)) in parts.iter_mut().zip(&first) {
+                let step = self.stride[f] * lows[j];
+                let mut lines: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+                for &d in g {
+                    lines
+                        .entry(d - coordinate(d, j) * step)
+                        .or_default()
+                        .push(d);
+                }
+                for mut line in lines.into_values() {
+                    line.sort_unstable_by_key(|&d| coordinate(d, j));
+                    part.push(line);
+                }
+            }
+        }
+        parts
+            .iter_mut()
+            .map(|part| {
+                part.sort_unstable();
+                self.group_shape(part)
+            })
+            .collect()
     }
 
     /// [`Network::hierarchy`] of symmetric groups: the members sharing the outermost
@@ -1064,6 +1168,10 @@ mod tests {
             }
             _ => panic!("{case}: hierarchy {:?} vs {:?}", a.hierarchy, b.hierarchy),
         }
+        assert_eq!(a.dims.len(), b.dims.len(), "{case}: dimensions");
+        for (j, (x, y)) in a.dims.iter().zip(&b.dims).enumerate() {
+            same(x, y, &format!("{case}, dimension {j}"));
+        }
     }
 
     /// Symmetric groups priced from their first group equal every group routed, on
@@ -1194,7 +1302,7 @@ mod tests {
                 Fabric::new("dcn", &Topology::FatTree { levels: 2 }, 2, 1e9, 5e-6),
             ]),
         ];
-        let (mut symmetric, mut windowed) = (0, 0);
+        let (mut symmetric, mut windowed, mut dimensioned) = (0, 0, 0);
         for net in &nets {
             let n = net.devices;
             for degree in (2..=n).filter(|d| n % d == 0) {
@@ -1210,6 +1318,7 @@ mod tests {
                     windowed += usize::from(symmetry.firsts().len() > 1);
                     let a = net.symmetric_shape(&symmetry);
                     let b = net.enumerated_shape(&groups);
+                    dimensioned += usize::from(!a.dims.is_empty());
                     same(
                         &a,
                         &b,
@@ -1219,6 +1328,11 @@ mod tests {
             }
         }
         assert!(symmetric >= 60, "{symmetric} symmetric cases");
+        // Groups spanning several dimensions of a torus or mesh, priced along each.
+        assert!(
+            dimensioned >= 10,
+            "{dimensioned} cases with dimension parts"
+        );
         // Held digits outside the position (a stride inside a torus dimension, spanned
         // meshes and twisted tori): more than one first group.
         assert!(
@@ -1232,6 +1346,56 @@ mod tests {
             .map(|d| vec![d, d + 3])
             .collect();
         assert!(net.symmetric(&groups).is_none());
+    }
+
+    /// A group spanning several torus dimensions reduces along all of them at once (Ying
+    /// et al. 2018's 2-D torus all-reduce): on a 4 x 8 plane, half the message
+    /// reduce-scatters along x then y and the other half along y then x, where one ring
+    /// through the plane works 2 of each device's 4 ports.
+    #[test]
+    fn a_plane_reduces_along_both_dimensions_at_once() {
+        use collective::Collective;
+        let (b, hop, m) = (10e9, 1e-6, 64e6); // port bandwidth per direction
+        let torus = |dims: Vec<u64>| {
+            let n = dims.iter().product();
+            let ports = 2.0 * dims.len() as f64;
+            Network::new(vec![Fabric::new(
+                "ici",
+                &Topology::Torus { dims },
+                n,
+                ports * b,
+                hop,
+            )])
+        };
+        let rel = |x: f64, y: f64| (x / y - 1.0).abs();
+        let (plane, _) = torus(vec![4, 8]).strided_link(32, 1);
+        assert_eq!(plane.dims.iter().map(|d| d.p).collect::<Vec<_>>(), [4, 8]);
+        // Stage 1: the y-first half (7/8 of m/2 on a ring of 2b each way) outlasts the
+        // x-first half (3/4 of m/2); stage 2: the x-first half along y (7/8 of m/8)
+        // outlasts the other along x (3/4 of m/16).
+        let stage1 = 7.0 / 8.0 * (m / 2.0) / (2.0 * b) + 7.0 * hop;
+        let stage2 = 7.0 / 8.0 * (m / 8.0) / (2.0 * b) + 7.0 * hop;
+        let rs = plane.time(Collective::ReduceScatter, m);
+        assert!(
+            rel(rs, stage1 + stage2) < 1e-12,
+            "{rs} vs {}",
+            stage1 + stage2
+        );
+        assert!(rel(plane.time(Collective::AllGather, m), rs) < 1e-12);
+        assert!(rel(plane.time(Collective::AllReduce, m), 2.0 * rs) < 1e-12);
+        // One ring through the plane in device order: 31/32 of m over 2b, 2 hops a step
+        // where it turns a row.
+        let ring = 31.0 / 32.0 * m / (2.0 * b);
+        assert!(rs < 0.6 * ring, "{rs} vs one ring's {ring}");
+        // An 8 x 8 x 8 cube: three chunks, each 8 ways per stage, reach the all-reduce's
+        // bandwidth bound, 2 (p - 1)/p m over a device's 6 ports.
+        let (cube, _) = torus(vec![8, 8, 8]).strided_link(512, 1);
+        let bound = 2.0 * 511.0 / 512.0 * m / (6.0 * b);
+        let hops = 2.0 * 3.0 * 7.0 * hop;
+        let ar = cube.time(Collective::AllReduce, m);
+        assert!(rel(ar, bound + hops) < 1e-12, "{ar} vs {}", bound + hops);
+        // A group along one dimension has no parts: its ring is already the best.
+        assert!(torus(vec![4, 8]).strided_link(4, 1).0.dims.is_empty());
     }
 
     #[test]
