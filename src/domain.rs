@@ -340,6 +340,23 @@ pub enum Topology {
     },
 }
 
+/// How the members of a direct fabric (ring, mesh, torus) pass on traffic that is not
+/// theirs: what an all-to-all's latency is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Forwarding {
+    /// A router on every member forwards packets as they arrive (TPU v4 paper Sec. 7.2:
+    /// "every TPU since 2017 has had its own built-in router between links"): every
+    /// message of an all-to-all is in flight at once, and the exchange's latency is its
+    /// longest path.
+    #[default]
+    Router,
+    /// Members relay messages a hop a step in software (Zion Sec. IV-C, Eq. 3: "each node
+    /// sends message to destination that is 1-hop away, 2-hop away, etc."): an
+    /// all-to-all's latency is the hop distances summed.
+    Relay,
+}
+
 impl Topology {
     /// The shape of a mesh, torus or twisted torus; `None` for the other kinds.
     pub fn dims(&self) -> Option<&[u64]> {

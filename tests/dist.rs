@@ -63,7 +63,7 @@ fn gpt(heads: u64, hidden: u64, layers: u64, batch: u64, recompute: &str) -> Wor
 
 // ------------------------------------------------------------------ collectives
 
-use stackflow::domain::Topology;
+use stackflow::domain::{Forwarding, Topology};
 use stackflow::network::collective::Collective;
 use stackflow::network::scale::Scaling;
 use stackflow::network::{Fabric, Network};
@@ -81,12 +81,11 @@ fn everyone(net: &Network) -> Vec<Vec<u64>> {
 #[test]
 fn zion_ring_versus_fully_connected() {
     let (b, alpha) = (100e9, 1e-6);
-    let ring = one_fabric(Topology::Ring, 8, b, alpha).group_link(&everyone(&one_fabric(
-        Topology::Ring,
-        8,
-        b,
-        alpha,
-    )));
+    // Zion's OAMs relay an all-to-all a hop a step (Sec. IV-C).
+    let ring_net = Network::new(vec![
+        Fabric::new("f", &Topology::Ring, 8, b, alpha).with_forwarding(Forwarding::Relay)
+    ]);
+    let ring = ring_net.group_link(&everyone(&ring_net));
     let fc_net = one_fabric(Topology::FullyConnected, 8, b, alpha);
     let fc = fc_net.group_link(&everyone(&fc_net));
     let m = 1e9;
@@ -2218,6 +2217,53 @@ fn a_collective_pays_its_outermost_fabrics_fixed_cost_once() {
         err.contains("fabrics[1].collective_latency_us = -20"),
         "{err}"
     );
+}
+
+/// An all-to-all's latency on a direct fabric is what its members' forwarding makes it:
+/// with routers (TPU ICI) every message is in flight at once and the exchange waits for its
+/// longest path; relayed a hop a step (Zion Sec. IV-C) it waits for the summed hops, Zion's
+/// gamma (16 on a ring of 8). The bandwidth is the same links' either way.
+#[test]
+fn an_all_to_all_waits_for_its_longest_path_through_routers_and_every_hop_when_relayed() {
+    let hop = 1e-6;
+    let link = |topology: &Topology, n: u64, forwarding: Forwarding| {
+        let net = Network::new(vec![
+            Fabric::new("f", topology, n, 100e9, hop).with_forwarding(forwarding)
+        ]);
+        net.group_link(&[(0..n).collect()])
+    };
+    let tiny = 8.0; // bytes: the hops alone
+    for (topology, n, diameter, summed) in [
+        (Topology::Ring, 8, 4.0, 16.0),
+        (
+            Topology::Torus {
+                dims: vec![8, 8, 8],
+            },
+            512,
+            12.0,
+            3072.0,
+        ),
+        (Topology::Mesh { dims: vec![4, 4] }, 16, 6.0, 48.0),
+    ] {
+        let routed = link(&topology, n, Forwarding::Router);
+        let relayed = link(&topology, n, Forwarding::Relay);
+        assert_close("routed", routed.all_to_all_s, diameter * hop, 1e-12);
+        assert_close("relayed", relayed.all_to_all_s, summed * hop, 1e-12);
+        assert_close(
+            "links",
+            routed.pair_bytes_per_s,
+            relayed.pair_bytes_per_s,
+            1e-12,
+        );
+        let (a, b) = (
+            routed.time(Collective::AllToAll, tiny),
+            relayed.time(Collective::AllToAll, tiny),
+        );
+        assert!(a < b, "{topology:?}: {a} vs {b}");
+    }
+    // A full mesh has no member between two others: relaying changes nothing.
+    let full = |f| link(&Topology::FullyConnected, 8, f).time(Collective::AllToAll, tiny);
+    assert_eq!(full(Forwarding::Router), full(Forwarding::Relay));
 }
 
 /// Precision per tensor role (`precisions:`): `precision: fp8` is exactly BF16 with FP8 GEMM

@@ -700,6 +700,12 @@ pub struct FabricRaw {
     /// its per-hop latency; 0 when absent.
     #[serde(default)]
     pub collective_latency_us: Option<f64>,
+    /// How a direct fabric's members pass on others' traffic: `router` (hardware, the
+    /// default) or `relay` (a hop a step, Zion). A switch or full mesh has no member
+    /// between two others, so it changes nothing there (a study may sweep a ring's
+    /// topology to a full mesh).
+    #[serde(default)]
+    pub forwarding: Option<crate::domain::Forwarding>,
     /// Slices are composed of whole blocks of this shape (TPU v4: 4x4x4 blocks joined by
     /// optical circuit switches into any 4i x 4j x 4k torus).
     #[serde(default)]

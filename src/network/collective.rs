@@ -53,9 +53,10 @@ pub struct GroupLink {
     pub pair_bytes_per_s: f64,
     /// Latency of the longest path between two members, s (one tree step).
     pub pair_step_s: f64,
-    /// Latency of one all-pairs exchange, s: one path latency where every pair has its own
-    /// path at once (switch, fully connected), the summed hop distances on a
-    /// store-and-forward direct network (Zion's gamma times alpha).
+    /// Latency of one all-pairs exchange, s: the longest path where every message is in
+    /// flight at once (switches, full meshes, direct fabrics with routers), the summed hop
+    /// distances where a direct fabric's members relay a hop a step (Zion's gamma times
+    /// alpha, Eq. 3).
     pub all_to_all_s: f64,
     /// Bandwidth one device has to its pipeline successor, B/s, and the path latency.
     pub next_bytes_per_s: f64,

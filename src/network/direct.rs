@@ -86,8 +86,9 @@ impl Network {
     }
 
     /// The loads [`Network::all_pairs_searched`] peaks: every port of one copy of direct
-    /// fabric `f` (its ports per local index), the longest pair latency and the longest
-    /// all-pairs exchange.
+    /// fabric `f` (its ports per local index), the longest pair latency and the latency of
+    /// the longest all-pairs exchange (the longest path, or the summed hops when the fabric
+    /// relays, [`super::Fabric::relays`]).
     pub(super) fn all_pairs_loads(
         &self,
         f: usize,
@@ -123,10 +124,12 @@ impl Network {
         if let Some(steps) = translates {
             loads = summed_over_cosets(&loads, dims, &steps, ports);
         }
+        // Relayed, an exchange waits for every hop in turn; routed, for its longest path.
+        let exchange = if fabric.relays() { sum_worst } else { diameter };
         (
             loads,
             f64::from(diameter) * fabric.hop_s,
-            f64::from(sum_worst) * fabric.hop_s,
+            f64::from(exchange) * fabric.hop_s,
         )
     }
 }

@@ -17,7 +17,7 @@ use std::hash::BuildHasher;
 
 use serde::Serialize;
 
-use crate::domain::Topology;
+use crate::domain::{Forwarding, Topology};
 
 /// How a fabric connects its members.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -52,6 +52,9 @@ pub struct Fabric {
     /// Fixed cost of one collective on this fabric (launch and synchronisation), s: what
     /// a collective whose outermost fabric this is costs beside its hops and bytes.
     pub collective_latency_s: f64,
+    /// How members of a direct fabric pass on others' traffic: what an all-to-all's
+    /// latency is (its longest path through routers, its summed hops when relayed).
+    pub forwarding: Forwarding,
 }
 
 impl Fabric {
@@ -65,6 +68,7 @@ impl Fabric {
             egress_bytes_per_s,
             hop_s,
             collective_latency_s,
+            forwarding,
         } = self;
         out.extend([
             rustc_hash::FxBuildHasher.hash_one(name),
@@ -73,6 +77,7 @@ impl Fabric {
             egress_bytes_per_s.to_bits(),
             hop_s.to_bits(),
             collective_latency_s.to_bits(),
+            rustc_hash::FxBuildHasher.hash_one(forwarding),
         ]);
     }
 
@@ -110,7 +115,19 @@ impl Fabric {
             egress_bytes_per_s: egress,
             hop_s,
             collective_latency_s: 0.0,
+            forwarding: Forwarding::Router,
         }
+    }
+
+    /// The fabric with its members forwarding others' traffic as `forwarding` says.
+    pub fn with_forwarding(self, forwarding: Forwarding) -> Fabric {
+        Fabric { forwarding, ..self }
+    }
+
+    /// Whether an all-to-all across this fabric waits for every hop in turn (a direct
+    /// fabric whose members relay).
+    pub(super) fn relays(&self) -> bool {
+        matches!(self.shape, Shape::Direct { .. }) && self.forwarding == Forwarding::Relay
     }
 
     /// The fabric with a fixed cost of `seconds` per collective.

@@ -830,10 +830,10 @@ impl Network {
                 let longest = self.all_pairs_counted(&firsts, |port, l| {
                     by_position[position(port)] += l;
                 });
-                let hops = spanned.iter().any(|&f| direct(f));
+                let relayed = spanned.iter().any(|&f| self.fabrics[f].relays());
                 (
                     longest,
-                    if hops {
+                    if relayed {
                         longest * (n as f64 - 1.0)
                     } else {
                         longest
@@ -994,14 +994,12 @@ impl Network {
                 return self.all_pairs_direct(f, groups);
             }
         }
-        let switched = spanned
-            .iter()
-            .all(|&f| !matches!(self.fabrics[f].shape, Shape::Direct { .. }));
+        let relayed = spanned.iter().any(|&f| self.fabrics[f].relays());
         let longest = self.all_pairs_counted(groups, |port, l| loads[port] += l);
-        let a2a = if switched {
-            longest
-        } else {
+        let a2a = if relayed {
             longest * (g0.len() as f64 - 1.0)
+        } else {
+            longest
         };
         (self.peak(loads), longest, a2a)
     }

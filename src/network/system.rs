@@ -14,7 +14,7 @@ use crate::budget::Budget;
 use crate::config::raw::SystemFile;
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
 use crate::design::{Design, DesignFiles};
-use crate::domain::{Component, Topology};
+use crate::domain::{Component, Forwarding, Topology};
 use crate::generator::Architecture;
 use crate::tech::TechLibrary;
 use crate::template::check_topology;
@@ -67,6 +67,8 @@ pub struct FabricSpec {
     pub bandwidth_efficiency: f64,
     /// Fixed cost of one collective on the fabric, s (0: none given).
     pub collective_latency_s: f64,
+    /// How a direct fabric's members forward others' traffic (router: none given).
+    pub forwarding: Forwarding,
     /// Block shape slices are composed of, if any.
     pub block: Option<Vec<u64>>,
 }
@@ -316,6 +318,7 @@ impl System {
                 latency_s: latency,
                 bandwidth_efficiency,
                 collective_latency_s: collective_latency,
+                forwarding: f.forwarding.unwrap_or_default(),
                 block: f.block,
             });
         }
@@ -670,7 +673,8 @@ impl System {
             let hop = f.latency_s.unwrap_or(hop);
             fabrics.push(
                 Fabric::new(&f.name, &f.topology, size, egress, hop)
-                    .with_collective_latency(f.collective_latency_s),
+                    .with_collective_latency(f.collective_latency_s)
+                    .with_forwarding(f.forwarding),
             );
         }
         Ok(fabrics)
