@@ -2286,6 +2286,24 @@ fn an_all_to_all_waits_for_its_longest_path_through_routers_and_every_hop_when_r
         );
         assert!(a < b, "{topology:?}: {a} vs {b}");
     }
+    // A network that relays never takes over a routed one's group shapes (their latencies
+    // differ), though every bandwidth is the same.
+    let ring = |f| {
+        Network::new(vec![
+            Fabric::new("f", &Topology::Ring, 8, 100e9, hop).with_forwarding(f)
+        ])
+    };
+    let routed = ring(Forwarding::Router);
+    let everyone: Vec<Vec<u64>> = vec![(0..8).collect()];
+    let before = routed.group_link(&everyone).all_to_all_s;
+    let mut relayed = ring(Forwarding::Relay);
+    assert!(!relayed.share_shapes(&routed));
+    assert_close(
+        "relayed",
+        relayed.group_link(&everyone).all_to_all_s,
+        4.0 * before,
+        1e-12,
+    );
     // A full mesh has no member between two others: relaying changes nothing.
     let full = |f| link(&Topology::FullyConnected, 8, f).time(Collective::AllToAll, tiny);
     assert_eq!(full(Forwarding::Router), full(Forwarding::Relay));

@@ -384,15 +384,16 @@ impl Network {
     }
 
     /// Takes over `other`'s computed group shapes when both networks have the same
-    /// topology and latencies (only bandwidths differ), so that a search over designs
-    /// routes each group set once. Returns whether it did.
+    /// topology, latencies and forwarding (only bandwidths differ), so that a search over
+    /// designs routes each group set once. Returns whether it did.
     pub fn share_shapes(&mut self, other: &Network) -> bool {
         let same = self.fabrics.len() == other.fabrics.len()
-            && self
-                .fabrics
-                .iter()
-                .zip(&other.fabrics)
-                .all(|(a, b)| a.shape == b.shape && a.size == b.size && a.hop_s == b.hop_s);
+            && self.fabrics.iter().zip(&other.fabrics).all(|(a, b)| {
+                a.shape == b.shape
+                    && a.size == b.size
+                    && a.hop_s == b.hop_s
+                    && a.forwarding == b.forwarding
+            });
         if same {
             self.memo = other.memo.clone();
         }
