@@ -579,6 +579,13 @@ pub struct AttentionShape {
     pub reruns_forward: bool,
 }
 
+/// Rows of the query (and key) tiles a fused attention core runs: FlashAttention-2 skips a
+/// causal mask's tiles above the diagonal and runs those on it whole, masked (Dao 2023,
+/// "FlashAttention-2", Sec. 3.1.1), in blocks of 64 or 128 rows (128 for the head
+/// dimensions of 64 and 128 that language models use). At 2048 tokens 17 of 32 tile
+/// pairs run, where the mask's elements are 2049 of 4096.
+pub const FLASH_TILE: u64 = 128;
+
 /// The shape of a fused attention core ([`Builder::flash_attention`]): `heads` (batch x
 /// heads) of `queries` against `keys` at `head_dim`; `q_bytes` of queries (and of output),
 /// `kv_bytes` of keys (and of values).
@@ -1215,9 +1222,12 @@ impl Builder {
     /// V, the output, its gradient and the statistics, writing the gradients of Q, K and V.
     /// Selective recomputation has nothing left to drop; full recomputation reruns it.
     pub fn flash_attention(&mut self, name: &str, count: u64, a: FusedAttention) {
+        // A causal mask skips the tiles wholly above the diagonal and runs those on it
+        // whole, masked: of n x n tiles of FLASH_TILE rows, n (n + 1) / 2 run.
         let causal = a.queries == a.keys;
         let tiles = if causal {
-            (a.keys as f64 + 1.0) / (2.0 * a.keys as f64)
+            let n = a.keys.div_ceil(FLASH_TILE) as f64;
+            (n + 1.0) / (2.0 * n)
         } else {
             1.0
         };
