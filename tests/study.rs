@@ -1286,7 +1286,7 @@ fn madmax_fig8_best_strategy_over_fsdp() {
 /// train DLRM-A at least 1.35x faster than the same nodes on InfiniBand ("A100+"), under
 /// (TP, DDP) and plain DDP, and A100+ beats A100. The paper's 1.82x is more than the model
 /// gives DDP with no network at all (1.79x: the HBM-bound lookups take 13.2 of its 18.7 ms
-/// of compute; `mad_max_insights_on_dlrm_a` in tests/dist.rs).
+/// of compute; `mad_max_insights_on_dlrm_a` in tests/dist.rs); (TP, DDP)'s ceiling is 1.91x.
 #[test]
 fn madmax_fig13_inter_node_bandwidth_speeds_dlrm_a() {
     let results = run(&root()

@@ -884,14 +884,19 @@ impl Network {
         for &size in dims {
             let (from, to) = (stride.max(low), period.min(low * size));
             if to > from {
-                if to % from != 0 {
+                // Every group's part a line along this dimension alone: steps of whole
+                // coordinates, and lines that never straddle the dimension's end (a mesh
+                // or twisted torus is held whole by the symmetry, so its dimensions need
+                // not nest with the groups).
+                if to % from != 0 || from % low != 0 || (low * size) % to != 0 {
                     return Vec::new();
                 }
                 parts.push((to / from, from));
             }
             low *= size;
         }
-        if parts.len() < 2 {
+        let lines: u64 = parts.iter().map(|&(degree, _)| degree).product();
+        if parts.len() < 2 || lines != degree {
             return Vec::new();
         }
         parts
@@ -1266,6 +1271,17 @@ mod tests {
                 Fabric::new("full", &Topology::FullyConnected, 4, 2e9, 2e-6),
                 Fabric::new("dcn", &Topology::Switch, 2, 1e9, 5e-6),
             ]),
+            // A mesh of three dimensions that do not nest with the groups: their parts are
+            // not lines (stride 3 steps across x and y).
+            Network::new(vec![Fabric::new(
+                "mesh",
+                &Topology::Mesh {
+                    dims: vec![2, 6, 4],
+                },
+                48,
+                8e9,
+                1e-6,
+            )]),
             // A mesh whose dimensions do not nest with the groups (held whole), a window
             // below a held mesh, a window of 3, a twisted torus between switches.
             Network::new(vec![
