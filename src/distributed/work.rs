@@ -573,6 +573,13 @@ fn stage_weights(graph: &Graph, s: &Strategy, stage: u64) -> StageWork {
     if stage == p - 1 {
         w.parameters += graph.parameters_by_position[Position::Tail as usize];
     }
+    // Tied embeddings split over stages: the last keeps its own copy for the logits.
+    let tied_copy = if p > 1 && stage == p - 1 {
+        graph.tied_parameters
+    } else {
+        0.0
+    };
+    w.parameters += tied_copy;
     let model_shard = s.model_degree() as f64;
     let (trained_layers, fine_tuning) = trained_layers(graph, span);
     let layer = if graph.layers > 0 {
@@ -592,6 +599,12 @@ fn stage_weights(graph: &Graph, s: &Strategy, stage: u64) -> StageWork {
     }
     if stage == p - 1 {
         trained += graph.parameters_by_position[Position::Tail as usize];
+    }
+    if !fine_tuning {
+        // Trained as the first stage's embedding is (the two kept equal by an all-reduce
+        // of their gradients between the two stages, which is not priced: GPT-3 175B at
+        // t8 all-reduces 154 MB between two devices once a step).
+        trained += tied_copy;
     }
     if graph.layers == 0 {
         // Experts outside repeated layers (a DLRM's top MLP): 1/e of them here.
@@ -1146,6 +1159,44 @@ mod tests {
             }
             assert_eq!(fused > 0, attention == "flash");
         }
+    }
+
+    /// Tied embeddings split into pipeline stages: the last stage keeps its own copy of the
+    /// embedding for the logits (Megatron-LM), so with a pipeline every stage holds and
+    /// trains what it would untied; in one stage the tied model holds one matrix fewer.
+    #[test]
+    fn a_pipelines_last_stage_keeps_its_copy_of_a_tied_embedding() {
+        let graph = |tied: bool| {
+            let text = format!(
+                "version: 1\nkind: transformer\nname: t\nhidden: 1024\nlayers: 4\nheads: 16\n\
+                 ffn_hidden: 4096\nsequence: 2048\nvocab: 50000\nglobal_batch: 8\n\
+                 precision: bf16\ntie_embeddings: {tied}\n"
+            );
+            Workload::from_yaml("t.yaml", &text).unwrap().graph()
+        };
+        let (tied, untied) = (graph(true), graph(false));
+        let matrix = 50000.0 * 1024.0;
+        assert!((untied.parameters - tied.parameters - matrix).abs() < 1.0);
+        for strategy in ["p2", "p4-t2"] {
+            let s = Strategy::parse(strategy).unwrap();
+            for stage in 0..s.pipeline {
+                let (a, b) = (
+                    stage_weights(&tied, &s, stage),
+                    stage_weights(&untied, &s, stage),
+                );
+                assert!(
+                    (a.parameters - b.parameters).abs() < 1.0,
+                    "{strategy} {stage}"
+                );
+                assert!((a.trained - b.trained).abs() < 1.0, "{strategy} {stage}");
+            }
+        }
+        let one = Strategy::parse("d2").unwrap();
+        let (a, b) = (
+            stage_weights(&tied, &one, 0),
+            stage_weights(&untied, &one, 0),
+        );
+        assert!((b.parameters - a.parameters - matrix).abs() < 1.0);
     }
 
     /// A small mixture-of-experts model trained in FP8.

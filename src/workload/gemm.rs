@@ -66,5 +66,6 @@ pub(super) fn gemm_graph(g: &Gemm) -> Graph {
         served: false,
         adapter_parameters: 0.0,
         adapter_replicated: 0.0,
+        tied_parameters: 0.0,
     }
 }

@@ -379,6 +379,11 @@ pub struct Graph {
     pub adapter_parameters: f64,
     /// The part of `adapter_parameters` tensor parallelism leaves whole on every rank.
     pub adapter_replicated: f64,
+    /// Parameters the output layer shares with the input embedding (tied embeddings),
+    /// counted once in `parameters`. Split into pipeline stages, the last stage keeps its
+    /// own copy for the logits, trained beside the first stage's (Megatron-LM's
+    /// word-embedding copy, its gradient all-reduced with the first stage's).
+    pub tied_parameters: f64,
 }
 
 /// A group of embedding tables in host memory, for one iteration of the whole batch.
@@ -528,6 +533,12 @@ impl Graph {
             parameters_by_position: part.parameters_by_position,
             expert_parameters: part.expert_parameters,
             table_state_bytes: table_state,
+            // The copy belongs with the input embedding it copies.
+            tied_parameters: if part.parameters_by_position[Position::Head as usize] > 0.0 {
+                self.tied_parameters
+            } else {
+                0.0
+            },
             layer_parts: vec![*part],
             part_of: Some(layer),
             ..self.clone_totals()
@@ -563,6 +574,7 @@ impl Graph {
             served: self.served,
             adapter_parameters: self.adapter_parameters,
             adapter_replicated: self.adapter_replicated,
+            tied_parameters: self.tied_parameters,
         }
     }
 }
@@ -653,6 +665,8 @@ pub(crate) struct Builder {
     /// Adapter parameters added so far, and the part tensor parallelism leaves whole.
     adapter_parameters: f64,
     adapter_replicated: f64,
+    /// Parameters the output layer shares with the input embedding ([`Graph::tied_parameters`]).
+    pub tied_parameters: f64,
 }
 
 /// Low-rank adapters beside one linear layer Y = X W (m x k by k x n): `count` adapters
@@ -704,6 +718,7 @@ impl Builder {
             adapter: None,
             adapter_parameters: 0.0,
             adapter_replicated: 0.0,
+            tied_parameters: 0.0,
             recompute,
             kernels: Vec::new(),
             backward: Vec::new(),
@@ -1670,6 +1685,7 @@ impl Builder {
             served: false,
             adapter_parameters: self.adapter_parameters,
             adapter_replicated: self.adapter_replicated,
+            tied_parameters: self.tied_parameters,
         }
     }
 }

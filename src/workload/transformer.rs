@@ -1013,8 +1013,10 @@ fn output_head(
     g.gemm_input_linears(true);
     g.split = Split::Sharded;
     if w.tie_embeddings {
-        // The logits reuse the embedding matrix: count its parameters once.
+        // The logits reuse the embedding matrix: count its parameters once (a pipeline's
+        // last stage keeps a copy: `Graph::tied_parameters`).
         g.dense_parameters(-(w.vocab as f64 * h as f64));
+        g.tied_parameters = w.vocab as f64 * h as f64;
     }
     let logits = t * w.vocab as f64;
     if training {
