@@ -1412,12 +1412,12 @@ fn flash_attention_keeps_nothing_quadratic_and_skips_masked_tiles() {
     assert!(named(&flash, "attention softmax").is_empty());
     let fused = &named(&flash, "attention (fused)")[0];
     let (s, bh, d) = (4096.0, 2.0 * 16.0, 64.0);
-    // Scores and context products of the materialized form, over the causal half.
+    // Scores and context products of the materialized form: every score.
     let products =
         named(&mat, "attention scores")[0].flops() + named(&mat, "attention context")[0].flops();
     assert_close("two products", products, 4.0 * bh * s * s * d, 1e-12);
-    // FlashAttention-2 runs whole 128-row tiles, the diagonal's masked: 33 of 64 tile
-    // pairs at 4096 tokens (32 x 32 tiles), not the mask's 4097 / 8192 elements.
+    // FlashAttention-2 runs whole 128-row tiles, the diagonal's masked: 528 of the 32 x 32
+    // tiles at 4096 tokens, 33/64 of the products, not the mask's 4097 / 8192 elements.
     assert_close("causal tiles", fused.flops(), products * 33.0 / 64.0, 1e-12);
     // Utilization counts every score, as the materialized form runs them.
     assert_close("model FLOPs", fused.model_flops(), products, 1e-12);

@@ -594,13 +594,15 @@ fn stage_weights(graph: &Graph, s: &Strategy, stage: u64) -> StageWork {
     } else {
         (layer_params, graph.expert_parameters / s.expert as f64)
     };
-    if stage == 0 && !fine_tuning {
+    // Fine-tuning freezes the embedding, whatever share of the layers it trains.
+    let embedding_frozen = fine_tuning || graph.trainable_share < 1.0;
+    if stage == 0 && !embedding_frozen {
         trained += graph.parameters_by_position[Position::Head as usize];
     }
     if stage == p - 1 {
         trained += graph.parameters_by_position[Position::Tail as usize];
     }
-    if !fine_tuning {
+    if !embedding_frozen {
         // Trained as the first stage's embedding is (the two kept equal by an all-reduce
         // of their gradients between the two stages, which is not priced: GPT-3 175B at
         // t8 all-reduces 154 MB between two devices once a step).
@@ -1197,6 +1199,19 @@ mod tests {
             stage_weights(&untied, &one, 0),
         );
         assert!((b.parameters - a.parameters - matrix).abs() < 1.0);
+        // Fine-tuning every layer still freezes the embedding, and so its copy: the
+        // stages train the layers (and the final norm) alone.
+        let text = "version: 1\nkind: transformer\nname: t\nhidden: 1024\nlayers: 4\nheads: 16\n\
+                    ffn_hidden: 4096\nsequence: 2048\nvocab: 50000\nglobal_batch: 8\n\
+                    precision: bf16\ntie_embeddings: true\nfine_tuning: {trainable_layers: 4}\n";
+        let tuned = Workload::from_yaml("t.yaml", text).unwrap().graph();
+        let s = Strategy::parse("p2").unwrap();
+        let trained: f64 = (0..2).map(|i| stage_weights(&tuned, &s, i).trained).sum();
+        let all = tuned.parameters_by_position.iter().sum::<f64>();
+        assert!(
+            (trained - all * tuned.trainable_share).abs() < 1.0,
+            "{trained} vs {all}"
+        );
     }
 
     /// A small mixture-of-experts model trained in FP8.

@@ -593,9 +593,10 @@ pub struct AttentionShape {
 
 /// Rows of the query (and key) tiles a fused attention core runs: FlashAttention-2 skips a
 /// causal mask's tiles above the diagonal and runs those on it whole, masked (Dao 2023,
-/// "FlashAttention-2", Sec. 3.1.1), in blocks of 64 or 128 rows (128 for the head
-/// dimensions of 64 and 128 that language models use). At 2048 tokens 17 of 32 tile
-/// pairs run, where the mask's elements are 2049 of 4096.
+/// "FlashAttention-2", Sec. 3.1.1), in blocks of 64 or 128 rows (Sec. 3.3; flash-attn's
+/// kernels for head dimensions 64 and 128 waste whole 128-row blocks on the diagonal, in
+/// the forward pass by queries and in the backward by keys). At 2048 tokens 136 of the
+/// 16 x 16 tiles run, 17/32 of the products, where the mask's elements are 2049/4096.
 pub const FLASH_TILE: u64 = 128;
 
 /// The shape of a fused attention core ([`Builder::flash_attention`]): `heads` (batch x
