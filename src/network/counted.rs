@@ -81,8 +81,13 @@ impl Network {
                         Shape::Direct { .. } => {}
                     }
                 }
-                if let Shape::Direct { dims, wrap, .. } = &fabric.shape {
-                    self.direct_pairs(f, (dims, *wrap), (&high, &low_at), &mut add);
+                if let Shape::Direct {
+                    dims,
+                    wrap,
+                    twisted,
+                } = &fabric.shape
+                {
+                    self.direct_pairs(f, (dims, *wrap, *twisted), (&high, &low_at), &mut add);
                 }
                 // Entering a switch: targets b (by `base`) times sources a (by `top`)
                 // that differ from b in f.
@@ -108,7 +113,7 @@ impl Network {
     fn direct_pairs(
         &self,
         f: usize,
-        (dims, wrap): (&[u64], bool),
+        (dims, wrap, twisted): (&[u64], bool, bool),
         (high, low_at): (&Tally, &Tally),
         add: &mut impl FnMut(usize, f64),
     ) {
@@ -143,7 +148,7 @@ impl Network {
                 copy.iter_mut().for_each(|l| *l = 0.0);
                 for &(xa, na) in from {
                     for &(xb, nb) in to.iter().filter(|&&(xb, _)| xb != xa) {
-                        super::direct::direct_route(dims, wrap, (xa, xb), |x, port| {
+                        super::direct::direct_route(dims, (wrap, twisted), (xa, xb), |x, port| {
                             copy[x as usize * ports + port] += (na * nb) as f64;
                         });
                     }
@@ -205,8 +210,14 @@ impl Network {
                 .iter()
                 .zip(&coordinates)
                 .map(|(&f, xs)| match &self.fabrics[f].shape {
-                    Shape::Direct { dims, wrap, .. } => self
-                        .farthest_by_dimension(f, dims, *wrap, xs)
+                    // A twisted torus's distances are not a sum over dimensions.
+                    Shape::Direct {
+                        dims,
+                        wrap,
+                        twisted,
+                    } => (!twisted)
+                        .then(|| self.farthest_by_dimension(f, dims, *wrap, xs))
+                        .flatten()
                         .unwrap_or_else(|| {
                             xs.iter()
                                 .flat_map(|&x| xs.iter().map(move |&y| (x, y)))
@@ -249,13 +260,14 @@ impl Network {
         match &fabric.shape {
             Shape::Switch { levels } => fabric.switch_s(*levels),
             Shape::FullyConnected => fabric.hop_s,
-            Shape::Direct { dims, wrap, .. } => {
-                let mut hops = 0;
-                let mut scale = 1;
-                for &n in dims {
-                    hops += hops_along(n, *wrap, (x / scale) % n, (y / scale) % n);
-                    scale *= n;
-                }
+            Shape::Direct {
+                dims,
+                wrap,
+                twisted,
+            } => {
+                // The route's hops (a twisted torus's route follows its twisted links).
+                let mut hops = 0u64;
+                super::direct::direct_route(dims, (*wrap, *twisted), (x, y), |_, _| hops += 1);
                 hops as f64 * fabric.hop_s
             }
         }
