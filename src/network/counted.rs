@@ -81,13 +81,8 @@ impl Network {
                         Shape::Direct { .. } => {}
                     }
                 }
-                if let Shape::Direct {
-                    dims,
-                    wrap,
-                    twisted,
-                } = &fabric.shape
-                {
-                    self.direct_pairs(f, (dims, *wrap, *twisted), (&high, &low_at), &mut add);
+                if let Shape::Direct { dims, wrap, .. } = &fabric.shape {
+                    self.direct_pairs(f, (dims, *wrap), (&high, &low_at), &mut add);
                 }
                 // Entering a switch: targets b (by `base`) times sources a (by `top`)
                 // that differ from b in f.
@@ -113,11 +108,12 @@ impl Network {
     fn direct_pairs(
         &self,
         f: usize,
-        (dims, wrap, twisted): (&[u64], bool, bool),
+        (dims, wrap): (&[u64], bool),
         (high, low_at): (&Tally, &Tally),
         add: &mut impl FnMut(usize, f64),
     ) {
         let (stride, size) = (self.stride[f], self.fabrics[f].size);
+        let twist = self.twists[f].as_ref();
         let ports = self.fabrics[f].ports();
         // Copies whose sources (and targets) sit alike load alike: route each distinct
         // pair of patterns once.
@@ -148,7 +144,7 @@ impl Network {
                 copy.iter_mut().for_each(|l| *l = 0.0);
                 for &(xa, na) in from {
                     for &(xb, nb) in to.iter().filter(|&&(xb, _)| xb != xa) {
-                        super::direct::direct_route(dims, (wrap, twisted), (xa, xb), |x, port| {
+                        super::direct::direct_route(dims, (wrap, twist), (xa, xb), |x, port| {
                             copy[x as usize * ports + port] += (na * nb) as f64;
                         });
                     }
@@ -211,13 +207,18 @@ impl Network {
                 .zip(&coordinates)
                 .map(|(&f, xs)| match &self.fabrics[f].shape {
                     // A twisted torus's distances are not a sum over dimensions.
-                    Shape::Direct {
-                        dims,
-                        wrap,
-                        twisted,
-                    } => (!twisted)
-                        .then(|| self.farthest_by_dimension(f, dims, *wrap, xs))
-                        .flatten()
+                    Shape::Direct { dims, twisted, .. } if *twisted => {
+                        let twist = self.twists[f].as_ref().expect("a twisted fabric's twist");
+                        let hops = xs
+                            .iter()
+                            .flat_map(|&x| xs.iter().map(move |&y| (x, y)))
+                            .map(|pair| twist.ways(pair).0)
+                            .max()
+                            .unwrap_or(0);
+                        hops as f64 * self.fabrics[f].hop_s
+                    }
+                    Shape::Direct { dims, wrap, .. } => self
+                        .farthest_by_dimension(f, dims, *wrap, xs)
                         .unwrap_or_else(|| {
                             xs.iter()
                                 .flat_map(|&x| xs.iter().map(move |&y| (x, y)))
@@ -260,15 +261,10 @@ impl Network {
         match &fabric.shape {
             Shape::Switch { levels } => fabric.switch_s(*levels),
             Shape::FullyConnected => fabric.hop_s,
-            Shape::Direct {
-                dims,
-                wrap,
-                twisted,
-            } => {
+            Shape::Direct { dims, wrap, .. } => {
                 // The route's hops (a twisted torus's route follows its twisted links).
-                let mut hops = 0u64;
-                super::direct::direct_route(dims, (*wrap, *twisted), (x, y), |_, _| hops += 1);
-                hops as f64 * fabric.hop_s
+                let twist = self.twists[f].as_ref();
+                super::direct::direct_hops(dims, (*wrap, twist), (x, y)) as f64 * fabric.hop_s
             }
         }
     }

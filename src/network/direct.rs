@@ -24,10 +24,12 @@ impl Network {
         let stride = self.stride[f];
         let hop_s = self.fabrics[f].hop_s;
         let origin = cur - from * stride;
-        let twisted = matches!(self.fabrics[f].shape, Shape::Direct { twisted: true, .. });
-        direct_route(dims, (wrap, twisted), (from, to), |x, port| {
-            visit(self.port(origin + x * stride, f, port), hop_s)
-        });
+        direct_route(
+            dims,
+            (wrap, self.twists[f].as_ref()),
+            (from, to),
+            |x, port| visit(self.port(origin + x * stride, f, port), hop_s),
+        );
     }
 
     /// All-pairs traffic inside direct fabric `f`, split evenly over shortest paths
@@ -223,91 +225,184 @@ fn translation_steps(dims: &[u64], groups: &[Vec<u64>]) -> Option<Vec<u64>> {
 /// shorter ways where they tie).
 pub(super) fn direct_route(
     dims: &[u64],
-    (wrap, twisted): (bool, bool),
+    (wrap, twist): (bool, Option<&Twist>),
     (from, to): (u64, u64),
     mut visit: impl FnMut(u64, usize),
 ) {
-    let scales: Vec<u64> = dims
-        .iter()
-        .scan(1, |scale, &n| {
-            let here = *scale;
-            *scale *= n;
-            Some(here)
-        })
-        .collect();
-    let mut order: Vec<usize> = (0..dims.len()).collect();
-    // Dimensions shorter than this twist on wrapping (none on other fabrics).
-    let twist_below = if twisted {
-        order.sort_by_key(|&j| dims[j]);
-        dims.iter().copied().max().unwrap_or(1)
-    } else {
-        0
+    let Some(twist) = twist else {
+        // Every dimension in order, the shorter way round, nothing moving the others.
+        let (mut node, mut scale) = (from, 1);
+        for (j, &n) in dims.iter().enumerate() {
+            let (x, y) = ((node / scale) % n, (to / scale) % n);
+            if x != y {
+                let ahead = (y + n - x) % n;
+                let forward = if wrap { ahead <= n - ahead } else { y > x };
+                let mut xi = x;
+                for _ in 0..hops_along(n, wrap, x, y) {
+                    visit(node, 2 * j + usize::from(!forward));
+                    let nx = if forward {
+                        (xi + 1) % n
+                    } else {
+                        (xi + n - 1) % n
+                    };
+                    node = node + nx * scale - xi * scale;
+                    xi = nx;
+                }
+            }
+            scale *= n;
+        }
+        return;
     };
     // Walks the route, each twisting dimension `k` (by rank among them) the other way round
-    // where bit k of `flips` is set; returns the hops.
-    let walk = |flips: u32, visit: &mut dyn FnMut(u64, usize)| -> u64 {
-        let (mut node, mut hops, mut twisting) = (from, 0, 0);
-        for &j in &order {
-            let (n, scale) = (dims[j], scales[j]);
-            let (x, y) = ((node / scale) % n, (to / scale) % n);
-            if x == y {
-                continue;
-            }
-            let ahead = (y + n - x) % n;
-            let mut forward = if wrap { ahead <= n - ahead } else { y > x };
-            if n < twist_below {
-                forward ^= flips >> twisting & 1 == 1;
-                twisting += 1;
-            }
-            let steps = if forward { ahead } else { n - ahead };
-            for _ in 0..steps {
-                visit(node, 2 * j + usize::from(!forward));
-                node = twisted_step(dims, &scales, twist_below, node, j, forward);
-            }
-            hops += steps;
+    // where bit k of `flips` is set.
+    let mut node = from;
+    let (flips, mut twisting) = (twist.ways((from, to)).1, 0);
+    for &j in &twist.order {
+        let (n, scale) = (dims[j], twist.scales[j]);
+        let (x, y) = ((node / scale) % n, (to / scale) % n);
+        if x == y {
+            continue;
         }
-        hops
-    };
-    let twisting = order.iter().filter(|&&j| dims[j] < twist_below).count() as u32;
-    let flips = (0..1u32 << twisting)
-        .min_by_key(|&flips| (walk(flips, &mut |_, _| {}), flips))
-        .unwrap_or(0);
-    walk(flips, &mut visit);
-}
-
-/// The member one hop from `node` along dimension `j` (`forward` or back) of a direct
-/// fabric of `dims` (coordinates `scales` apart): a wraparound of a dimension shorter than
-/// `twist_below` (a twisted torus's longest; 0 elsewhere) also advances every longer one by
-/// half its length.
-fn twisted_step(
-    dims: &[u64],
-    scales: &[u64],
-    twist_below: u64,
-    node: u64,
-    j: usize,
-    forward: bool,
-) -> u64 {
-    let (n, scale) = (dims[j], scales[j]);
-    let x = (node / scale) % n;
-    let (nx, crosses) = if forward {
-        ((x + 1) % n, x + 1 == n)
-    } else {
-        ((x + n - 1) % n, x == 0)
-    };
-    let mut at = node + nx * scale - x * scale;
-    if crosses && n < twist_below {
-        for (k, &other) in dims.iter().enumerate().filter(|(_, &o)| o > n) {
-            let o = (at / scales[k]) % other;
-            let shift = other / 2;
-            let no = if forward {
-                (o + shift) % other
-            } else {
-                (o + other - shift) % other
-            };
-            at = at + no * scales[k] - o * scales[k];
+        let ahead = (y + n - x) % n;
+        let mut forward = ahead <= n - ahead;
+        if n < twist.below {
+            forward ^= flips >> twisting & 1 == 1;
+            twisting += 1;
+        }
+        for _ in 0..if forward { ahead } else { n - ahead } {
+            visit(node, 2 * j + usize::from(!forward));
+            node = twist.step(node, j, forward);
         }
     }
-    at
+}
+
+/// Hops of [`direct_route`] on a direct fabric of `dims`.
+pub(super) fn direct_hops(
+    dims: &[u64],
+    (wrap, twist): (bool, Option<&Twist>),
+    (from, to): (u64, u64),
+) -> u64 {
+    if let Some(twist) = twist {
+        return twist.ways((from, to)).0;
+    }
+    let mut scale = 1;
+    dims.iter()
+        .map(|&n| {
+            let hops = hops_along(n, wrap, (from / scale) % n, (to / scale) % n);
+            scale *= n;
+            hops
+        })
+        .sum()
+}
+
+/// A twisted torus's dimensions as its routes take them: a wraparound link of a dimension
+/// shorter than the longest (`below`) also advances every longer dimension by half its
+/// length ([`direct_adjacency`]), so routes take the dimensions shortest first (`order`,
+/// ties in order): each twist then moves only dimensions still to come.
+/// Computed once per twisted fabric (`Network::twists`).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Twist {
+    dims: Vec<u64>,
+    scales: Vec<u64>,
+    order: Vec<usize>,
+    below: u64,
+}
+
+impl Twist {
+    pub(super) fn new(dims: &[u64]) -> Twist {
+        let mut scale = 1;
+        let scales = dims
+            .iter()
+            .map(|&n| {
+                let here = scale;
+                scale *= n;
+                here
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..dims.len()).collect();
+        order.sort_by_key(|&j| dims[j]);
+        Twist {
+            dims: dims.to_vec(),
+            scales,
+            order,
+            below: dims.iter().copied().max().unwrap_or(1),
+        }
+    }
+
+    /// The ways round the twisting dimensions (bit k set: the k-th, shortest first, goes
+    /// the other way than the shorter) that give the route from `from` to `to` the fewest
+    /// hops, and those hops (ties: the shorter ways). Counted from the coordinates alone: a
+    /// way round crosses the wraparound exactly when it passes the target going that way
+    /// (forward when the target lies behind), and only a crossing of a twisting dimension
+    /// moves the longer ones, which the route takes later.
+    pub(super) fn ways(&self, (from, to): (u64, u64)) -> (u64, u32) {
+        let hops = |flips: u32| -> u64 {
+            let (mut node, mut hops, mut twisting) = (from, 0, 0);
+            for &j in &self.order {
+                let (n, scale) = (self.dims[j], self.scales[j]);
+                let (x, y) = ((node / scale) % n, (to / scale) % n);
+                if x == y {
+                    continue;
+                }
+                if n >= self.below {
+                    hops += hops_along(n, true, x, y);
+                    continue;
+                }
+                let ahead = (y + n - x) % n;
+                let forward = (ahead <= n - ahead) ^ (flips >> twisting & 1 == 1);
+                twisting += 1;
+                hops += if forward { ahead } else { n - ahead };
+                node = node + y * scale - x * scale;
+                if forward == (y < x) {
+                    node = self.wrapped(node, n, forward);
+                }
+            }
+            hops
+        };
+        let twisting = self.dims.iter().filter(|&&n| n < self.below).count() as u32;
+        (0..1u32 << twisting)
+            .map(|flips| (hops(flips), flips))
+            .min()
+            .unwrap_or((0, 0))
+    }
+
+    /// The member one hop from `node` along dimension `j`, `forward` or back.
+    fn step(&self, node: u64, j: usize, forward: bool) -> u64 {
+        let (n, scale) = (self.dims[j], self.scales[j]);
+        let x = (node / scale) % n;
+        let (nx, crosses) = if forward {
+            ((x + 1) % n, x + 1 == n)
+        } else {
+            ((x + n - 1) % n, x == 0)
+        };
+        let at = node + nx * scale - x * scale;
+        if crosses {
+            self.wrapped(at, n, forward)
+        } else {
+            at
+        }
+    }
+
+    /// `node` after crossing the wraparound of a dimension of `n`, `forward` or back:
+    /// every longer dimension advanced by half its length, if `n` is not the longest.
+    fn wrapped(&self, node: u64, n: u64, forward: bool) -> u64 {
+        if n >= self.below {
+            return node;
+        }
+        let mut at = node;
+        for (&other, &scale) in self.dims.iter().zip(&self.scales) {
+            if other > n {
+                let o = (at / scale) % other;
+                let shift = if forward {
+                    other / 2
+                } else {
+                    other - other / 2
+                };
+                at = at + (o + shift) % other * scale - o * scale;
+            }
+        }
+        at
+    }
 }
 
 /// Hops between coordinates `a` and `b` of one dimension of `n`: the shorter way round when
@@ -515,6 +610,7 @@ mod tests {
     fn twisted_routes_follow_the_twisted_links() {
         for dims in [vec![4u64, 4, 8], vec![4, 2, 4], vec![8, 4, 4]] {
             let adjacency = direct_adjacency(&dims, true, true);
+            let twist = Twist::new(&dims);
             let n: u64 = dims.iter().product();
             let mut longer = 0;
             for a in 0..n {
@@ -532,7 +628,7 @@ mod tests {
                 }
                 for b in (0..n).filter(|&b| b != a) {
                     let mut at = a;
-                    direct_route(&dims, (true, true), (a, b), |x, port| {
+                    direct_route(&dims, (true, Some(&twist)), (a, b), |x, port| {
                         assert_eq!(x, at, "{dims:?} {a} -> {b}");
                         at = adjacency[x as usize]
                             .iter()
@@ -542,8 +638,9 @@ mod tests {
                     });
                     assert_eq!(at, b, "{dims:?} {a} -> {b}");
                     let mut hops = 0;
-                    direct_route(&dims, (true, true), (a, b), |_, _| hops += 1);
-                    let shortest = shortest[b as usize];
+                    direct_route(&dims, (true, Some(&twist)), (a, b), |_, _| hops += 1);
+                    assert_eq!(direct_hops(&dims, (true, Some(&twist)), (a, b)), hops);
+                    let shortest = u64::from(shortest[b as usize]);
                     longer += usize::from(hops > shortest);
                     assert!(hops <= shortest + 2, "{dims:?} {a} -> {b}: {hops} hops");
                 }

@@ -65,6 +65,9 @@ pub struct Network {
     /// Group shapes already computed, shared by networks of the same topology.
     #[serde(skip)]
     memo: Memo,
+    /// Each twisted torus's route order, by fabric ([`direct::Twist`]).
+    #[serde(skip)]
+    twists: Vec<Option<direct::Twist>>,
 }
 
 /// Networks of at most this many devices keep their devices' coordinates (1 MiB for four
@@ -329,10 +332,22 @@ impl Network {
                 .collect::<Vec<u32>>()
                 .into()
         });
+        let twists = fabrics
+            .iter()
+            .map(|f| match &f.shape {
+                Shape::Direct {
+                    dims,
+                    twisted: true,
+                    ..
+                } => Some(direct::Twist::new(dims)),
+                _ => None,
+            })
+            .collect();
         Network {
             fabrics,
             devices,
             locals,
+            twists,
             host: None,
             stride,
             port_base,
