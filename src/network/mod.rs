@@ -275,8 +275,9 @@ impl Network {
     /// Bisection bandwidth, bytes per second each way: the least bandwidth across any cut
     /// of the devices into halves along one fabric (every device of a member has its own
     /// ports). A torus or mesh is cut across its longest dimension (the wraparound doubles
-    /// the links cut), a switch passes half its ports' bandwidth, a full mesh the links
-    /// between its halves. One device has none (0).
+    /// the links cut), a twisted torus where it crosses the fewest links (its twisted
+    /// wraparounds cross a longer dimension's cut too), a switch passes half its ports'
+    /// bandwidth, a full mesh the links between its halves. One device has none (0).
     pub fn bisection_bytes_per_s(&self) -> f64 {
         let mut inside = 1.0; // devices per member of the fabric
         let mut best = f64::INFINITY;
@@ -284,6 +285,11 @@ impl Network {
             let size = f.size as f64;
             let outside = self.devices as f64 / (inside * size); // copies of this fabric
             let links = match &f.shape {
+                Shape::Direct {
+                    dims,
+                    twisted: true,
+                    ..
+                } => direct::twisted_bisection_links(dims),
                 Shape::Direct { dims, wrap, .. } => {
                     let longest = dims.iter().copied().max().unwrap_or(1);
                     if longest < 2 {
