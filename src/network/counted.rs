@@ -206,19 +206,15 @@ impl Network {
                 .iter()
                 .zip(&coordinates)
                 .map(|(&f, xs)| match &self.fabrics[f].shape {
-                    // A twisted torus's distances are not a sum over dimensions.
-                    Shape::Direct { dims, twisted, .. } if *twisted => {
-                        let twist = self.twists[f].as_ref().expect("a twisted fabric's twist");
-                        let hops = xs
-                            .iter()
-                            .flat_map(|&x| xs.iter().map(move |&y| (x, y)))
-                            .map(|pair| twist.ways(pair).0)
-                            .max()
-                            .unwrap_or(0);
-                        hops as f64 * self.fabrics[f].hop_s
-                    }
-                    Shape::Direct { dims, wrap, .. } => self
-                        .farthest_by_dimension(f, dims, *wrap, xs)
+                    // A twisted torus's distances are not a sum over dimensions: every
+                    // pair is measured.
+                    Shape::Direct {
+                        dims,
+                        wrap,
+                        twisted,
+                    } => (!twisted)
+                        .then(|| self.farthest_by_dimension(f, dims, *wrap, xs))
+                        .flatten()
                         .unwrap_or_else(|| {
                             xs.iter()
                                 .flat_map(|&x| xs.iter().map(move |&y| (x, y)))

@@ -253,27 +253,14 @@ pub(super) fn direct_route(
         }
         return;
     };
-    // Walks the route, each twisting dimension `k` (by rank among them) the other way round
-    // where bit k of `flips` is set.
-    let mut node = from;
-    let (flips, mut twisting) = (twist.ways((from, to)).1, 0);
-    for &j in &twist.order {
-        let (n, scale) = (dims[j], twist.scales[j]);
-        let (x, y) = ((node / scale) % n, (to / scale) % n);
-        if x == y {
-            continue;
-        }
-        let ahead = (y + n - x) % n;
-        let mut forward = ahead <= n - ahead;
-        if n < twist.below {
-            forward ^= flips >> twisting & 1 == 1;
-            twisting += 1;
-        }
-        for _ in 0..if forward { ahead } else { n - ahead } {
+    let flips = twist.ways((from, to)).1;
+    twist.legs((from, to), flips, |start, j, forward, steps| {
+        let mut node = start;
+        for _ in 0..steps {
             visit(node, 2 * j + usize::from(!forward));
             node = twist.step(node, j, forward);
         }
-    }
+    });
 }
 
 /// Hops of [`direct_route`] on a direct fabric of `dims`.
@@ -310,15 +297,7 @@ pub(super) struct Twist {
 
 impl Twist {
     pub(super) fn new(dims: &[u64]) -> Twist {
-        let mut scale = 1;
-        let scales = dims
-            .iter()
-            .map(|&n| {
-                let here = scale;
-                scale *= n;
-                here
-            })
-            .collect();
+        let scales = strides(dims);
         let mut order: Vec<usize> = (0..dims.len()).collect();
         order.sort_by_key(|&j| dims[j]);
         Twist {
@@ -331,39 +310,50 @@ impl Twist {
 
     /// The ways round the twisting dimensions (bit k set: the k-th, shortest first, goes
     /// the other way than the shorter) that give the route from `from` to `to` the fewest
-    /// hops, and those hops (ties: the shorter ways). Counted from the coordinates alone: a
-    /// way round crosses the wraparound exactly when it passes the target going that way
-    /// (forward when the target lies behind), and only a crossing of a twisting dimension
-    /// moves the longer ones, which the route takes later.
-    pub(super) fn ways(&self, (from, to): (u64, u64)) -> (u64, u32) {
-        let hops = |flips: u32| -> u64 {
-            let (mut node, mut hops, mut twisting) = (from, 0, 0);
-            for &j in &self.order {
-                let (n, scale) = (self.dims[j], self.scales[j]);
-                let (x, y) = ((node / scale) % n, (to / scale) % n);
-                if x == y {
-                    continue;
-                }
-                if n >= self.below {
-                    hops += hops_along(n, true, x, y);
-                    continue;
-                }
-                let ahead = (y + n - x) % n;
-                let forward = (ahead <= n - ahead) ^ (flips >> twisting & 1 == 1);
-                twisting += 1;
-                hops += if forward { ahead } else { n - ahead };
-                node = node + y * scale - x * scale;
-                if forward == (y < x) {
-                    node = self.wrapped(node, n, forward);
-                }
-            }
-            hops
-        };
+    /// hops, and those hops (ties: the shorter ways).
+    fn ways(&self, pair: (u64, u64)) -> (u64, u32) {
         let twisting = self.dims.iter().filter(|&&n| n < self.below).count() as u32;
         (0..1u32 << twisting)
-            .map(|flips| (hops(flips), flips))
+            .map(|flips| (self.legs(pair, flips, |_, _, _, _| {}), flips))
             .min()
             .unwrap_or((0, 0))
+    }
+
+    /// The route from `from` to `to` with the twisting dimensions' ways `flips` (as
+    /// [`Twist::ways`] gives them), a dimension at a time: `leg` sees the member the run
+    /// along dimension `j` starts from, `j`, the way (forward or back) and its hops. Counted
+    /// from the coordinates alone: a way round crosses the wraparound exactly when it
+    /// passes the target going that way (forward when the target lies behind), and only a
+    /// crossing of a twisting dimension moves the longer ones, which the route takes later.
+    /// Returns the hops.
+    fn legs(
+        &self,
+        (from, to): (u64, u64),
+        flips: u32,
+        mut leg: impl FnMut(u64, usize, bool, u64),
+    ) -> u64 {
+        let (mut node, mut hops, mut twisting) = (from, 0, 0);
+        for &j in &self.order {
+            let (n, scale) = (self.dims[j], self.scales[j]);
+            let (x, y) = ((node / scale) % n, (to / scale) % n);
+            if x == y {
+                continue;
+            }
+            let ahead = (y + n - x) % n;
+            let mut forward = ahead <= n - ahead;
+            if n < self.below {
+                forward ^= flips >> twisting & 1 == 1;
+                twisting += 1;
+            }
+            let steps = if forward { ahead } else { n - ahead };
+            leg(node, j, forward, steps);
+            hops += steps;
+            node = node + y * scale - x * scale;
+            if forward == (y < x) {
+                node = self.wrapped(node, n, forward);
+            }
+        }
+        hops
     }
 
     /// The member one hop from `node` along dimension `j`, `forward` or back.
@@ -403,6 +393,19 @@ impl Twist {
         }
         at
     }
+}
+
+/// The stride of each dimension's coordinate in a local index: the product of the
+/// dimensions before it.
+pub(super) fn strides(dims: &[u64]) -> Vec<u64> {
+    let mut stride = 1;
+    dims.iter()
+        .map(|&n| {
+            let here = stride;
+            stride *= n;
+            here
+        })
+        .collect()
 }
 
 /// Hops between coordinates `a` and `b` of one dimension of `n`: the shorter way round when
@@ -633,25 +636,12 @@ mod tests {
     #[test]
     fn a_twisted_torus_doubles_the_links_its_narrowest_cut_crosses() {
         assert_eq!(twisted_bisection_links(&[4, 4, 8]), 64.0);
-        let regular = Network::new(vec![Fabric::new(
-            "t",
-            &Topology::Torus {
-                dims: vec![4, 4, 8],
-            },
-            128,
-            6.0 * 1e9,
-            1e-6,
-        )]);
-        let twisted = Network::new(vec![Fabric::new(
-            "t",
-            &Topology::TwistedTorus {
-                dims: vec![4, 4, 8],
-            },
-            128,
-            6.0 * 1e9,
-            1e-6,
-        )]);
-        let ratio = twisted.bisection_bytes_per_s() / regular.bisection_bytes_per_s();
+        let bisection = |topology: Topology| {
+            Network::new(vec![Fabric::new("t", &topology, 128, 6e9, 1e-6)]).bisection_bytes_per_s()
+        };
+        let dims = vec![4, 4, 8];
+        let ratio = bisection(Topology::TwistedTorus { dims: dims.clone() })
+            / bisection(Topology::Torus { dims });
         assert!((ratio - 2.0).abs() < 1e-12, "{ratio}");
     }
 

@@ -852,15 +852,7 @@ impl Network {
                 let longest = self.all_pairs_counted(&firsts, |port, l| {
                     by_position[position(port)] += l;
                 });
-                let relayed = spanned.iter().any(|&f| self.fabrics[f].relays());
-                (
-                    longest,
-                    if relayed {
-                        longest * (n as f64 - 1.0)
-                    } else {
-                        longest
-                    },
-                )
+                (longest, self.exchange_s(&spanned, longest, n))
             }
         };
         GroupShape {
@@ -938,12 +930,7 @@ impl Network {
         let Shape::Direct { dims, .. } = &self.fabrics[f].shape else {
             return Vec::new();
         };
-        let mut lows = Vec::with_capacity(dims.len());
-        let mut low = 1;
-        for &size in dims {
-            lows.push(low);
-            low *= size;
-        }
+        let lows = direct::strides(dims);
         let coordinate = |d: u64, j: usize| (self.local(d, f) / lows[j]) % dims[j];
         let spanned = |g: &[u64]| -> Vec<(usize, usize)> {
             (0..dims.len())
@@ -955,9 +942,9 @@ impl Network {
         if first.len() < 2 {
             return Vec::new();
         }
+        let product: usize = first.iter().map(|&(_, count)| count).product();
         let mut parts: Vec<Groups> = vec![Vec::new(); first.len()];
         for g in groups {
-            let product: usize = first.iter().map(|&(_, count)| count).product();
             if spanned(g) != first || product != distinct(g.iter().copied()).len() {
                 return Vec::new();
             }
@@ -1021,14 +1008,20 @@ impl Network {
                 return self.all_pairs_direct(f, groups);
             }
         }
-        let relayed = spanned.iter().any(|&f| self.fabrics[f].relays());
         let longest = self.all_pairs_counted(groups, |port, l| loads[port] += l);
-        let a2a = if relayed {
-            longest * (g0.len() as f64 - 1.0)
+        let a2a = self.exchange_s(&spanned, longest, g0.len());
+        (self.peak(loads), longest, a2a)
+    }
+
+    /// The latency of one all-pairs exchange among `members` across the fabrics `spanned`,
+    /// whose longest path takes `longest`: that path where every message is in flight at
+    /// once, one such path per other member where a spanned fabric relays.
+    fn exchange_s(&self, spanned: &[usize], longest: f64, members: usize) -> f64 {
+        if spanned.iter().any(|&f| self.fabrics[f].relays()) {
+            longest * (members as f64 - 1.0)
         } else {
             longest
-        };
-        (self.peak(loads), longest, a2a)
+        }
     }
 
     /// All-pairs loads by routing every pair (what `all_pairs_counted` counts).
