@@ -316,14 +316,45 @@ pub struct Report {
     pub passed: bool,
 }
 
+/// The training families' mean |error| may be at most this, % (issue 18).
+pub const TRAINING_MEAN_ABS_ERROR_MAX_PCT: f64 = 4.0;
+
+/// The training families' held-out mean |error| may be at most this multiple of their
+/// calibration cases' (issue 18): a constant fitted on some cases must serve the others.
+pub const HELD_OUT_OVER_CALIBRATION_MAX: f64 = 1.5;
+
 /// The training families' counted cases: all, the calibration ones, the held-out ones,
-/// and how many of their points are known gaps (not counted).
+/// and how many of their points are known gaps (not counted); whether their mean |error|
+/// and the held-out mean against the calibration mean keep their bounds.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct TrainingSplit {
     pub all: Split,
     pub calibration: Split,
     pub held_out: Split,
     pub known_gaps: usize,
+    /// `all`'s mean |error| is at most [`TRAINING_MEAN_ABS_ERROR_MAX_PCT`].
+    pub mean_within: bool,
+    /// `held_out`'s mean |error| is at most [`HELD_OUT_OVER_CALIBRATION_MAX`] times
+    /// `calibration`'s (true when nothing is fitted or nothing is held out).
+    pub held_out_within: bool,
+}
+
+impl TrainingSplit {
+    fn of(trained: &[&CaseResult], known_gaps: usize) -> TrainingSplit {
+        let all = Split::of(trained);
+        let (calibration, held_out) = Split::apart(trained);
+        TrainingSplit {
+            all,
+            calibration,
+            held_out,
+            known_gaps,
+            mean_within: all.mean_abs_error_pct <= TRAINING_MEAN_ABS_ERROR_MAX_PCT,
+            held_out_within: calibration.cases == 0
+                || held_out.cases == 0
+                || held_out.mean_abs_error_pct
+                    <= HELD_OUT_OVER_CALIBRATION_MAX * calibration.mean_abs_error_pct,
+        }
+    }
 }
 
 /// A set of counted cases' size and mean |relative error|, %.
@@ -1157,21 +1188,21 @@ pub fn run(source: Source, path: &Path) -> Result<Report, ModelError> {
     let max = counted.iter().map(|c| c.error.abs()).fold(0.0, f64::max);
     let (calibration, held_out) = Split::apart(&counted);
     let trained: Vec<&CaseResult> = counted.iter().copied().filter(|c| !c.serving).collect();
-    let training = TrainingSplit {
-        all: Split::of(&trained),
-        calibration: Split::apart(&trained).0,
-        held_out: Split::apart(&trained).1,
-        known_gaps: cases
+    let training = TrainingSplit::of(
+        &trained,
+        cases
             .iter()
             .filter(|c| !c.serving && c.known_gap.is_some())
             .count(),
-    };
+    );
     let families = families(&cases, &limits);
     let passed = cases
         .iter()
         .filter(|c| c.known_gap.is_none())
         .all(|c| c.within)
-        && families.iter().all(|f| f.within);
+        && families.iter().all(|f| f.within)
+        && training.mean_within
+        && training.held_out_within;
     Ok(Report {
         families,
         cases,
@@ -1400,4 +1431,55 @@ pub struct GemmCase {
     pub measured_tflops: f64,
     pub tolerance: f64,
     pub source: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(error: f64, calibrates: bool) -> CaseResult {
+        CaseResult {
+            id: "T".into(),
+            name: "a case".into(),
+            source: "a test".into(),
+            measured: 100.0,
+            predicted: 100.0 + error,
+            unit: "s".into(),
+            error,
+            tolerance: "8%".into(),
+            within: true,
+            known_gap: None,
+            calibrates: calibrates.then(|| "a constant".into()),
+            serving: false,
+        }
+    }
+
+    fn split(cases: &[CaseResult]) -> TrainingSplit {
+        let refs: Vec<&CaseResult> = cases.iter().collect();
+        TrainingSplit::of(&refs, 0)
+    }
+
+    /// The held-out cases' mean |error| may be at most 1.5x the calibration cases', and the
+    /// mean over all at most 4%: the bounds hold at their edges and fail past them.
+    #[test]
+    fn training_bounds_fail_past_their_edges() {
+        // Calibration 2% (errors of either sign), held out 3%: exactly 1.5x.
+        let edge = [
+            case(2.0, true),
+            case(-2.0, true),
+            case(3.0, false),
+            case(-3.0, false),
+        ];
+        let t = split(&edge);
+        assert_eq!((t.calibration.cases, t.held_out.cases), (2, 2));
+        assert!(t.held_out_within && t.mean_within, "{t:?}");
+        let past = [case(2.0, true), case(-2.0, true), case(3.1, false)];
+        assert!(!split(&past).held_out_within);
+        // Nothing fitted, or nothing held out: no ratio to judge.
+        assert!(split(&[case(7.0, false)]).held_out_within);
+        assert!(split(&[case(7.0, true)]).held_out_within);
+        // The mean over every counted case: 4% passes, above it fails.
+        assert!(split(&[case(4.0, false), case(-4.0, false)]).mean_within);
+        assert!(!split(&[case(4.0, false), case(4.2, false)]).mean_within);
+    }
 }

@@ -1,12 +1,16 @@
 //! `stackflow validate`: replays the published measurements and prints how close the model
-//! comes; exits non-zero when a counted case leaves its tolerance.
+//! comes; exits non-zero when a counted case leaves its tolerance, a family its mean signed
+//! bound, or the training families their mean |error| or held-out bound.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::Outcome;
 use crate::config::Source;
-use crate::validate::{run as replay, CaseResult, Report, Split, DEFAULT};
+use crate::validate::{
+    run as replay, CaseResult, Report, Split, DEFAULT, HELD_OUT_OVER_CALIBRATION_MAX,
+    TRAINING_MEAN_ABS_ERROR_MAX_PCT,
+};
 
 pub fn run(file: Option<PathBuf>, json: bool) -> anyhow::Result<Outcome> {
     let (source, path) = match file {
@@ -22,7 +26,10 @@ pub fn run(file: Option<PathBuf>, json: bool) -> anyhow::Result<Outcome> {
     Ok(if report.passed {
         Outcome::Done
     } else {
-        Outcome::Failed("validation failed: a case is outside its tolerance (see the table)")
+        Outcome::Failed(
+            "validation failed: a case, a family's mean signed error or a training-family bound is \
+             outside its limit (see the table)",
+        )
     })
 }
 
@@ -114,17 +121,23 @@ fn render(r: &Report) -> String {
         held.mean_abs_error_pct,
     );
     let t = r.training;
+    let verdict = |ok: bool| if ok { "ok" } else { "FAILED" };
     let _ = writeln!(
         s,
-        "training families (all but serving): {} cases, mean |error| {:.1}%; calibration {} \
-         cases, {:.1}%; held out {} cases, {:.1}% ({}); {} known gaps not counted",
+        "training families (all but serving): {} cases, mean |error| {:.1}% (bound {:.1}%: {}); \
+         calibration {} cases, {:.1}%; held out {} cases, {:.1}% ({}, bound {:.1}x: {}); {} \
+         known gaps not counted",
         t.all.cases,
         t.all.mean_abs_error_pct,
+        TRAINING_MEAN_ABS_ERROR_MAX_PCT,
+        verdict(t.mean_within),
         t.calibration.cases,
         t.calibration.mean_abs_error_pct,
         t.held_out.cases,
         t.held_out.mean_abs_error_pct,
         over(t.held_out, t.calibration),
+        HELD_OUT_OVER_CALIBRATION_MAX,
+        verdict(t.held_out_within),
         t.known_gaps,
     );
     for c in r.cases.iter().filter(|c| c.known_gap.is_some()) {
