@@ -357,6 +357,22 @@ pub enum Forwarding {
     Relay,
 }
 
+/// Which planes of a torus or mesh run a collective along both of their dimensions at once
+/// (Ying et al. 2018's 2-D algorithm, [`crate::network`]); groups spanning three or more
+/// dimensions are not concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlaneCollectives {
+    /// Every plane, square or not.
+    #[default]
+    Any,
+    /// Square planes only: a group spanning two dimensions of unequal extent runs one ring
+    /// through its members. XLA on TPUs: "2D collectives only implemented for square 2D
+    /// plane ... e.g., map 32 to 4x8" (JAX, `jax/_src/mesh_utils.py`,
+    /// `_create_device_mesh_for_nd_torus`).
+    Square,
+}
+
 impl Topology {
     /// The shape of a mesh, torus or twisted torus; `None` for the other kinds.
     pub fn dims(&self) -> Option<&[u64]> {

@@ -706,6 +706,11 @@ pub struct FabricRaw {
     /// topology to a full mesh).
     #[serde(default)]
     pub forwarding: Option<crate::domain::Forwarding>,
+    /// Which planes of a torus or mesh run a collective along both dimensions at once:
+    /// `any` (the default) or `square` (XLA on TPUs); on a switch or full mesh it changes
+    /// nothing.
+    #[serde(default)]
+    pub plane_collectives: Option<crate::domain::PlaneCollectives>,
     /// Slices are composed of whole blocks of this shape (TPU v4: 4x4x4 blocks joined by
     /// optical circuit switches into any 4i x 4j x 4k torus).
     #[serde(default)]

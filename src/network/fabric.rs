@@ -17,7 +17,7 @@ use std::hash::BuildHasher;
 
 use serde::Serialize;
 
-use crate::domain::{Forwarding, Topology};
+use crate::domain::{Forwarding, PlaneCollectives, Topology};
 
 /// How a fabric connects its members.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -55,6 +55,8 @@ pub struct Fabric {
     /// How members of a direct fabric pass on others' traffic: what an all-to-all's
     /// latency is (its longest path through routers, its summed hops when relayed).
     pub forwarding: Forwarding,
+    /// Which of a direct fabric's planes run a collective along both dimensions at once.
+    pub plane_collectives: PlaneCollectives,
 }
 
 impl Fabric {
@@ -69,6 +71,7 @@ impl Fabric {
             hop_s,
             collective_latency_s,
             forwarding,
+            plane_collectives,
         } = self;
         out.extend([
             rustc_hash::FxBuildHasher.hash_one(name),
@@ -78,6 +81,7 @@ impl Fabric {
             hop_s.to_bits(),
             collective_latency_s.to_bits(),
             rustc_hash::FxBuildHasher.hash_one(forwarding),
+            rustc_hash::FxBuildHasher.hash_one(plane_collectives),
         ]);
     }
 
@@ -116,12 +120,31 @@ impl Fabric {
             hop_s,
             collective_latency_s: 0.0,
             forwarding: Forwarding::Router,
+            plane_collectives: PlaneCollectives::Any,
         }
     }
 
     /// The fabric with its members forwarding others' traffic as `forwarding` says.
     pub fn with_forwarding(self, forwarding: Forwarding) -> Fabric {
         Fabric { forwarding, ..self }
+    }
+
+    /// The fabric with its planes running collectives along both dimensions as `planes`
+    /// says.
+    pub fn with_plane_collectives(self, planes: PlaneCollectives) -> Fabric {
+        Fabric {
+            plane_collectives: planes,
+            ..self
+        }
+    }
+
+    /// Whether a collective over parts of `extents` along two or more of this fabric's
+    /// dimensions may run along all of them at once: any shape unless only square planes
+    /// do and the group spans exactly two dimensions of unequal extent.
+    pub(super) fn runs_dimensionally(&self, extents: &[u64]) -> bool {
+        !(self.plane_collectives == PlaneCollectives::Square
+            && extents.len() == 2
+            && extents[0] != extents[1])
     }
 
     /// Whether an all-to-all across this fabric waits for every hop in turn (a direct

@@ -414,6 +414,7 @@ impl Network {
                     && a.size == b.size
                     && a.hop_s == b.hop_s
                     && a.forwarding == b.forwarding
+                    && a.plane_collectives == b.plane_collectives
             });
         if same {
             self.memo = other.memo.clone();
@@ -909,7 +910,8 @@ impl Network {
             low *= size;
         }
         let lines: u64 = parts.iter().map(|&(degree, _)| degree).product();
-        if parts.len() < 2 || lines != degree {
+        let extents: Vec<u64> = parts.iter().map(|&(degree, _)| degree).collect();
+        if parts.len() < 2 || lines != degree || !self.fabrics[f].runs_dimensionally(&extents) {
             return Vec::new();
         }
         parts
@@ -939,7 +941,8 @@ impl Network {
                 .collect()
         };
         let first = spanned(&groups[0]);
-        if first.len() < 2 {
+        let extents: Vec<u64> = first.iter().map(|&(_, count)| count as u64).collect();
+        if first.len() < 2 || !self.fabrics[f].runs_dimensionally(&extents) {
             return Vec::new();
         }
         let product: usize = first.iter().map(|&(_, count)| count).product();
@@ -1425,6 +1428,49 @@ mod tests {
         assert!(rel(ar, bound + hops) < 1e-12, "{ar} vs {}", bound + hops);
         // A group along one dimension has no parts: its ring is already the best.
         assert!(torus(vec![4, 8]).strided_link(4, 1).0.dims.is_empty());
+    }
+
+    /// Where only square planes run a collective along both dimensions (XLA on TPUs), a
+    /// group on a 4 x 8 plane runs one ring through it, as fast as on a fabric without
+    /// dimensions; a 4 x 4 plane and a group over three dimensions keep their parts.
+    #[test]
+    fn square_planes_only_leave_a_four_by_eight_plane_one_ring() {
+        use crate::domain::PlaneCollectives;
+        use collective::Collective;
+        let (b, hop, m) = (10e9, 1e-6, 64e6);
+        let torus = |dims: Vec<u64>, planes: PlaneCollectives| {
+            let n = dims.iter().product();
+            let ports = 2.0 * dims.len() as f64;
+            Network::new(vec![Fabric::new(
+                "ici",
+                &Topology::Torus { dims },
+                n,
+                ports * b,
+                hop,
+            )
+            .with_plane_collectives(planes)])
+        };
+        let (any, square) = (PlaneCollectives::Any, PlaneCollectives::Square);
+        let rs = |net: &Network| net.strided_link(32, 1).0.time(Collective::ReduceScatter, m);
+        let (plane, ring) = (torus(vec![4, 8], any), torus(vec![4, 8], square));
+        assert!(ring.strided_link(32, 1).0.dims.is_empty());
+        // One ring through the plane: at least 31/32 of m over a ring's 2b, where both
+        // dimensions at once take under 0.6 of that.
+        let one_ring = 31.0 / 32.0 * m / (2.0 * b);
+        assert!(rs(&ring) >= one_ring, "{} vs {one_ring}", rs(&ring));
+        assert!(rs(&plane) < 0.6 * one_ring);
+        // Groups listed member by member (not strided) take the same rule.
+        let groups: Vec<Vec<u64>> = vec![(0..32).collect()];
+        assert!(ring.group_shape(&groups).dims.is_empty());
+        assert_eq!(plane.group_shape(&groups).dims.len(), 2);
+        // A square plane, and three dimensions of unequal extent, keep their parts.
+        let square_plane = torus(vec![4, 4], square);
+        assert_eq!(square_plane.strided_link(16, 1).0.dims.len(), 2);
+        let block = torus(vec![4, 4, 8], square);
+        assert_eq!(block.strided_link(128, 1).0.dims.len(), 3);
+        // The fabrics differ, so a search does not share their routed shapes.
+        let mut shared = torus(vec![4, 8], square);
+        assert!(!shared.share_shapes(&plane));
     }
 
     #[test]

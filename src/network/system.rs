@@ -14,7 +14,7 @@ use crate::budget::Budget;
 use crate::config::raw::SystemFile;
 use crate::config::{parse_yaml, Checker, ConfigError, Source};
 use crate::design::{Design, DesignFiles};
-use crate::domain::{Component, Forwarding, Topology};
+use crate::domain::{Component, Forwarding, PlaneCollectives, Topology};
 use crate::generator::Architecture;
 use crate::tech::TechLibrary;
 use crate::template::check_topology;
@@ -69,6 +69,8 @@ pub struct FabricSpec {
     pub collective_latency_s: f64,
     /// How a direct fabric's members forward others' traffic (router: none given).
     pub forwarding: Forwarding,
+    /// Which planes run a collective along both dimensions at once (any: none given).
+    pub plane_collectives: PlaneCollectives,
     /// Block shape slices are composed of, if any.
     pub block: Option<Vec<u64>>,
 }
@@ -319,6 +321,7 @@ impl System {
                 bandwidth_efficiency,
                 collective_latency_s: collective_latency,
                 forwarding: f.forwarding.unwrap_or_default(),
+                plane_collectives: f.plane_collectives.unwrap_or_default(),
                 block: f.block,
             });
         }
@@ -674,7 +677,8 @@ impl System {
             fabrics.push(
                 Fabric::new(&f.name, &f.topology, size, egress, hop)
                     .with_collective_latency(f.collective_latency_s)
-                    .with_forwarding(f.forwarding),
+                    .with_forwarding(f.forwarding)
+                    .with_plane_collectives(f.plane_collectives),
             );
         }
         Ok(fabrics)
