@@ -786,6 +786,23 @@ fn stackflow_validate_replays_the_published_measurements() {
         out.contains("OUTSIDE") && err.contains("validation failed"),
         "{out}\n{err}"
     );
+    // Every case within its tolerance, and still the run fails when the training cases'
+    // mean |error| passes 4%: TPU v3's power against 250 W is -10.9%, inside 15%.
+    let lone = "version: 1\ncases:\n  - id: TPU Table 4\n    name: \"TPU v3 mean power\"\n    \
+                source: \"a test\"\n    kind: mean_power_w\n    system: ../templates/tpu-v3-pod.yaml\n    \
+                devices: 512\n    workload: ../workloads/gpt3-175b.yaml\n    \
+                strategy: p16-d4-t8-mb1-rc=full\n    measured: 250\n    tolerance: 0.15\n";
+    let beside = root().join("validation/lone-case.tmp.yaml");
+    std::fs::write(&beside, lone).unwrap();
+    let (code, out, err) = common::stackflow(&["validate", &beside.display().to_string()]);
+    let _ = std::fs::remove_file(&beside);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        !out.contains("OUTSIDE")
+            && out.contains("(bound 4.0%: FAILED)")
+            && err.contains("validation failed"),
+        "{out}\n{err}"
+    );
     // A training case's tolerance is capped by what it measures (times and throughputs 8%,
     // ratios 10%, power 15%): a wider one is bad input naming the case's field.
     for (from, to, field, says) in [

@@ -1459,10 +1459,13 @@ mod tests {
         let one_ring = 31.0 / 32.0 * m / (2.0 * b);
         assert!(rs(&ring) >= one_ring, "{} vs {one_ring}", rs(&ring));
         assert!(rs(&plane) < 0.6 * one_ring);
-        // Groups listed member by member (not strided) take the same rule.
-        let groups: Vec<Vec<u64>> = vec![(0..32).collect()];
-        assert!(ring.group_shape(&groups).dims.is_empty());
-        assert_eq!(plane.group_shape(&groups).dims.len(), 2);
+        // Groups that are no strided set (one plane of a 4 x 8 x 2 torus, the second) are
+        // split into their dimensions member by member, and take the same rule.
+        let (stacked, stacked_ring) = (torus(vec![4, 8, 2], any), torus(vec![4, 8, 2], square));
+        let groups: Vec<Vec<u64>> = vec![(32..64).collect()];
+        assert!(stacked.symmetric(&groups).is_none());
+        assert_eq!(stacked.group_shape(&groups).dims.len(), 2);
+        assert!(stacked_ring.group_shape(&groups).dims.is_empty());
         // A square plane, and three dimensions of unequal extent, keep their parts.
         let square_plane = torus(vec![4, 4], square);
         assert_eq!(square_plane.strided_link(16, 1).0.dims.len(), 2);
