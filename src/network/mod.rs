@@ -1100,7 +1100,7 @@ fn peak_by_kind(loads: &[f64], ports: usize) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::Topology;
+    use crate::domain::{PlaneCollectives, Topology};
 
     /// Counted all-pairs loads equal those of routing every pair, on switched, fully
     /// connected, mesh and torus fabrics stacked in every order the systems use, for the
@@ -1388,17 +1388,7 @@ mod tests {
     fn a_plane_reduces_along_both_dimensions_at_once() {
         use collective::Collective;
         let (b, hop, m) = (10e9, 1e-6, 64e6); // port bandwidth per direction
-        let torus = |dims: Vec<u64>| {
-            let n = dims.iter().product();
-            let ports = 2.0 * dims.len() as f64;
-            Network::new(vec![Fabric::new(
-                "ici",
-                &Topology::Torus { dims },
-                n,
-                ports * b,
-                hop,
-            )])
-        };
+        let torus = |dims: Vec<u64>| torus_of(dims, b, hop, PlaneCollectives::Any);
         let rel = |x: f64, y: f64| (x / y - 1.0).abs();
         let (plane, _) = torus(vec![4, 8]).strided_link(32, 1);
         assert_eq!(plane.dims.iter().map(|d| d.p).collect::<Vec<_>>(), [4, 8]);
@@ -1430,26 +1420,29 @@ mod tests {
         assert!(torus(vec![4, 8]).strided_link(4, 1).0.dims.is_empty());
     }
 
+    /// One torus fabric of `dims`, each device with 2 ports per dimension of `port_b` each
+    /// way, links of `hop` seconds, its planes running collectives as `planes` says.
+    fn torus_of(dims: Vec<u64>, port_b: f64, hop: f64, planes: PlaneCollectives) -> Network {
+        let n = dims.iter().product();
+        let ports = 2.0 * dims.len() as f64;
+        Network::new(vec![Fabric::new(
+            "ici",
+            &Topology::Torus { dims },
+            n,
+            ports * port_b,
+            hop,
+        )
+        .with_plane_collectives(planes)])
+    }
+
     /// Where only square planes run a collective along both dimensions (XLA on TPUs), a
     /// group on a 4 x 8 plane runs one ring through it, as fast as on a fabric without
     /// dimensions; a 4 x 4 plane and a group over three dimensions keep their parts.
     #[test]
     fn square_planes_only_leave_a_four_by_eight_plane_one_ring() {
-        use crate::domain::PlaneCollectives;
         use collective::Collective;
         let (b, hop, m) = (10e9, 1e-6, 64e6);
-        let torus = |dims: Vec<u64>, planes: PlaneCollectives| {
-            let n = dims.iter().product();
-            let ports = 2.0 * dims.len() as f64;
-            Network::new(vec![Fabric::new(
-                "ici",
-                &Topology::Torus { dims },
-                n,
-                ports * b,
-                hop,
-            )
-            .with_plane_collectives(planes)])
-        };
+        let torus = |dims: Vec<u64>, planes| torus_of(dims, b, hop, planes);
         let (any, square) = (PlaneCollectives::Any, PlaneCollectives::Square);
         let rs = |net: &Network| net.strided_link(32, 1).0.time(Collective::ReduceScatter, m);
         let (plane, ring) = (torus(vec![4, 8], any), torus(vec![4, 8], square));
