@@ -285,6 +285,33 @@ fn a_sensitivity_probe_across_a_cliff_says_why() {
     assert!(found.iter().any(|s| s.cliff.is_none()));
 }
 
+/// An area probe grows the package with the die, so the room beside it keeps main
+/// memory's stacks. With that room exactly filled, a probe that took its extra area from
+/// the room lost a stack whichever component it probed: l1's next 1% of area, which buys
+/// nothing, read +2.7% and a cliff (out of memory, 48.4 GiB in 48).
+#[test]
+fn an_area_probe_keeps_the_room_beside_the_die() {
+    use stackflow::opt::budget::sensitivities;
+    use stackflow::opt::problem::Resource;
+    let mut problem = default_problem("CR-16-d32");
+    let w = problem.initial();
+    let before = problem.evaluate(&w).architecture;
+    let stacks = before.main_memory.devices;
+    problem.design.node_area_mm2 =
+        before.chip_area_mm2.allocated + before.main_memory.node_area_mm2.used * (1.0 + 1e-9);
+    let after = problem.evaluate(&w);
+    assert!(after.feasible);
+    assert_eq!(after.architecture.main_memory.devices, stacks);
+    let found = sensitivities(&problem, &w);
+    for c in ["l1", "dram"] {
+        let s = found
+            .iter()
+            .find(|s| s.component.to_string() == c && s.resource == Resource::Area)
+            .unwrap();
+        assert!(s.percent_time_per_percent_budget.abs() < 0.5, "{s:?}");
+    }
+}
+
 #[test]
 fn same_seed_same_result_bit_for_bit() {
     let problem = default_problem("CR-16-d32");

@@ -346,7 +346,8 @@ pub struct Sensitivity {
 
 /// Shadow prices at shares `w`: for each component and resource, the change in time per
 /// iteration when the component gets one more mm2 / W / mm and every other component keeps
-/// its absolute amount (the budget grows by that unit). Forward differences of 1% of the
+/// its absolute amount (the budget grows by that unit; an area probe grows the package
+/// by as much, so main memory's room beside the die keeps its amount). Forward differences of 1% of the
 /// resource's budget: the generator counts whole units, so finer steps see a staircase.
 pub fn sensitivities(problem: &BudgetProblem, w: &[f64]) -> Vec<Sensitivity> {
     let base = problem.evaluate(w);
@@ -370,7 +371,12 @@ pub fn sensitivities(problem: &BudgetProblem, w: &[f64]) -> Vec<Sensitivity> {
                 let mut d = design.clone();
                 let grown = t + extra;
                 match share.resource {
-                    Resource::Area => d.chip_area_mm2 = grown,
+                    // The die grows into the package by as much, so the room beside it
+                    // (main memory's devices, `node_mm2 - chip_mm2`) keeps its amount too.
+                    Resource::Area => {
+                        d.chip_area_mm2 = grown;
+                        d.node_area_mm2 += extra;
+                    }
                     Resource::Power => d.tdp_w = grown,
                     Resource::Perimeter => d.perimeter_mm = grown,
                 }
