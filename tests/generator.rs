@@ -493,6 +493,52 @@ fn leakage_beyond_the_power_share_means_zero_bandwidth_not_a_tiny_one() {
     assert!(l2.power_w.used <= l2.power_w.allocated);
 }
 
+/// Banks come in whole instances (V100's L1: 4 banks in each of 80 SMs). A power share
+/// that leaks one bank short of the area's 320 builds 3 per SM, 240, and what their leakage
+/// leaves, 79.5 banks' worth, buys accesses (DeepFlow Eq. 3); it bought none, and the level
+/// had no bandwidth at all.
+#[test]
+fn power_left_by_whole_instances_of_banks_buys_bandwidth() {
+    let mut d = design("budgets/v100.yaml");
+    let LevelTech::OnChip(s) = d.levels[1].tech.clone() else {
+        panic!()
+    };
+    let whole = generate(&d).on_chip[1].banks;
+    let bank = s.bank_static_power_w();
+    d.levels[1].power_share = (whole as f64 - 0.5) * bank / d.tdp_w;
+    let l1 = &generate(&d).on_chip[1];
+    let instances = l1.instances;
+    assert_eq!(l1.banks, (whole - 1) / instances * instances);
+    assert!(l1.banks < whole - 1, "{} of {whole}", l1.banks);
+    assert_eq!(l1.bounds[0].limit, Limit::StaticPower);
+    let left = (whole as f64 - 0.5 - l1.banks as f64) * bank;
+    assert_close(
+        "l1 bandwidth",
+        l1.bandwidth_bytes_per_s,
+        left / s.dynamic_energy_per_bit_j / 8.0,
+        1e-9,
+    );
+    assert_close("l1 power", l1.power_w.used, l1.power_w.allocated, 1e-9);
+}
+
+/// Of the limits that allow as many whole devices, the tightest binds: A100's controller
+/// area holds 5.04 HBM2e stacks and the package's room beside the die 5.22, both 5; the
+/// room, listed first, was reported, though 1% less controller area loses a stack.
+#[test]
+fn the_tightest_of_tied_device_limits_binds() {
+    let d = design("budgets/a100.yaml");
+    let LevelTech::OffChip(dram) = d.levels.last().unwrap().tech.clone() else {
+        panic!()
+    };
+    let m = generate(&d).main_memory;
+    let by_controllers = m.area_mm2.allocated / dram.controller_phy_area_mm2;
+    let by_room = m.node_area_mm2.allocated / dram.device_area_mm2;
+    assert_eq!(by_controllers.floor(), by_room.floor());
+    assert!(by_controllers < by_room, "{by_controllers} {by_room}");
+    assert_eq!(m.devices as f64, by_controllers.floor());
+    assert_eq!(m.bounds[0].limit, Limit::Area);
+}
+
 #[test]
 fn on_chip_leakage_is_eq_2_banks_times_bank_leakage() {
     // DeepFlow Eq. 2: P_static = p_bit x N_banks x capacity_bank (plus controller leakage).

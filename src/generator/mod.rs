@@ -578,11 +578,15 @@ fn on_chip_level(
     } else {
         u64::MAX
     };
-    let leakage_bound = by_power < by_area;
+    // Every instance holds as many banks: leakage binds when it, not the area, sets that
+    // count (rounding down to whole instances can leave both limits above the banks built).
     let per_instance = by_area.min(by_power).checked_div(instances).unwrap_or(0);
+    let leakage_bound = per_instance < by_area.checked_div(instances).unwrap_or(0);
     let banks = per_instance * instances;
     let static_power = banks as f64 * bank_static;
-    let dynamic = if leakage_bound || banks == 0 {
+    // What leakage leaves (DeepFlow Eq. 3: P - P_static) buys accesses, whatever bound
+    // the banks.
+    let dynamic = if banks == 0 {
         0.0
     } else {
         (power - static_power).max(0.0)
@@ -625,10 +629,10 @@ fn on_chip_level(
             ),
             bound(
                 "bandwidth",
-                if leakage_bound {
-                    Limit::StaticPower
-                } else if ports_bound {
+                if ports_bound {
                     Limit::Ports
+                } else if leakage_bound {
+                    Limit::StaticPower
                 } else {
                     Limit::Power
                 },
@@ -647,34 +651,35 @@ fn main_memory_level(
     perimeter: f64,
 ) -> MainMemoryReport {
     let device_static = dram.device_static_power_w();
+    // The devices each limit allows, in fractions of a device: the fewest whole ones
+    // bind, and of limits allowing as many, the tightest (the least fraction).
     let candidates = [
-        (count(outside_area / dram.device_area_mm2), Limit::NodeArea),
-        (count(area / dram.controller_phy_area_mm2), Limit::Area),
+        (outside_area / dram.device_area_mm2, Limit::NodeArea),
+        (area / dram.controller_phy_area_mm2, Limit::Area),
         (
-            count(perimeter * dram.links_per_mm / dram.links_per_device as f64),
+            perimeter * dram.links_per_mm / dram.links_per_device as f64,
             Limit::Perimeter,
         ),
         (
             if device_static > 0.0 {
-                count(power / device_static)
+                power / device_static
             } else {
-                u64::MAX
+                f64::INFINITY
             },
             Limit::StaticPower,
         ),
     ];
+    let whole = |x: f64| if x.is_infinite() { u64::MAX } else { count(x) };
     let (devices, devices_limit) = candidates
         .iter()
-        .copied()
-        .min_by_key(|(n, _)| *n)
+        .map(|&(x, limit)| (whole(x), x, limit))
+        .min_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)))
+        .map(|(n, _, limit)| (n, limit))
         .expect("non-empty");
     let links = devices * dram.links_per_device;
     let leakage = devices as f64 * device_static;
-    let dynamic_budget = if devices_limit == Limit::StaticPower {
-        0.0
-    } else {
-        power - leakage
-    };
+    // What leakage leaves buys the links' traffic, whatever bound the devices.
+    let dynamic_budget = (power - leakage).max(0.0);
     let op = operating_point(
         &dram.voltage,
         links,
