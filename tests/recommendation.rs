@@ -418,3 +418,38 @@ fn a_served_batch_waits_for_its_lookups_and_the_next_batch_overlaps() {
     let p = predict(&train, &v4, &sys.network(&v4, 128).unwrap(), &d128).unwrap();
     assert!(p.serving_latency_s.is_none());
 }
+
+/// The all-to-all leaves each tensor-parallel rank its slice of its replica's pooled
+/// vectors. An interaction that takes every feature (DLRM-A's feature transformer) runs
+/// whole on each rank, so the ranks all-gather the slices first: under t8-d16 that is each
+/// replica's 4096 samples x 1000 tables x 256 x 2 bytes, once a step, blocking (it was
+/// missing: each rank ran the interaction on features it never received). A concatenation
+/// that DLRM-A's narrowing top layer reads row-parallel takes the slices as they come.
+#[test]
+fn tensor_ranks_gather_the_pooled_vectors_an_interaction_takes_whole() {
+    let (sys, a100) = system("templates/zionex.yaml");
+    let net = sys.network(&a100, 128).unwrap();
+    let run = |file: &str, s: &str| {
+        let p = predict(&workload(file), &a100, &net, &Strategy::parse(s).unwrap()).unwrap();
+        assert!(p.feasible, "{file} {s}: {:?}", p.violations);
+        p
+    };
+    let gathered = |p: &stackflow::distributed::DistPrediction| {
+        p.communication
+            .iter()
+            .filter(|c| c.name == "tensor all-gather")
+            .map(|c| (c.bytes, c.calls, c.blocking, c.time_s))
+            .collect::<Vec<_>>()
+    };
+    let whole = run("workloads/dlrm-a-transformer.yaml", "t8-d16");
+    let [(bytes, calls, blocking, time)] = gathered(&whole)[..] else {
+        panic!("{:?}", whole.communication)
+    };
+    assert_eq!(bytes, (4096 * 1000 * 256 * 2) as f64);
+    assert_eq!((calls, blocking), (1.0, true));
+    assert!(time > 0.0);
+    // Data parallelism alone has no tensor ranks to gather over; the concatenation
+    // takes its slices.
+    assert!(gathered(&run("workloads/dlrm-a-transformer.yaml", "d128")).is_empty());
+    assert!(gathered(&run("workloads/dlrm-a.yaml", "t8-d16")).is_empty());
+}

@@ -197,7 +197,7 @@ fn boundaries(graph: &Graph, types: &[LayerType]) -> Vec<Boundary> {
     let forward: Vec<_> = graph
         .kernels
         .iter()
-        .filter(|k| k.phase == Phase::Forward && k.split != Split::Table)
+        .filter(|k| k.phase == Phase::Forward && !k.split.is_table())
         .collect();
     let mut out = Vec::new();
     for w in forward.windows(2) {
@@ -560,7 +560,7 @@ impl LayeredPlan {
                     .graph
                     .kernels
                     .iter()
-                    .all(|k| k.split == Split::Table || k.phase == Phase::Update);
+                    .all(|k| k.split.is_table() || k.phase == Phase::Update);
                 PartReport {
                     layer,
                     strategy: s.to_string(),

@@ -25,7 +25,7 @@ use crate::parallel::Axis;
 use crate::parallel::Strategy;
 use crate::perf::{EnergyRates, Evaluator};
 use crate::violation::Violation;
-use crate::workload::{Graph, LayerType, Phase, Position, Split, Workload};
+use crate::workload::{Graph, LayerType, Phase, Position, Workload};
 
 /// A strategy fitted to a workload on a machine, before any kernel is timed: the batch
 /// split and the fullest device's memory. What a search checks first.
@@ -215,7 +215,7 @@ impl Fitted {
         Plan {
             strategy: *s,
             host: self.host,
-            table_wise: fit.graph.kernels.iter().any(|k| k.split == Split::Table),
+            table_wise: fit.graph.kernels.iter().any(|k| k.split.is_table()),
             free_end_s,
             fit,
             stages,

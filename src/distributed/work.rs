@@ -269,7 +269,7 @@ fn split_kernel(k: &mut Kernel, s: &Strategy, parallel_blocks: bool) -> (Vec<Nee
         split_expert(k, s, &mut needs);
         return (needs, s.expert);
     }
-    if k.split == Split::Table {
+    if k.split.is_table() {
         split_table(k, s, &mut needs);
         return (needs, 1);
     }
@@ -347,7 +347,10 @@ fn split_expert(k: &mut Kernel, s: &Strategy, needs: &mut Vec<Need>) {
 
 /// Each device looks up its share of the tables for the whole batch: the same bytes as a
 /// replica's share of every table, split again over a model-parallel group; the pooled
-/// outputs (forward) and their gradients (backward) cross all-to-all.
+/// outputs (forward) and their gradients (backward) cross all-to-all, which leaves each
+/// tensor-parallel rank its slice of its replica's pooled vectors. An interaction that
+/// takes every feature ([`Split::TableWhole`]) runs whole on each rank: the ranks
+/// all-gather the slices first; backward, each sends on its slice of the whole gradient.
 fn split_table(k: &mut Kernel, s: &Strategy, needs: &mut Vec<Need>) {
     let forward = matches!(k.phase, Phase::Forward | Phase::Recompute);
     let share = s.model_degree() as f64;
@@ -363,6 +366,9 @@ fn split_table(k: &mut Kernel, s: &Strategy, needs: &mut Vec<Need>) {
             *read_bytes - *write_bytes
         };
         need(needs, Collective::AllToAll, Axis::Every, pooled / share);
+        if forward && k.split == Split::TableWhole && s.kernel.is_none() && s.tensor > 1 {
+            need(needs, Collective::AllGather, Axis::Tensor, pooled);
+        }
     }
     divide_stream(&mut k.op, share);
 }
@@ -827,7 +833,7 @@ pub(super) fn stage_work(
             Some(c) => c.1 += time,
             None => w.by_class.push((k.class, time, t.bound.to_string())),
         }
-        if sparse_cores && k.split == Split::Table {
+        if sparse_cores && k.split.is_table() {
             // SparseCores: the lookup (or its update) and the pooled all-to-all leave the
             // dense step.
             w.sparse_s += time;
@@ -1016,7 +1022,7 @@ impl StageWork {
             order.push(StepEvent::Weight(n as f64 * count as f64, expert));
         }
         let needs_at = (first..first + needs).map(StepEvent::Need);
-        if k.split == Split::Table && !forward {
+        if k.split.is_table() && !forward {
             order.extend(needs_at);
             order.push(StepEvent::Compute(time));
         } else {

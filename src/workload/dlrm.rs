@@ -324,15 +324,13 @@ pub(super) fn mlp(g: &mut Builder, name: &str, batch: u64, mut width: u64, layer
     width
 }
 
-/// DLRM: bottom MLP on dense features, pooled embedding lookups, feature interaction, top
-/// MLP, loss.
-/// The embedding tables, sharded table-wise: pooled lookups and their fused optimizer
-/// update. Tables kept in host memory run no lookup on the devices: their pooled vectors
-/// arrive from the hosts ([`HostTables`]) and cross the devices' all-to-all like the
-/// others'. Returns the
-/// feature vectors (the dense one included), the device tables' bytes and their optimizer
-/// state's bytes, and the host-resident groups.
-fn embeddings(g: &mut Builder, w: &Dlrm) -> (u64, f64, f64, Vec<HostTables>) {
+/// The embedding tables, sharded table-wise (`split`: [`Split::Table`], or
+/// [`Split::TableWhole`] when the interaction takes every feature): pooled lookups and
+/// their fused optimizer update. Tables kept in host memory run no lookup on the devices:
+/// their pooled vectors arrive from the hosts ([`HostTables`]) and cross the devices'
+/// all-to-all like the others'. Returns the feature vectors (the dense one included), the
+/// device tables' bytes and their optimizer state's bytes, and the host-resident groups.
+fn embeddings(g: &mut Builder, w: &Dlrm, split: Split) -> (u64, f64, f64, Vec<HostTables>) {
     let b = w.batch;
     let eb = w.embedding_precision.bytes();
     let mut features = 1;
@@ -340,7 +338,7 @@ fn embeddings(g: &mut Builder, w: &Dlrm) -> (u64, f64, f64, Vec<HostTables>) {
     let mut table_state = 0.0;
     let mut host = Vec::new();
     g.layer = LayerType::Embedding;
-    g.split = Split::Table;
+    g.split = split;
     for (i, t) in w.embeddings.iter().enumerate() {
         features += t.tables;
         let state_row = w.embedding_optimizer.state_bytes_per_row(t.dim);
@@ -394,6 +392,20 @@ fn embeddings(g: &mut Builder, w: &Dlrm) -> (u64, f64, f64, Vec<HostTables>) {
     (features, table_bytes, table_state, host)
 }
 
+/// Whether the interaction takes each tensor-parallel rank's slice of the features alone:
+/// a concatenation whose narrowing first top layer is row-parallel. Dot products, feature
+/// transformers and a concatenation a column-parallel layer reads take every feature.
+fn takes_slices(w: &Dlrm, features: u64, dim: u64) -> bool {
+    w.interaction == Interaction::Concat
+        && w.top_mlp.first().is_some_and(|&out| features * dim > out)
+}
+
+/// The feature vectors the interaction takes: the bottom MLP's output and one pooled
+/// vector per table.
+fn features_of(w: &Dlrm) -> u64 {
+    1 + w.embeddings.iter().map(|t| t.tables).sum::<u64>()
+}
+
 /// The feature interaction; returns the top MLP's input width.
 fn interaction(g: &mut Builder, w: &Dlrm, features: u64, dim: u64) -> u64 {
     let b = w.batch;
@@ -416,7 +428,7 @@ fn interaction(g: &mut Builder, w: &Dlrm, features: u64, dim: u64) -> u64 {
         Interaction::Concat => {
             // A narrowing first top layer is row-parallel: each tensor-parallel device
             // assembles only its slice of the features.
-            if w.top_mlp.first().is_some_and(|&out| features * dim > out) {
+            if takes_slices(w, features, dim) {
                 g.split = Split::Sharded;
             }
             g.pointwise(
@@ -592,7 +604,12 @@ fn training_graph(w: &Dlrm, served: bool) -> Graph {
     let mut g = Builder::with_roles(w.precisions, Recompute::None);
     let b = w.batch;
     let dim = mlp(&mut g, "bottom", b, w.dense_features, &w.bottom_mlp);
-    let (features, table_bytes, table_state, host_tables) = embeddings(&mut g, w);
+    let tables = if takes_slices(w, features_of(w), dim) {
+        Split::Table
+    } else {
+        Split::TableWhole
+    };
+    let (features, table_bytes, table_state, host_tables) = embeddings(&mut g, w, tables);
     g.split = Split::Replicated;
     let top_in = interaction(&mut g, w, features, dim);
     g.split = Split::Replicated;

@@ -126,6 +126,18 @@ pub enum Split {
     /// Sec. 2.2: model parallelism, the one way such tables fit): each device looks up its
     /// tables for the whole batch, and the pooled outputs are exchanged all-to-all.
     Table,
+    /// As `Table`, for a model whose interaction takes every feature of a sample (dot
+    /// products, feature transformers, a concatenation a column-parallel layer reads): the
+    /// all-to-all leaves each tensor-parallel rank its slice of the pooled vectors, so the
+    /// ranks all-gather them before the interaction, which each runs whole.
+    TableWhole,
+}
+
+impl Split {
+    /// Recommendation embedding tables ([`Split::Table`], [`Split::TableWhole`]).
+    pub fn is_table(self) -> bool {
+        matches!(self, Split::Table | Split::TableWhole)
+    }
 }
 
 /// The type of layer a kernel belongs to: the unit MAD Max (Sec. 4) gives its own

@@ -24,7 +24,7 @@ use crate::generator::Architecture;
 use crate::network::Network;
 use crate::opt::PerThread;
 use crate::parallel::Strategy;
-use crate::workload::{LayerType, Phase, Split, Workload};
+use crate::workload::{LayerType, Phase, Workload};
 
 /// Rounds of coordinate descent at most (each round gives every type one move).
 pub const ROUNDS: usize = 4;
@@ -205,7 +205,7 @@ pub fn search_layered(
                     .kernels
                     .iter()
                     .filter(|k| k.layer == t && k.phase != Phase::Update)
-                    .all(|k| k.split == Split::Table)
+                    .all(|k| k.split.is_table())
             })
             .collect();
         let uniform = LayerStrategy::uniform(&types, *start);
