@@ -440,8 +440,8 @@ proptest! {
                 let m = &d.levels[component - 1];
                 match &m.tech { LevelTech::OffChip(t) => a.main_memory.devices as f64 * t.device_static_power_w(), _ => 0.0 }
             };
-            // Plus one bank's (device's) leakage: once leakage fills the share, the level is
-            // left with no access power at all rather than a sliver.
+            // Plus one bank's (device's) leakage: where leakage sets the count, what it
+            // leaves (under one unit's leakage per instance) is all the access power.
             let unit_leak = match &d.levels[component - 1].tech {
                 LevelTech::OnChip(s) => s.bank_static_power_w(),
                 LevelTech::OffChip(t) => t.device_static_power_w(),

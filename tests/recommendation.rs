@@ -424,7 +424,8 @@ fn a_served_batch_waits_for_its_lookups_and_the_next_batch_overlaps() {
 /// whole on each rank, so the ranks all-gather the slices first: under t8-d16 that is each
 /// replica's 4096 samples x 1000 tables x 256 x 2 bytes, once a step, blocking (it was
 /// missing: each rank ran the interaction on features it never received). A concatenation
-/// that DLRM-A's narrowing top layer reads row-parallel takes the slices as they come.
+/// that DLRM-A's narrowing top layer reads row-parallel takes the slices as they come, and
+/// so does an interaction run on each rank's own samples (sequence parallelism).
 #[test]
 fn tensor_ranks_gather_the_pooled_vectors_an_interaction_takes_whole() {
     let (sys, a100) = system("templates/zionex.yaml");
@@ -452,4 +453,17 @@ fn tensor_ranks_gather_the_pooled_vectors_an_interaction_takes_whole() {
     // takes its slices.
     assert!(gathered(&run("workloads/dlrm-a-transformer.yaml", "d128")).is_empty());
     assert!(gathered(&run("workloads/dlrm-a.yaml", "t8-d16")).is_empty());
+    // Under sequence parallelism each rank runs the interaction on its own samples, which
+    // the all-to-all hands it whole: the tensor all-gathers are the layers' own, each paired
+    // with a reduce-scatter (a gather of the pooled vectors too was one more).
+    let sp = run("workloads/dlrm-a-transformer.yaml", "t8-d16-sp");
+    let calls = |name: &str| {
+        sp.communication
+            .iter()
+            .filter(|c| c.name == name)
+            .map(|c| c.calls)
+            .sum::<f64>()
+    };
+    assert!(calls("tensor all-gather") > 0.0);
+    assert_eq!(calls("tensor all-gather"), calls("tensor reduce-scatter"));
 }

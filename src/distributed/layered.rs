@@ -373,7 +373,18 @@ impl LayeredPlan {
         let mut micro_batches: Option<(LayerType, u64)> = None;
         for &t in &types {
             let s = strategy.strategy(t).expect("checked above");
-            let part = Arc::new(graph.part(t).map_err(&fail)?);
+            let mut part = graph.part(t).map_err(&fail)?;
+            // Tables' pooled vectors reach the interaction's split as they come: the
+            // parts' boundaries price no re-layout of them (`boundaries`), so neither does
+            // a gather for an interaction that takes them whole (`work::split_table`).
+            for k in part
+                .kernels
+                .iter_mut()
+                .filter(|k| k.split == Split::TableWhole)
+            {
+                k.split = Split::Table;
+            }
+            let part = Arc::new(part);
             let fit = fit_graph(workload, part, s, net.devices).map_err(|e| {
                 fail(format!(
                     "the {} layers' {}: {}",

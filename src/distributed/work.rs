@@ -351,6 +351,12 @@ fn split_expert(k: &mut Kernel, s: &Strategy, needs: &mut Vec<Need>) {
 /// tensor-parallel rank its slice of its replica's pooled vectors. An interaction that
 /// takes every feature ([`Split::TableWhole`]) runs whole on each rank: the ranks
 /// all-gather the slices first; backward, each sends on its slice of the whole gradient.
+/// Under sequence parallelism each rank runs the interaction on its own samples, which the
+/// all-to-all hands it with every feature (the same bytes): no gather. Not priced: the
+/// gather under DeepFlow's RC and CR kernel splits (which the search does not offer
+/// recommendation models) and between per-layer-type splits (the embedding part is fitted
+/// as `Split::Table`, [`super::LayeredPlan`]). On SparseCores the gather goes with the
+/// all-to-all it follows, a batch ahead of the dense step.
 fn split_table(k: &mut Kernel, s: &Strategy, needs: &mut Vec<Need>) {
     let forward = matches!(k.phase, Phase::Forward | Phase::Recompute);
     let share = s.model_degree() as f64;
@@ -366,7 +372,8 @@ fn split_table(k: &mut Kernel, s: &Strategy, needs: &mut Vec<Need>) {
             *read_bytes - *write_bytes
         };
         need(needs, Collective::AllToAll, Axis::Every, pooled / share);
-        if forward && k.split == Split::TableWhole && s.kernel.is_none() && s.tensor > 1 {
+        let whole = k.split == Split::TableWhole && !s.sequence_parallel;
+        if forward && whole && s.kernel.is_none() && s.tensor > 1 {
             need(needs, Collective::AllGather, Axis::Tensor, pooled);
         }
     }
