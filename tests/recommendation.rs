@@ -467,3 +467,53 @@ fn tensor_ranks_gather_the_pooled_vectors_an_interaction_takes_whole() {
     assert!(calls("tensor all-gather") > 0.0);
     assert_eq!(calls("tensor all-gather"), calls("tensor reduce-scatter"));
 }
+
+/// Split per layer type, the pooled vectors' gather follows the interaction's split, not
+/// the tables': an interaction on 8 tensor ranks gathers its replica's vectors (2.10 GB,
+/// as the uniform t8-d16 does) whatever splits the tables, and one run by data
+/// parallelism gathers nothing, though the tables run on 8 tensor ranks. The tables'
+/// all-to-all delivers any layout of as many bytes per device.
+#[test]
+fn per_layer_type_splits_gather_the_pooled_vectors_for_their_reader() {
+    use stackflow::distributed::{predict_layered, LayerStrategy, Workspace};
+    let (sys, a100) = system("templates/zionex.yaml");
+    let net = sys.network(&a100, 128).unwrap();
+    let w = workload("workloads/dlrm-a-transformer.yaml");
+    let run = |text: &str| {
+        let s = LayerStrategy::parse(text).unwrap();
+        let p = predict_layered(&w, &a100, &net, 8, &s, &mut Workspace::new(&a100)).unwrap();
+        assert!(p.feasible, "{text}: {:?}", p.violations);
+        p
+    };
+    let pooled = (4096 * 1000 * 256 * 2) as f64;
+    let gathers = |p: &stackflow::distributed::LayeredPrediction| {
+        p.communication
+            .iter()
+            .filter(|c| c.collective == stackflow::network::collective::Collective::AllGather)
+            .filter(|c| c.bytes >= pooled * (1.0 - 1e-9))
+            .map(|c| (c.name.clone(), c.bytes, c.calls))
+            .collect::<Vec<_>>()
+    };
+    let uniform = run("embedding:t8-d16,interaction:t8-d16,dense:t8-d16");
+    let reader = run("embedding:d128,interaction:t8-d16,dense:t8-d16");
+    assert_eq!(gathers(&uniform).len(), 1, "{:?}", uniform.communication);
+    let [(name, bytes, calls)] = &gathers(&reader)[..] else {
+        panic!("{:?}", reader.communication)
+    };
+    assert_eq!(
+        (name.as_str(), *bytes, *calls),
+        ("reshard embedding to interaction", pooled, 1.0)
+    );
+    common::assert_close(
+        "tables split apart",
+        reader.time_per_iteration_s,
+        uniform.time_per_iteration_s,
+        1e-3,
+    );
+    let tables_only = run("embedding:t8-d16,interaction:d128,dense:d128");
+    assert!(
+        gathers(&tables_only).is_empty(),
+        "{:?}",
+        tables_only.communication
+    );
+}

@@ -39,7 +39,7 @@ use crate::network::Network;
 use crate::parallel::strategy::{Placement, StrategyError};
 use crate::parallel::{Axis, Mapping, Strategy};
 use crate::violation::Violation;
-use crate::workload::{Graph, LayerType, Phase, Position, Split, Workload};
+use crate::workload::{Graph, Kernel, LayerType, Phase, Position, Split, Workload};
 
 /// A strategy per layer type. The types share the pipeline degree, chunks, schedule and
 /// recomputation; each has its own tensor, data, sequence and ZeRO split.
@@ -187,11 +187,25 @@ struct Boundary {
     position: Position,
     /// Between two kernels of the same layer (else between consecutive layers).
     inside_layer: bool,
+    /// The tables' pooled vectors, which their own all-to-all delivers to the reader.
+    tables: bool,
+}
+
+/// The first forward kernel after the last table lookup: what reads the pooled vectors.
+fn tables_reader(graph: &Graph) -> Option<&Kernel> {
+    let forward: Vec<_> = graph
+        .kernels
+        .iter()
+        .filter(|k| k.phase == Phase::Forward)
+        .collect();
+    let last = forward.iter().rposition(|k| k.split.is_table())?;
+    forward.get(last + 1).copied()
 }
 
 /// The forward pass's hand-offs between layer types, in order: a layer's output to the
 /// next kernel that reads it. Table-wise lookups take indices, not the previous layer's
-/// output, and deliver theirs through their own all-to-all: the hand-off skips them.
+/// output, and deliver theirs through their own all-to-all: the hand-off skips them, and
+/// the tables' pooled vectors hand over to their reader apart.
 fn boundaries(graph: &Graph, types: &[LayerType]) -> Vec<Boundary> {
     let index = |t: LayerType| types.iter().position(|&x| x == t);
     let forward: Vec<_> = graph
@@ -220,6 +234,7 @@ fn boundaries(graph: &Graph, types: &[LayerType]) -> Vec<Boundary> {
             splits: (a.split, b.split),
             position,
             inside_layer: true,
+            tables: false,
         });
     }
     // From one layer's last kernel to the next layer's first.
@@ -237,8 +252,28 @@ fn boundaries(graph: &Graph, types: &[LayerType]) -> Vec<Boundary> {
                     splits: (last.split, first.split),
                     position: Position::Layer,
                     inside_layer: false,
+                    tables: false,
                 });
             }
+        }
+    }
+    if let (Some(reader), Some(from)) = (tables_reader(graph), index(LayerType::Embedding)) {
+        if let Some(to) = index(reader.layer) {
+            let pooled = graph
+                .kernels
+                .iter()
+                .filter(|k| k.phase == Phase::Forward && k.split.is_table())
+                .map(|k| k.output_bytes() * k.count as f64)
+                .sum();
+            out.push(Boundary {
+                from,
+                to,
+                bytes: pooled,
+                splits: (Split::Table, reader.split),
+                position: Position::Head,
+                inside_layer: false,
+                tables: true,
+            });
         }
     }
     out
@@ -371,18 +406,20 @@ impl LayeredPlan {
         }
         let mut parts = Vec::with_capacity(types.len());
         let mut micro_batches: Option<(LayerType, u64)> = None;
+        let reader = tables_reader(&graph).map_or(LayerType::Embedding, |k| k.layer);
         for &t in &types {
             let s = strategy.strategy(t).expect("checked above");
             let mut part = graph.part(t).map_err(&fail)?;
-            // Tables' pooled vectors reach the interaction's split as they come: the
-            // parts' boundaries price no re-layout of them (`boundaries`), so neither does
-            // a gather for an interaction that takes them whole (`work::split_table`).
-            for k in part
-                .kernels
-                .iter_mut()
-                .filter(|k| k.split == Split::TableWhole)
-            {
-                k.split = Split::Table;
+            // Where the pooled vectors' reader is split otherwise than the tables, the
+            // hand-off between them prices what it gathers (`reshard`), not the tables.
+            if strategy.strategy(reader) != Some(s) {
+                for k in part
+                    .kernels
+                    .iter_mut()
+                    .filter(|k| k.split == Split::TableWhole)
+                {
+                    k.split = Split::Table;
+                }
             }
             let part = Arc::new(part);
             let fit = fit_graph(workload, part, s, net.devices).map_err(|e| {
@@ -650,6 +687,11 @@ impl LayeredPlan {
             }
             let from = self.layout(b.from, b.splits.0, true);
             let to = self.layout(b.to, b.splits.1, false);
+            // The tables' all-to-all delivers any layout of as many bytes: the reader
+            // gathers only what it holds beyond them (tensor ranks that each run it whole).
+            if b.tables && to.bytes(b.bytes) <= from.bytes(b.bytes) * (1.0 + 1e-9) {
+                continue;
+            }
             // Forward, the reader gathers what it lacks; backward, the writer gathers the
             // gradients it lacks; where each lacks part of the other's (rows against
             // features), both directions exchange all-to-all.
@@ -784,6 +826,14 @@ impl LayeredPlan {
     /// parallelism (Megatron's own gathers and scatters are the part's collectives).
     fn layout(&self, i: usize, split: Split, output: bool) -> Layout {
         let (plan, s) = (&self.parts[i], self.parts[i].strategy());
+        if split.is_table() {
+            // After their all-to-all: each device its replica's rows, a slice of the
+            // features (`work::split_table`).
+            return Layout {
+                rows: plan.fit.f_tok,
+                features: 1.0 / s.model_degree() as f64,
+            };
+        }
         let t = s.tensor as f64;
         let by_features = match split {
             Split::Sharded => true,

@@ -352,11 +352,11 @@ fn split_expert(k: &mut Kernel, s: &Strategy, needs: &mut Vec<Need>) {
 /// takes every feature ([`Split::TableWhole`]) runs whole on each rank: the ranks
 /// all-gather the slices first; backward, each sends on its slice of the whole gradient.
 /// Under sequence parallelism each rank runs the interaction on its own samples, which the
-/// all-to-all hands it with every feature (the same bytes): no gather. Not priced: the
-/// gather under DeepFlow's RC and CR kernel splits (which the search does not offer
-/// recommendation models) and between per-layer-type splits (the embedding part is fitted
-/// as `Split::Table`, [`super::LayeredPlan`]). On SparseCores the gather goes with the
-/// all-to-all it follows, a batch ahead of the dense step.
+/// all-to-all hands it with every feature (the same bytes): no gather. Split per layer
+/// type, the reader's split decides ([`super::LayeredPlan`] prices it between the tables
+/// and their reader). Not priced: the gather under DeepFlow's RC and CR kernel splits
+/// (which the search does not offer recommendation models). On SparseCores the gather goes
+/// with the all-to-all it follows, a batch ahead of the dense step.
 fn split_table(k: &mut Kernel, s: &Strategy, needs: &mut Vec<Need>) {
     let forward = matches!(k.phase, Phase::Forward | Phase::Recompute);
     let share = s.model_degree() as f64;
