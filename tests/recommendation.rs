@@ -517,3 +517,29 @@ fn per_layer_type_splits_gather_the_pooled_vectors_for_their_reader() {
         tables_only.communication
     );
 }
+
+/// With SparseCores (TPU v4) the lookups and their all-to-all run beside the dense step,
+/// but the tensor ranks' gather of the pooled vectors feeds the TensorCores' interaction:
+/// it blocks the dense step (DLRM0 with a dot-product interaction under t4-d32: each
+/// replica's 16384 samples x 150 tables x 128 x 2 bytes).
+#[test]
+fn with_sparse_cores_the_pooled_vectors_gather_blocks_the_dense_step() {
+    let text = std::fs::read_to_string(root().join("workloads/dlrm0-tpu.yaml")).unwrap();
+    assert!(text.contains("\ninteraction: concat\n"));
+    let text = text.replace("\ninteraction: concat\n", "\ninteraction: dot\n");
+    let dot = Workload::from_yaml("dlrm0-dot.yaml", &text).unwrap();
+    let (sys, v4) = system("templates/tpu-v4-pod.yaml");
+    let net = sys
+        .with_slice(&[4, 4, 8])
+        .unwrap()
+        .network(&v4, 128)
+        .unwrap();
+    let p = predict(&dot, &v4, &net, &Strategy::parse("t4-d32").unwrap()).unwrap();
+    assert!(p.feasible, "{:?}", p.violations);
+    let find = |name: &str| p.communication.iter().find(|c| c.name == name);
+    let gather = find("tensor all-gather").unwrap_or_else(|| panic!("{:?}", p.communication));
+    assert_eq!(gather.bytes, (16384 * 150 * 128 * 2) as f64);
+    assert!(gather.blocking);
+    assert!(!find("sparse-core all-to-all").unwrap().blocking);
+    assert!(find("sparse-core all-gather").is_none());
+}

@@ -355,8 +355,8 @@ fn split_expert(k: &mut Kernel, s: &Strategy, needs: &mut Vec<Need>) {
 /// all-to-all hands it with every feature (the same bytes): no gather. Split per layer
 /// type, the reader's split decides ([`super::LayeredPlan`] prices it between the tables
 /// and their reader). Not priced: the gather under DeepFlow's RC and CR kernel splits
-/// (which the search does not offer recommendation models). On SparseCores the gather goes
-/// with the all-to-all it follows, a batch ahead of the dense step.
+/// (which the search does not offer recommendation models). On SparseCores the gather stays
+/// in the dense step, which the interaction it feeds runs in.
 fn split_table(k: &mut Kernel, s: &Strategy, needs: &mut Vec<Need>) {
     let forward = matches!(k.phase, Phase::Forward | Phase::Recompute);
     let share = s.model_degree() as f64;
@@ -842,10 +842,16 @@ pub(super) fn stage_work(
         }
         if sparse_cores && k.split.is_table() {
             // SparseCores: the lookup (or its update) and the pooled all-to-all leave the
-            // dense step.
+            // dense step. The tensor ranks' gather of the pooled vectors feeds the
+            // TensorCores' interaction: it stays in the dense step.
+            let (dense, sparse): (Vec<Need>, Vec<Need>) =
+                needs.into_iter().partition(|n| n.axis == Axis::Tensor);
             w.sparse_s += time;
             w.sparse_needs
-                .extend(needs.into_iter().map(|n| (count as f64, n)));
+                .extend(sparse.into_iter().map(|n| (count as f64, n)));
+            if !dense.is_empty() {
+                w.add_step_kernel(&k, graph, s, 0.0, count, dense);
+            }
             continue;
         }
         w.add_step_kernel(&k, graph, s, time, count, needs);
