@@ -573,6 +573,17 @@ fn zion_all_to_all_of_100_kb_is_faster_fully_connected() {
     assert!(ring / fc > 2.0, "{}", ring / fc);
 }
 
+/// `stackflow validate` on `text` written as `validation/{name}` (beside the index, so its
+/// relative paths resolve), the file removed after; with the file's path.
+fn validate_beside(name: &str, text: &str) -> ((i32, String, String), String) {
+    let beside = root().join("validation").join(name);
+    std::fs::write(&beside, text).unwrap();
+    let path = beside.display().to_string();
+    let run = common::stackflow(&["validate", &path]);
+    let _ = std::fs::remove_file(&beside);
+    (run, path)
+}
+
 /// Every published measurement the model replays (validation/cases.yaml: LLaMA-65B,
 /// DLRM-A, Megatron weak scaling, TPU v4 Table 3, twisted torus, TPU v4 over v3, GEMM
 /// ceilings), through the CLI as a user runs it; it exits non-zero when a case leaves its
@@ -777,10 +788,7 @@ fn stackflow_validate_replays_the_published_measurements() {
             "measured: 20.83\n    tolerance: 0.001",
         );
     assert!(text.contains("tolerance: 0.001"));
-    let beside = root().join("validation/strict-cases.tmp.yaml");
-    std::fs::write(&beside, text).unwrap();
-    let (code, out, err) = common::stackflow(&["validate", &beside.display().to_string()]);
-    let _ = std::fs::remove_file(&beside);
+    let ((code, out, err), _) = validate_beside("strict-cases.tmp.yaml", &text);
     assert_ne!(code, 0, "{out}");
     assert!(
         out.contains("OUTSIDE") && err.contains("validation failed"),
@@ -792,10 +800,7 @@ fn stackflow_validate_replays_the_published_measurements() {
                 source: \"a test\"\n    kind: mean_power_w\n    system: ../templates/tpu-v3-pod.yaml\n    \
                 devices: 512\n    workload: ../workloads/gpt3-175b.yaml\n    \
                 strategy: p16-d4-t8-mb1-rc=full\n    measured: 250\n    tolerance: 0.15\n";
-    let beside = root().join("validation/lone-case.tmp.yaml");
-    std::fs::write(&beside, lone).unwrap();
-    let (code, out, err) = common::stackflow(&["validate", &beside.display().to_string()]);
-    let _ = std::fs::remove_file(&beside);
+    let ((code, out, err), _) = validate_beside("lone-case.tmp.yaml", lone);
     assert_ne!(code, 0, "{out}");
     assert!(
         !out.contains("OUTSIDE")
@@ -874,11 +879,7 @@ fn stackflow_validate_replays_the_published_measurements() {
             1,
         );
         assert!(text.contains(&format!("mean_signed_within: {b}")));
-        let beside = root().join(format!("validation/bias-{b}.tmp.yaml"));
-        std::fs::write(&beside, text).unwrap();
-        let run = common::stackflow(&["validate", &beside.display().to_string()]);
-        let _ = std::fs::remove_file(&beside);
-        (run, beside.display().to_string())
+        validate_beside(&format!("bias-{b}.tmp.yaml"), &text)
     };
     let ((code, out, err), _) = bound("0.001");
     assert_ne!(code, 0, "{out}");
@@ -905,10 +906,7 @@ fn stackflow_validate_replays_the_published_measurements() {
                  dims: [4, 4, 8]\n    measured: 1.63\n    tolerance: 0.10\n";
     let at = index.find("  - id: V7").unwrap();
     let text = format!("{}{third}{}", &index[..at], &index[at..]);
-    let beside = root().join("validation/lean-v6.tmp.yaml");
-    std::fs::write(&beside, text).unwrap();
-    let (code, out, err) = common::stackflow(&["validate", &beside.display().to_string()]);
-    let _ = std::fs::remove_file(&beside);
+    let ((code, out, err), _) = validate_beside("lean-v6.tmp.yaml", &text);
     assert_ne!(code, 0, "{out}");
     assert!(
         out.contains("V6: mean signed error +6.8% over 3 cases (bound +-3.0%): FAILED")
